@@ -1,0 +1,14 @@
+"""The primitive IR: op table, graph, builder and reference interpreter."""
+
+from . import dtypes, shapes
+from .builder import GraphBuilder, Tensor, cat, stack
+from .evaluate import evaluate, to_numpy
+from .graph import Attrs, Graph, Node
+from .idioms import IDIOMS
+from .ops import PRIMITIVES, TensorValue
+from .registry import OPS, get_op
+
+__all__ = [
+    "Attrs", "Graph", "GraphBuilder", "IDIOMS", "Node", "OPS", "PRIMITIVES", "Tensor", "TensorValue",
+    "cat", "dtypes", "evaluate", "get_op", "shapes", "stack", "to_numpy",
+]

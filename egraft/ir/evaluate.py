@@ -1,0 +1,133 @@
+"""The reference interpreter: numpy, exact to the op table's semantics.
+
+``evaluate(graph, inputs, dtype=None)`` runs a graph on numpy arrays.  With
+``dtype=np.float64`` every floating-point value is held and computed in
+float64: that is the oracle every rewrite and backend is checked against.
+Otherwise values are stored in their own dtype and half types are computed
+in float32 and rounded after each op.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import InputError, IRError
+from . import dtypes
+from .graph import Graph
+from .ops import constant_array
+from .registry import get_op
+
+
+def to_numpy(x: Any, what: str = "input") -> np.ndarray:
+    """A numpy array from a numpy array, a torch tensor, or a scalar/list."""
+    if isinstance(x, np.ndarray):
+        return x
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        t = x.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            return t.float().numpy().astype(dtypes.to_numpy("bfloat16"))
+        return t.numpy()
+    try:
+        return np.asarray(x)
+    except Exception as e:  # pragma: no cover - defensive
+        raise InputError(f"{what} of type {type(x).__name__} is not an array or tensor") from e
+
+
+def _storage(dt: str, oracle: bool) -> np.dtype:
+    return np.dtype(np.float64) if oracle and dtypes.is_float(dt) else dtypes.to_numpy(dt)
+
+
+def _compute(dt: str, oracle: bool) -> np.dtype:
+    return np.dtype(np.float64) if oracle and dtypes.is_float(dt) else dtypes.compute_dtype(dt)
+
+
+def check_inputs(graph: Graph, inputs: Sequence[Any], oracle: bool = False) -> list[np.ndarray]:
+    """Convert and check the model inputs against the graph's input types."""
+    names = graph.input_names()
+    if len(inputs) != len(names):
+        raise InputError(
+            f"the graph takes {len(names)} input(s) ({', '.join(names)}), got {len(inputs)}; "
+            "pass the model's own inputs in the model's order (weights are bound)"
+        )
+    out = []
+    for name, (shape, dt), x in zip(names, graph.input_types(), inputs):
+        arr = to_numpy(x, f"input {name!r}")
+        if tuple(arr.shape) != tuple(shape):
+            raise InputError(f"input {name!r} has shape {tuple(arr.shape)}, the graph expects {tuple(shape)}")
+        got = arr.dtype
+        ok = got == dtypes.to_numpy(dt) or (oracle and dtypes.is_float(dt) and np.issubdtype(got, np.floating))
+        if not ok:
+            raise InputError(
+                f"input {name!r} has dtype {got}, the graph expects {dt}; convert it "
+                f"(e.g. x.astype('{dt}') or tensor.to(torch.{dt}))"
+            )
+        out.append(arr)
+    return out
+
+
+def evaluate(
+    graph: Graph,
+    inputs: Sequence[Any],
+    dtype=None,
+    weights: Mapping[str, Any] | None = None,
+) -> list[np.ndarray]:
+    """Run `graph` on `inputs` (the model's own inputs, in order); returns the outputs.
+
+    `weights` overrides bound weight values by name.  `dtype=np.float64`
+    selects the float64 oracle mode.
+    """
+    oracle = dtype is not None and np.dtype(dtype) == np.float64
+    if dtype is not None and not oracle:
+        raise IRError("evaluate's dtype may only be None or numpy.float64 (the oracle mode)")
+    args = check_inputs(graph, inputs, oracle)
+    wmap = dict(graph.weights)
+    for k, v in (weights or {}).items():
+        wmap[k] = to_numpy(v, f"weight {k!r}")
+    vals: list[np.ndarray | None] = [None] * len(graph.nodes)
+    for i, arr in zip(graph.input_ids, args):
+        vals[i] = arr.astype(_storage(graph.nodes[i].dtype, oracle), copy=False)
+    alive = graph.live()
+    with np.errstate(all="ignore"):
+        for i, n in enumerate(graph.nodes):
+            if not alive[i] or vals[i] is not None:
+                continue
+            vals[i] = _eval_node(graph, i, n, vals, wmap, oracle)
+    return [np.asarray(vals[o]) for o in graph.outputs]
+
+
+def _eval_node(graph, i, n, vals, wmap, oracle):
+    store = _storage(n.dtype, oracle)
+    if n.op == "Input":
+        name = n.attrs["name"]
+        if name not in wmap:
+            raise InputError(f"weight {name!r} has no bound value; pass weights={{{name!r}: array}}")
+        w = np.asarray(wmap[name])
+        if tuple(w.shape) != n.shape:
+            raise InputError(f"weight {name!r} has shape {w.shape}, the graph expects {n.shape}")
+        return w.astype(store, copy=False)
+    if n.op == "Constant":
+        return constant_array(n.attrs, n.shape, store)
+    if n.op == "Iota":
+        return np.arange(n.attrs["n"]).astype(store)
+    if n.op == "Cast":
+        x = vals[n.inputs[0]]
+        if n.dtype == "bool":
+            return (x != 0).astype(store)
+        if dtypes.is_int(n.dtype) and np.issubdtype(x.dtype, np.floating):
+            x = np.trunc(x)
+        return x.astype(store)
+    d = get_op(n.op)
+    ins = []
+    for j in n.inputs:
+        v = vals[j]
+        src = graph.nodes[j]
+        ins.append(v.astype(_compute(src.dtype, oracle), copy=False) if dtypes.is_float(src.dtype) else v)
+    out = d.compute(*ins, n.attrs, n.shape, _compute(n.dtype, oracle))
+    out = np.asarray(out)
+    if tuple(out.shape) != n.shape:  # pragma: no cover - guards the op table itself
+        raise IRError(f"op {n.op} produced shape {out.shape}, expected {n.shape}")
+    return out.astype(store, copy=False)

@@ -1,0 +1,267 @@
+"""The immutable IR graph.
+
+A :class:`Graph` is a tuple of :class:`Node` in topological order (a node's
+inputs are earlier node ids), the ids of its outputs, the ids of the model's
+own inputs in the model's order, and the bound values of its weight inputs.
+Every node's shape and dtype are checked against the op table when the graph
+is built, so a ``Graph`` that exists is well typed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import IRError
+from . import dtypes
+from .registry import get_op
+
+
+class Attrs(tuple):
+    """A frozen, hashable mapping of attribute names to hashable values."""
+
+    def __new__(cls, items: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()):
+        pairs = items.items() if isinstance(items, Mapping) else items
+        return super().__new__(cls, tuple(sorted((k, _freeze(v)) for k, v in pairs)))
+
+    def __getitem__(self, key):  # type: ignore[override]
+        if isinstance(key, (int, slice)):
+            return tuple.__getitem__(self, key)
+        for k, v in tuple.__iter__(self):
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def get(self, key, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def keys(self):
+        return [k for k, _ in tuple.__iter__(self)]
+
+    def as_dict(self) -> dict:
+        return dict(tuple.__iter__(self))
+
+    def __contains__(self, key):
+        return key in self.keys()
+
+    def __repr__(self):
+        return "{" + ", ".join(f"{k}={v!r}" for k, v in tuple.__iter__(self)) + "}"
+
+
+def _freeze(v):
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, tuple):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str
+    inputs: tuple[int, ...]
+    attrs: Attrs
+    shape: tuple[int, ...]
+    dtype: str
+
+    def key(self):
+        return (self.op, self.inputs, self.attrs)
+
+
+def infer_node(op: str, input_types: Sequence[tuple[tuple[int, ...], str]], attrs: Mapping[str, Any]):
+    """(shape, dtype) of an op applied to inputs of the given types; IRError if ill-typed."""
+    d = get_op(op)
+    if len(input_types) not in d.arity:
+        raise IRError(f"{op} takes {' or '.join(map(str, d.arity))} inputs, got {len(input_types)}")
+    missing = [a for a in d.attrs if a not in attrs]
+    if missing:
+        raise IRError(f"{op} is missing attribute(s) {missing}")
+    shape, dt = d.infer([(tuple(s), t) for s, t in input_types], attrs)
+    return tuple(int(x) for x in shape), dt
+
+
+class Graph:
+    """An immutable, well-typed DAG of IR nodes with bound weights."""
+
+    __slots__ = ("nodes", "outputs", "input_ids", "weight_ids", "weights", "_hash")
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        outputs: Sequence[int],
+        input_ids: Sequence[int] | None = None,
+        weights: Mapping[str, np.ndarray] | None = None,
+    ):
+        nodes = tuple(nodes)
+        names: dict[str, int] = {}
+        for i, n in enumerate(nodes):
+            if any(not 0 <= j < i for j in n.inputs):
+                raise IRError(f"node {i} ({n.op}) uses inputs {n.inputs}: graphs must be in topological order")
+            shape, dt = infer_node(n.op, [(nodes[j].shape, nodes[j].dtype) for j in n.inputs], n.attrs)
+            if (shape, dt) != (tuple(n.shape), n.dtype):
+                raise IRError(f"node {i} ({n.op}) declares {n.shape}:{n.dtype} but its inputs give {shape}:{dt}")
+            if n.op == "Input":
+                name = n.attrs["name"]
+                if name in names:
+                    raise IRError(f"two inputs are named {name!r}")
+                if n.attrs["role"] not in ("input", "weight"):
+                    raise IRError(f"input {name!r} has role {n.attrs['role']!r}; use 'input' or 'weight'")
+                names[name] = i
+        for o in outputs:
+            if not 0 <= o < len(nodes):
+                raise IRError(f"output id {o} does not name a node")
+        role_inputs = [i for i, n in enumerate(nodes) if n.op == "Input" and n.attrs["role"] == "input"]
+        if input_ids is None:
+            input_ids = role_inputs
+        if sorted(input_ids) != sorted(role_inputs):
+            raise IRError("input_ids must list every node with role 'input' exactly once")
+        self.nodes = nodes
+        self.outputs = tuple(outputs)
+        self.input_ids = tuple(input_ids)
+        self.weight_ids = tuple(i for i, n in enumerate(nodes) if n.op == "Input" and n.attrs["role"] == "weight")
+        bound = {}
+        for name, value in (weights or {}).items():
+            if name not in names or nodes[names[name]].attrs["role"] != "weight":
+                continue  # weights of nodes a rewrite removed are dropped
+            node = nodes[names[name]]
+            arr = np.asarray(value)
+            if tuple(arr.shape) != node.shape or dtypes.from_numpy(arr.dtype) != node.dtype:
+                raise IRError(
+                    f"weight {name!r} is bound to a {arr.shape}:{arr.dtype} array, but the graph "
+                    f"declares {node.shape}:{node.dtype}"
+                )
+            bound[name] = arr
+        self.weights = MappingProxyType(bound)
+        self._hash = None
+
+    # -- inspection ------------------------------------------------------------
+    def __len__(self):
+        return len(self.nodes)
+
+    def input_names(self) -> list[str]:
+        return [self.nodes[i].attrs["name"] for i in self.input_ids]
+
+    def weight_names(self) -> list[str]:
+        return [self.nodes[i].attrs["name"] for i in self.weight_ids]
+
+    def input_types(self) -> list[tuple[tuple[int, ...], str]]:
+        return [(self.nodes[i].shape, self.nodes[i].dtype) for i in self.input_ids]
+
+    def output_types(self) -> list[tuple[tuple[int, ...], str]]:
+        return [(self.nodes[i].shape, self.nodes[i].dtype) for i in self.outputs]
+
+    def op_counts(self) -> Counter:
+        return Counter(n.op for n in self.nodes)
+
+    def consumers(self) -> list[list[int]]:
+        users: list[list[int]] = [[] for _ in self.nodes]
+        for i, n in enumerate(self.nodes):
+            for j in n.inputs:
+                users[j].append(i)
+        return users
+
+    def live(self) -> list[bool]:
+        alive = [False] * len(self.nodes)
+        for o in self.outputs:
+            alive[o] = True
+        for i in range(len(self.nodes) - 1, -1, -1):
+            if alive[i]:
+                for j in self.nodes[i].inputs:
+                    alive[j] = True
+        for i in self.input_ids:
+            alive[i] = True
+        return alive
+
+    def summary(self) -> str:
+        counts = self.op_counts()
+        n_w = sum(int(np.prod(self.nodes[i].shape)) for i in self.weight_ids)
+        ops = ", ".join(f"{op}={c}" for op, c in sorted(counts.items(), key=lambda kv: -kv[1]))
+        return (
+            f"Graph: {len(self.nodes)} nodes, {len(self.input_ids)} inputs, {len(self.weight_ids)} weights "
+            f"({n_w:,} parameters), {len(self.outputs)} outputs\n  ops: {ops}\n  hash: {self.structural_hash()[:16]}"
+        )
+
+    def dump(self) -> str:
+        """A readable text form, one node per line."""
+        lines = []
+        for i, n in enumerate(self.nodes):
+            args = ", ".join(f"%{j}" for j in n.inputs)
+            attrs = {k: v for k, v in n.attrs.as_dict().items() if not (n.op in ("Input", "Constant") and k in ("shape", "dtype"))}
+            attr_s = " ".join(f"{k}={v!r}" for k, v in attrs.items())
+            lines.append(f"%{i} = {n.op}({args}){' ' + attr_s if attr_s else ''} : {list(n.shape)} {n.dtype}")
+        lines.append("return " + ", ".join(f"%{o}" for o in self.outputs))
+        return "\n".join(lines)
+
+    __str__ = dump
+
+    def __repr__(self):
+        return f"<egraft.ir.Graph {len(self.nodes)} nodes, hash {self.structural_hash()[:12]}>"
+
+    def node_hashes(self) -> list[str]:
+        """Merkle hash per node: its op, attributes, type and its inputs' hashes."""
+        hs: list[str] = []
+        for n in self.nodes:
+            h = hashlib.sha256()
+            h.update(repr((n.op, tuple(n.attrs), n.shape, n.dtype)).encode())
+            for j in n.inputs:
+                h.update(hs[j].encode())
+            hs.append(h.hexdigest())
+        return hs
+
+    def structural_hash(self) -> str:
+        """A hash of what the graph computes, independent of node order and dead nodes.
+
+        Weight *values* are not part of it (kernels do not depend on them);
+        tensor constants are.  This is the cache key for compiled programs.
+        """
+        if self._hash is None:
+            hs = self.node_hashes()
+            h = hashlib.sha256()
+            h.update(b"in:" + "|".join(hs[i] for i in self.input_ids).encode())
+            h.update(b"out:" + "|".join(hs[o] for o in self.outputs).encode())
+            self._hash = h.hexdigest()
+        return self._hash
+
+    def to_networkx(self):
+        """A networkx.DiGraph: node ids with op/shape/dtype/attrs, edges carry the argument position."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for i, n in enumerate(self.nodes):
+            g.add_node(i, op=n.op, shape=n.shape, dtype=n.dtype, attrs=n.attrs.as_dict())
+        for i, n in enumerate(self.nodes):
+            for pos, j in enumerate(n.inputs):
+                if g.has_edge(j, i):
+                    g.edges[j, i]["positions"].append(pos)
+                else:
+                    g.add_edge(j, i, positions=[pos])
+        return g
+
+    # -- transformation ---------------------------------------------------------
+    def with_weights(self, weights: Mapping[str, np.ndarray]) -> "Graph":
+        return Graph(self.nodes, self.outputs, self.input_ids, {**self.weights, **weights})
+
+    def pruned(self) -> "Graph":
+        """The same graph without dead nodes (inputs are kept)."""
+        alive = self.live()
+        remap: dict[int, int] = {}
+        nodes = []
+        for i, n in enumerate(self.nodes):
+            if alive[i]:
+                remap[i] = len(nodes)
+                nodes.append(Node(n.op, tuple(remap[j] for j in n.inputs), n.attrs, n.shape, n.dtype))
+        return Graph(nodes, [remap[o] for o in self.outputs], [remap[i] for i in self.input_ids], self.weights)

@@ -1,0 +1,177 @@
+"""Idioms: named compositions of primitives that a backend can run as one kernel.
+
+Each idiom has a direct numpy semantics (``compute``) and a primitive form
+(``*_decomposed``, written with the builder).  The torch lowering writes the
+primitive form; the e-graph's idiom rules put the idiom node in the same
+e-class; a test checks that both agree.  Shapes are explicit: no implicit
+broadcasting between operands (a batch dimension is expanded with a View).
+
+* ``MatMul(a, b)``: ``a [..., M, K] @ b [..., K, N]``, equal batch dims.
+* ``Softmax(x, axis)``, ``LayerNorm(x, axis, eps)`` (no affine),
+  ``RMSNorm(x, axis, eps)`` (no affine).
+* ``Attention(q, k, v[, bias], scale, causal)``: q ``[..., Sq, D]``, k ``[..., Sk, D]``,
+  v ``[..., Sk, Dv]``, optional additive bias ``[..., Sq, Sk]``; causal masks
+  ``j > i`` (top-left aligned, as torch's ``is_causal``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import IRError
+from . import dtypes
+from .ops import OpDef
+
+IDIOMS: dict[str, OpDef] = {}
+
+
+def _float_dt(op, *ts):
+    dts = {t[1] for t in ts}
+    if len(dts) != 1:
+        raise IRError(f"{op} operands must share one dtype, got {sorted(dts)}")
+    dt = dts.pop()
+    if not dtypes.is_float(dt):
+        raise IRError(f"{op} needs floating-point operands, got {dt}")
+    return dt
+
+
+def _infer_matmul(ts, attrs):
+    (a, adt), (b, bdt) = ts
+    dt = _float_dt("MatMul", ts[0], ts[1])
+    if len(a) < 2 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != b[-2]:
+        raise IRError(f"MatMul needs [..., M, K] @ [..., K, N] with equal batch dims, got {a} @ {b}")
+    return a[:-1] + (b[-1],), dt
+
+
+def _infer_rowwise(op):
+    def infer(ts, attrs):
+        (x, dt), = ts
+        _float_dt(op, ts[0])
+        if not isinstance(attrs["axis"], int) or not 0 <= attrs["axis"] < len(x):
+            raise IRError(f"{op} axis {attrs['axis']!r} out of range for shape {x}")
+        return x, dt
+    return infer
+
+
+def _infer_attention(ts, attrs):
+    q, k, v = ts[0][0], ts[1][0], ts[2][0]
+    dt = _float_dt("Attention", *ts)
+    if not (len(q) == len(k) == len(v) >= 2) or q[:-2] != k[:-2] or k[:-2] != v[:-2]:
+        raise IRError(f"Attention needs q/k/v of one rank with equal batch dims, got {q}, {k}, {v}")
+    if q[-1] != k[-1] or k[-2] != v[-2]:
+        raise IRError(f"Attention shapes do not line up: q {q}, k {k}, v {v}")
+    if len(ts) == 4 and ts[3][0] != q[:-1] + (k[-2],):
+        raise IRError(f"Attention bias must have shape {q[:-1] + (k[-2],)}, got {ts[3][0]}")
+    return q[:-1] + (v[-1],), dt
+
+
+def _softmax(x, axis):
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - m)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _attention(q, k, v, *rest):
+    attrs = rest[-3]  # rest = ([bias,] attrs, out_shape, np_dtype)
+    bias = rest[0] if len(rest) == 4 else None
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * attrs["scale"]
+    if bias is not None:
+        s = s + bias
+    if attrs["causal"]:
+        sq, sk = s.shape[-2], s.shape[-1]
+        s = np.where(np.tril(np.ones((sq, sk), bool)), s, -np.inf)
+    return np.matmul(_softmax(s, -1), v)
+
+
+def _layernorm(x, attrs, *_):
+    ax = attrs["axis"]
+    mu = np.mean(x, axis=ax, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=ax, keepdims=True)
+    return (x - mu) / np.sqrt(var + attrs["eps"])
+
+
+def _rmsnorm(x, attrs, *_):
+    ax = attrs["axis"]
+    return x / np.sqrt(np.mean(x * x, axis=ax, keepdims=True) + attrs["eps"])
+
+
+def _def(name, arity, attrs, infer, compute, doc):
+    IDIOMS[name] = OpDef(name, "idiom", arity, attrs, infer, compute, doc)
+
+
+_def("MatMul", (2,), (), _infer_matmul, lambda a, b, *_: np.matmul(a, b), "batched matrix product")
+_def("Softmax", (1,), ("axis",), _infer_rowwise("Softmax"), lambda x, attrs, *_: _softmax(x, attrs["axis"]), "softmax")
+_def("LayerNorm", (1,), ("axis", "eps"), _infer_rowwise("LayerNorm"), _layernorm, "layer norm, no affine")
+_def("RMSNorm", (1,), ("axis", "eps"), _infer_rowwise("RMSNorm"), _rmsnorm, "RMS norm, no affine")
+_def("Attention", (3, 4), ("scale", "causal"), _infer_attention, _attention, "scaled dot-product attention")
+
+
+# --- primitive forms, written with the builder's Tensor -------------------------
+
+def matmul_decomposed(a, b):
+    """``a @ b`` with numpy broadcasting of batch dims, as SumReduce(Mul(expand a, expand b))."""
+    from .shapes import broadcast_shapes
+
+    from .builder import promote
+
+    dt = promote(a.dtype, b.dtype)
+    a, b = a.cast(dt), b.cast(dt)
+    squeeze_m = squeeze_n = False
+    if a.ndim == 1:
+        a, squeeze_m = a.unsqueeze(0), True
+    if b.ndim == 1:
+        b, squeeze_n = b.unsqueeze(-1), True
+    if a.shape[-1] != b.shape[-2]:
+        raise IRError(f"matmul shapes {a.shape} and {b.shape} do not line up")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    a3 = a.expand(batch + (m, k)).unsqueeze(-1).expand(batch + (m, k, n))
+    b3 = b.expand(batch + (k, n)).unsqueeze(-3).expand(batch + (m, k, n))
+    out = (a3 * b3).sum(-2)
+    if squeeze_m:
+        out = out.squeeze(-2)
+    if squeeze_n:
+        out = out.squeeze(-1)
+    return out
+
+
+def softmax_decomposed(x, axis):
+    x = x.float_()
+    e = (x - x.max(axis, keepdim=True)).exp()
+    return e * e.sum(axis, keepdim=True).recip()
+
+
+def layernorm_decomposed(x, axis, eps):
+    x = x.float_()
+    d = x - x.mean(axis, keepdim=True)
+    return d * ((d * d).mean(axis, keepdim=True) + eps).rsqrt()
+
+
+def rmsnorm_decomposed(x, axis, eps):
+    x = x.float_()
+    return x * ((x * x).mean(axis, keepdim=True) + eps).rsqrt()
+
+
+def attention_decomposed(q, k, v, bias=None, scale=None, causal=False):
+    """softmax(q k^T * scale + bias [+ causal mask]) v, in primitives."""
+    from .builder import Tensor
+
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = q.matmul(k.transpose(-2, -1)) * scale
+    if bias is not None:
+        s = s + bias
+    if causal:
+        sq, sk = s.shape[-2], s.shape[-1]
+        i = q.b.iota(sq, "int64").reshape((sq, 1))
+        j = q.b.iota(sk, "int64").reshape((1, sk))
+        s = Tensor.where(j <= i, s, float("-inf"))
+    return s.softmax(-1).matmul(v)
+
+
+DECOMPOSITIONS = {
+    "MatMul": lambda a, b: matmul_decomposed(a, b),
+    "Softmax": lambda x, axis: softmax_decomposed(x, axis),
+    "LayerNorm": lambda x, axis, eps: layernorm_decomposed(x, axis, eps),
+    "RMSNorm": lambda x, axis, eps: rmsnorm_decomposed(x, axis, eps),
+    "Attention": lambda q, k, v, bias=None, scale=None, causal=False: attention_decomposed(q, k, v, bias, scale, causal),
+}

@@ -1,0 +1,272 @@
+"""The primitive table: the single source of truth for what each op means.
+
+Each entry says an op's arity, kind, how its output shape and dtype follow
+from its inputs and attributes (``infer``), and its numpy semantics
+(``compute``).  Backends and rewrites key off this table; a test checks that
+every primitive has a rule in every backend.
+
+Conventions that everything else relies on:
+
+* Elementwise binary ops and ``Where`` take operands of *identical* shape:
+  broadcasting is explicit, as a stride-0 ``View``.
+* Binary ops take operands of one dtype.  On ``bool``, ``Add`` is logical
+  or and ``Mul`` logical and.
+* ``Mod`` is the truncated remainder (sign of the dividend), as C, Triton and
+  ``lax.rem`` compute it; floor-mod is a decomposition.
+* ``SumReduce`` / ``MaxReduce`` reduce one axis and drop it.
+* ``Iota(n)`` is ``0..n-1`` in a 1-D tensor.
+* ``Gather(x, idx, axis)``: ``idx`` has ``x``'s rank and shape except along
+  ``axis``; ``out[..i..] = x[.., idx[..i..], ..]`` (``take_along_axis``).
+  Indices must lie in ``[0, x.shape[axis])``.
+* ``View(x, shape, strides, offset)`` reads the logical row-major flattening
+  of ``x`` (see ``shapes.py``).
+* ``compute`` receives inputs already in the op's compute dtype (float32 for
+  half types, float64 in the interpreter's oracle mode) and returns a result
+  in that compute dtype; the interpreter rounds to the node's dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import IRError
+from . import dtypes, shapes
+
+Type = tuple[tuple[int, ...], str]  # (shape, dtype)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: str  # leaf | unary | binary | select | reduce | index | type | movement | idiom
+    arity: tuple[int, ...]  # allowed input counts
+    attrs: tuple[str, ...]  # required attribute names
+    infer: Callable[[list[Type], Mapping[str, Any]], Type]
+    compute: Callable[..., np.ndarray] | None  # (inputs, attrs, out_shape, np_dtype) -> array
+    doc: str = ""
+
+
+# --- type rules -------------------------------------------------------------
+
+def _need_float(op, t):
+    if not dtypes.is_float(t[1]):
+        raise IRError(f"{op} needs a floating-point input, got {t[1]}; insert a Cast first")
+
+
+def _same(op, a, b):
+    if a[0] != b[0]:
+        raise IRError(f"{op} operands must have identical shapes (broadcast with a View first), got {a[0]} and {b[0]}")
+    if a[1] != b[1]:
+        raise IRError(f"{op} operands must have one dtype (Cast first), got {a[1]} and {b[1]}")
+
+
+def _unary_float(op):
+    def infer(ts, attrs):
+        _need_float(op, ts[0])
+        return ts[0]
+    return infer
+
+
+def _binary(op, allow_bool=True, result=None):
+    def infer(ts, attrs):
+        _same(op, ts[0], ts[1])
+        if ts[0][1] == "bool" and not allow_bool:
+            raise IRError(f"{op} is not defined on bool; Cast to an integer type first")
+        return ts[0][0], result or ts[0][1]
+    return infer
+
+
+def _infer_where(ts, attrs):
+    c, a, b = ts
+    if c[1] != "bool":
+        raise IRError(f"Where needs a bool condition, got {c[1]}")
+    _same("Where", a, b)
+    if c[0] != a[0]:
+        raise IRError(f"Where condition shape {c[0]} differs from value shape {a[0]}")
+    return a
+
+
+def _infer_reduce(op, allow_bool):
+    def infer(ts, attrs):
+        shape, dt = ts[0]
+        if dt == "bool" and not allow_bool:
+            raise IRError(f"{op} is not defined on bool; Cast first")
+        if not shape:
+            raise IRError(f"{op} needs an input of rank >= 1")
+        ax = attrs["axis"]
+        if not isinstance(ax, int) or not 0 <= ax < len(shape):
+            raise IRError(f"{op} axis must be a non-negative int below rank {len(shape)}, got {ax!r}")
+        if shape[ax] == 0 and op == "MaxReduce":
+            raise IRError("MaxReduce over an empty axis has no value")
+        return shape[:ax] + shape[ax + 1:], dt
+    return infer
+
+
+def _infer_iota(ts, attrs):
+    n = attrs["n"]
+    if not isinstance(n, int) or n < 0:
+        raise IRError(f"Iota length must be a non-negative int, got {n!r}")
+    dt = dtypes.check(attrs["dtype"])
+    if dt == "bool":
+        raise IRError("Iota cannot produce bool")
+    return (n,), dt
+
+
+def _infer_gather(ts, attrs):
+    (xs, xd), (ish, idt) = ts
+    ax = attrs["axis"]
+    if not dtypes.is_int(idt):
+        raise IRError(f"Gather indices must be int32 or int64, got {idt}")
+    if len(ish) != len(xs):
+        raise IRError(f"Gather indices must have the source's rank {len(xs)}, got shape {ish}")
+    if not isinstance(ax, int) or not 0 <= ax < len(xs):
+        raise IRError(f"Gather axis {ax!r} out of range for rank {len(xs)}")
+    for d, (a, b) in enumerate(zip(xs, ish)):
+        if d != ax and a != b:
+            raise IRError(f"Gather index shape {ish} must equal source shape {xs} except on axis {ax}")
+    return tuple(ish), xd
+
+
+def _infer_cast(ts, attrs):
+    return ts[0][0], dtypes.check(attrs["dtype"])
+
+
+def _infer_view(ts, attrs):
+    shape, strides, off = tuple(attrs["shape"]), tuple(attrs["strides"]), attrs["offset"]
+    shapes.check_view(ts[0][0], shape, strides, off)
+    return shape, ts[0][1]
+
+
+def _infer_leaf(ts, attrs):
+    return tuple(attrs["shape"]), dtypes.check(attrs["dtype"])
+
+
+# --- numpy semantics ----------------------------------------------------------
+
+def _gather(x, idx, attrs, *_):
+    idx = np.asarray(idx)
+    n = x.shape[attrs["axis"]]
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IRError(f"Gather index out of range [0, {n}): saw {idx.min()}..{idx.max()}")
+    return np.take_along_axis(x, idx.astype(np.int64), axis=attrs["axis"])
+
+
+def _view(x, attrs, *_):
+    flat = np.ascontiguousarray(x).reshape(-1)
+    shape, strides = tuple(attrs["shape"]), tuple(attrs["strides"])
+    if shapes.numel(shape) == 0:
+        return np.zeros(shape, x.dtype)
+    index = np.full(shape, attrs["offset"], dtype=np.int64)
+    for d, (n, s) in enumerate(zip(shape, strides)):
+        if s:
+            index += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(shape) - d - 1))
+    return flat[index]
+
+
+def _max_reduce(x, attrs, *_):
+    return np.max(x, axis=attrs["axis"]) if x.dtype != np.bool_ else np.any(x, axis=attrs["axis"])
+
+
+def _sum_reduce(x, attrs, *_):
+    return np.sum(x, axis=attrs["axis"], dtype=x.dtype)
+
+
+def _add(a, b, *_):
+    return np.logical_or(a, b) if a.dtype == np.bool_ else a + b
+
+
+def _mul(a, b, *_):
+    return np.logical_and(a, b) if a.dtype == np.bool_ else a * b
+
+
+def _mod(a, b, *_):
+    if np.issubdtype(a.dtype, np.integer) and np.any(b == 0):
+        raise IRError("Mod by zero in an integer tensor")
+    return np.fmod(a, b)
+
+
+def _constant(attrs, shape, dt):
+    v = attrs["value"]
+    arr = v.array if isinstance(v, TensorValue) else np.asarray(v)
+    return np.broadcast_to(arr.astype(dt), shape).copy()
+
+
+class TensorValue:
+    """An immutable array held by a ``Constant`` node, hashed by content."""
+
+    __slots__ = ("array", "_key")
+
+    def __init__(self, array):
+        a = np.array(array, copy=True)
+        a.setflags(write=False)
+        self.array = a
+        import hashlib
+        self._key = (a.dtype.str, a.shape, hashlib.sha256(a.tobytes()).hexdigest())
+
+    def __eq__(self, other):
+        return isinstance(other, TensorValue) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __repr__(self):
+        if self.array.size <= 8:
+            return f"tensor({self.array.tolist()})"
+        return f"tensor<{self.array.shape} sha={self._key[2][:10]}>"
+
+
+def _leaf_check(op):
+    def infer(ts, attrs):
+        if op == "Constant":
+            v = attrs["value"]
+            if isinstance(v, TensorValue):
+                if tuple(v.array.shape) != tuple(attrs["shape"]):
+                    raise IRError("Constant tensor value shape differs from its declared shape")
+            elif not isinstance(v, (bool, int, float)) or tuple(attrs["shape"]) != ():
+                raise IRError("a scalar Constant has shape () and a bool/int/float value; broadcast it with a View")
+        return _infer_leaf(ts, attrs)
+    return infer
+
+
+def _unary(fn):
+    return lambda x, *_: fn(x)
+
+
+PRIMITIVES: dict[str, OpDef] = {}
+LEAVES: dict[str, OpDef] = {}
+
+
+def _def(table, name, kind, arity, attrs, infer, compute, doc=""):
+    table[name] = OpDef(name, kind, arity, attrs, infer, compute, doc)
+
+
+_def(PRIMITIVES, "Exp2", "unary", (1,), (), _unary_float("Exp2"), _unary(np.exp2), "2**x")
+_def(PRIMITIVES, "Log2", "unary", (1,), (), _unary_float("Log2"), _unary(np.log2), "log base 2")
+_def(PRIMITIVES, "Sin", "unary", (1,), (), _unary_float("Sin"), _unary(np.sin), "sine")
+_def(PRIMITIVES, "Sqrt", "unary", (1,), (), _unary_float("Sqrt"), _unary(np.sqrt), "square root")
+_def(PRIMITIVES, "Recip", "unary", (1,), (), _unary_float("Recip"), _unary(lambda x: np.reciprocal(x)), "1/x")
+_def(PRIMITIVES, "Add", "binary", (2,), (), _binary("Add"), _add, "a+b (bool: or)")
+_def(PRIMITIVES, "Mul", "binary", (2,), (), _binary("Mul"), _mul, "a*b (bool: and)")
+_def(PRIMITIVES, "Mod", "binary", (2,), (), _binary("Mod", allow_bool=False), _mod, "truncated remainder")
+_def(PRIMITIVES, "LessThan", "binary", (2,), (), _binary("LessThan", result="bool"), lambda a, b, *_: a < b, "a<b")
+_def(PRIMITIVES, "Where", "select", (3,), (), _infer_where, lambda c, a, b, *_: np.where(c, a, b), "IEEE-safe select")
+_def(PRIMITIVES, "SumReduce", "reduce", (1,), ("axis",), _infer_reduce("SumReduce", False), _sum_reduce, "sum over one axis")
+_def(PRIMITIVES, "MaxReduce", "reduce", (1,), ("axis",), _infer_reduce("MaxReduce", True), _max_reduce, "max over one axis")
+_def(PRIMITIVES, "Iota", "index", (0,), ("n", "dtype"), _infer_iota, None, "0..n-1")
+_def(PRIMITIVES, "Gather", "index", (2,), ("axis",), _infer_gather, _gather, "take_along_axis")
+_def(PRIMITIVES, "Cast", "type", (1,), ("dtype",), _infer_cast, None, "dtype conversion")
+
+_def(LEAVES, "Input", "leaf", (0,), ("name", "shape", "dtype", "role"), _leaf_check("Input"), None, "a model input or weight")
+_def(LEAVES, "Constant", "leaf", (0,), ("value", "shape", "dtype"), _leaf_check("Constant"), None, "a literal")
+_def(LEAVES, "View", "movement", (1,), ("shape", "strides", "offset"), _infer_view, _view, "as_strided view")
+
+BASE_OPS: dict[str, OpDef] = {**PRIMITIVES, **LEAVES}
+
+ELEMENTWISE_KINDS = ("unary", "binary", "select", "type")
+
+
+def constant_array(attrs, shape, np_dtype):
+    return _constant(attrs, shape, np_dtype)
