@@ -1,0 +1,48 @@
+"""Backends: lower an ``ir.Graph`` to an executable for a device.
+
+``lower(graph, backend, device, knobs=None)``: backend is ``"jax"``,
+``"triton"`` or ``"auto"`` (Triton on CUDA, JAX/XLA on CPU and TPU).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..errors import BackendError
+from ..ir.graph import Graph
+from .base import BACKENDS, Backend, Executable, default_knobs, device_kind
+
+_MODULES = {"jax": "egraft.backends.jax", "triton": "egraft.backends.triton"}
+
+
+def get_backend(name: str) -> Backend:
+    if name not in _MODULES:
+        raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(_MODULES)} or 'auto'")
+    if name not in BACKENDS:
+        importlib.import_module(_MODULES[name])
+    return BACKENDS[name]
+
+
+def resolve(backend: str, device: str) -> str:
+    kind = device_kind(device)
+    if backend == "auto":
+        return "triton" if kind == "cuda" else "jax"
+    return backend
+
+
+def lower(graph: Graph, backend: str = "auto", device: str = "cpu", knobs: dict | None = None) -> Executable:
+    """Compile `graph` for `device` with `backend`; unknown knob names are an error."""
+    b = get_backend(resolve(backend, device))
+    kind = device_kind(device)
+    if kind not in b.devices:
+        raise BackendError(f"backend {b.name!r} does not run on {device!r} (it runs on {', '.join(b.devices)})")
+    space = b.knobs(graph)
+    chosen = default_knobs(space)
+    for k, v in (knobs or {}).items():
+        if k not in space:
+            raise BackendError(f"backend {b.name!r} has no knob {k!r}; its knobs are {', '.join(space) or 'none'}")
+        chosen[k] = v
+    return b.lower(graph, device, chosen)
+
+
+__all__ = ["BACKENDS", "Backend", "Executable", "get_backend", "lower", "resolve"]

@@ -1,0 +1,90 @@
+"""The backend interface.
+
+A backend turns an ``ir.Graph`` into an :class:`Executable` for a device.
+It states its tunable knobs (``knobs(graph)``: name -> list of choices, the
+first choice being the default) so the search can tune them, and keeps its
+lowering rules in tables keyed by op name (see ``rule_table``).
+Backends register themselves in ``BACKENDS`` when their module is imported.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import BackendError
+from ..ir.evaluate import check_inputs
+from ..ir.graph import Graph
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    devices: tuple[str, ...]  # device kinds it runs on: "cpu", "cuda", "tpu"
+    lower: Callable[[Graph, str, dict], "Executable"]
+    knobs: Callable[[Graph], dict[str, list]]
+    rule_table: Callable[[], Mapping[str, Any]]  # op name -> lowering rule
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register(backend: Backend) -> Backend:
+    BACKENDS[backend.name] = backend
+    return backend
+
+
+def device_kind(device: str) -> str:
+    kind = str(device).split(":")[0]
+    if kind not in ("cpu", "cuda", "tpu"):
+        raise BackendError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'tpu'")
+    return kind
+
+
+def default_knobs(choices: Mapping[str, Sequence]) -> dict:
+    return {k: v[0] for k, v in choices.items()}
+
+
+def is_torch(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+@dataclass
+class Executable:
+    """A compiled graph.  Call it on numpy arrays or torch tensors (the model's own inputs).
+
+    Returns a list of outputs of the same kind as the inputs.  Subclasses
+    implement ``run_numpy`` (and may override ``run_torch`` to avoid copies).
+    """
+
+    graph: Graph
+    backend: str
+    device: str
+    knobs: dict = field(default_factory=dict)
+
+    def __call__(self, *inputs):
+        if inputs and any(is_torch(x) for x in inputs):
+            return self.run_torch(list(inputs))
+        return self.run_numpy(check_inputs(self.graph, inputs))
+
+    def run_numpy(self, inputs: list[np.ndarray]) -> list[np.ndarray]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def run_torch(self, inputs: list) -> list:
+        import torch
+
+        from ..ir.evaluate import to_numpy
+
+        dev = inputs[0].device
+        outs = self.run_numpy(check_inputs(self.graph, [to_numpy(x) for x in inputs]))
+        res = []
+        for o in outs:
+            if o.dtype.name == "bfloat16":
+                res.append(torch.from_numpy(o.astype(np.float32)).to(torch.bfloat16).to(dev))
+            else:
+                res.append(torch.from_numpy(np.ascontiguousarray(o)).to(dev))
+        return res

@@ -1,0 +1,107 @@
+"""Weight-only work runs once: split a graph into a fold part and a per-call part.
+
+A node is *weight-only* when everything it depends on is a weight, a
+constant or an ``Iota``.  Weight-only compute that the per-call program
+needs (concatenated QKV weights, a LoRA adapter merged into its weight, a
+batch norm folded into a convolution, a transposed weight, a causal mask) is
+evaluated once, when an executable is built or loaded, and enters the
+per-call graph as a new weight named ``__folded_<k>``.  Views over a folded
+value stay views (folding an expanded weight would materialise copies), and
+plain weights are never copied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import dtypes
+from ..ir.evaluate import evaluate
+from ..ir.graph import Attrs, Graph, Node
+
+FOLDED_PREFIX = "__folded_"
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    main: Graph  # per-call graph; folded values are its weights named __folded_<k>
+    fold: Graph | None  # weight-only graph whose outputs are the folded values, in order
+    folded_names: tuple[str, ...]
+
+
+def weight_only_mask(graph: Graph) -> list[bool]:
+    mask = []
+    for n in graph.nodes:
+        if n.op == "Input":
+            mask.append(n.attrs["role"] == "weight")
+        elif n.op in ("Constant", "Iota"):
+            mask.append(True)
+        else:
+            mask.append(all(mask[j] for j in n.inputs))
+    return mask
+
+
+def plan(graph: Graph) -> FoldPlan:
+    """Find the weight-only values the per-call graph needs and cut them out."""
+    wo = weight_only_mask(graph)
+    alive = graph.live()
+    targets: list[int] = []  # weight-only compute nodes to materialise, in topological order
+    seen = set()
+
+    def base(i):
+        while graph.nodes[i].op == "View":
+            i = graph.nodes[i].inputs[0]
+        return i
+
+    needed = set()
+    for i, n in enumerate(graph.nodes):
+        if not alive[i] or wo[i]:
+            continue
+        for j in n.inputs:
+            if wo[j]:
+                needed.add(j)
+    for o in graph.outputs:
+        if wo[o]:
+            needed.add(o)
+    for j in needed:
+        b = base(j)
+        if graph.nodes[b].op not in ("Input", "Constant") and b not in seen:
+            seen.add(b)
+            targets.append(b)
+    if not targets:
+        return FoldPlan(graph, None, ())
+    targets.sort()
+    names = tuple(f"{FOLDED_PREFIX}{k}" for k in range(len(targets)))
+    # the fold graph: the original nodes, outputs = targets, no model inputs
+    fold_nodes = list(graph.nodes)
+    fold = Graph(fold_nodes, targets, [i for i in graph.input_ids], graph.weights).pruned()
+    # the main graph: replace each target by a new weight input
+    name_of = dict(zip(targets, names))
+    nodes: list[Node] = []
+    remap: dict[int, int] = {}
+    for i, n in enumerate(graph.nodes):
+        if i in name_of:
+            nodes.append(Node("Input", (), Attrs(name=name_of[i], shape=n.shape, dtype=n.dtype, role="weight"), n.shape, n.dtype))
+        else:
+            nodes.append(Node(n.op, tuple(remap[j] for j in n.inputs), n.attrs, n.shape, n.dtype))
+        remap[i] = len(nodes) - 1
+    main = Graph(nodes, [remap[o] for o in graph.outputs], [remap[i] for i in graph.input_ids], graph.weights).pruned()
+    return FoldPlan(main, fold, names)
+
+
+def compute_folded(p: FoldPlan) -> dict[str, np.ndarray]:
+    """Evaluate the fold graph once (reference semantics, in the values' own dtypes)."""
+    if p.fold is None:
+        return {}
+    # the fold graph keeps the model's inputs as (unused) inputs; feed placeholders
+    dummies = [np.zeros(s, dtype=dtypes.to_numpy(d)) for s, d in p.fold.input_types()]
+    vals = evaluate(p.fold, dummies)
+    return dict(zip(p.folded_names, vals))
+
+
+def fold_weights(graph: Graph) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The per-call graph with its folded weights bound, plus those folded values."""
+    p = plan(graph)
+    folded = compute_folded(p)
+    return (p.main.with_weights(folded) if folded else p.main), folded
