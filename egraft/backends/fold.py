@@ -82,7 +82,7 @@ def plan(graph: Graph) -> FoldPlan:
     remap: dict[int, int] = {}
     for i, n in enumerate(graph.nodes):
         if i in name_of:
-            nodes.append(Node("Input", (), Attrs(name=name_of[i], shape=n.shape, dtype=n.dtype, role="weight"), n.shape, n.dtype))
+            nodes.append(Node("Input", (), Attrs(dict(name=name_of[i], shape=n.shape, dtype=n.dtype, role="weight")), n.shape, n.dtype))
         else:
             nodes.append(Node(n.op, tuple(remap[j] for j in n.inputs), n.attrs, n.shape, n.dtype))
         remap[i] = len(nodes) - 1
