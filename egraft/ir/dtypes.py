@@ -28,9 +28,11 @@ _NUMPY = {
 _FROM_NUMPY = {v: k for k, v in _NUMPY.items()}
 
 
-def check(dtype: str) -> str:
+def check(dtype: str, op: str | None = None) -> str:
+    """`dtype` if egraft knows it; IRError otherwise (naming `op`, the op that asked, when given)."""
     if dtype not in _NUMPY:
-        raise IRError(f"unknown dtype {dtype!r}; egraft supports {', '.join(DTYPES)}")
+        where = f"{op}: " if op else ""
+        raise IRError(f"{where}unknown dtype {dtype!r}; egraft supports {', '.join(DTYPES)}")
     return dtype
 
 

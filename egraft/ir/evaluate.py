@@ -45,6 +45,11 @@ def _compute(dt: str, oracle: bool) -> np.dtype:
     return np.dtype(np.float64) if oracle and dtypes.is_float(dt) else dtypes.compute_dtype(dt)
 
 
+def _dtype_ok(got: np.dtype, want: str, oracle: bool) -> bool:
+    """Exactly the declared dtype; the oracle also takes any float array for a float input."""
+    return got == dtypes.to_numpy(want) or (oracle and dtypes.is_float(want) and np.issubdtype(got, np.floating))
+
+
 def check_inputs(graph: Graph, inputs: Sequence[Any], oracle: bool = False) -> list[np.ndarray]:
     """Convert and check the model inputs against the graph's input types."""
     names = graph.input_names()
@@ -59,8 +64,7 @@ def check_inputs(graph: Graph, inputs: Sequence[Any], oracle: bool = False) -> l
         if tuple(arr.shape) != tuple(shape):
             raise InputError(f"input {name!r} has shape {tuple(arr.shape)}, the graph expects {tuple(shape)}")
         got = arr.dtype
-        ok = got == dtypes.to_numpy(dt) or (oracle and dtypes.is_float(dt) and np.issubdtype(got, np.floating))
-        if not ok:
+        if not _dtype_ok(got, dt, oracle):
             raise InputError(
                 f"input {name!r} has dtype {got}, the graph expects {dt}; convert it "
                 f"(e.g. x.astype('{dt}') or tensor.to(torch.{dt}))"
@@ -96,7 +100,8 @@ def evaluate(
             if not alive[i] or vals[i] is not None:
                 continue
             vals[i] = _eval_node(graph, i, n, vals, wmap, oracle)
-    return [np.asarray(vals[o]) for o in graph.outputs]
+    # an output that is an input or weight would alias the caller's (or the graph's bound) array
+    return [np.array(vals[o]) if graph.nodes[o].op == "Input" else np.asarray(vals[o]) for o in graph.outputs]
 
 
 def _eval_node(graph, i, n, vals, wmap, oracle):
@@ -108,6 +113,11 @@ def _eval_node(graph, i, n, vals, wmap, oracle):
         w = np.asarray(wmap[name])
         if tuple(w.shape) != n.shape:
             raise InputError(f"weight {name!r} has shape {w.shape}, the graph expects {n.shape}")
+        if not _dtype_ok(w.dtype, n.dtype, oracle):
+            raise InputError(
+                f"weight {name!r} has dtype {w.dtype}, the graph expects {n.dtype}; convert it "
+                f"(e.g. w.astype('{n.dtype}'))"
+            )
         return w.astype(store, copy=False)
     if n.op == "Constant":
         return constant_array(n.attrs, n.shape, store)

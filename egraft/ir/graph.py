@@ -55,6 +55,35 @@ class Attrs(tuple):
     def __repr__(self):
         return "{" + ", ".join(f"{k}={v!r}" for k, v in tuple.__iter__(self)) + "}"
 
+    # Equality is by type and exact value: python's 0.0 == -0.0 == False and
+    # 1 == 1.0 == True would let CSE (and any dict keyed by nodes) merge
+    # constants that compute different things (1/0.0 vs 1/-0.0).
+    def typed_key(self) -> tuple:
+        key = self.__dict__.get("_typed_key")
+        if key is None:
+            key = self.__dict__["_typed_key"] = tuple((k, _typed(v)) for k, v in tuple.__iter__(self))
+        return key
+
+    def __eq__(self, other):
+        if not isinstance(other, Attrs):
+            return NotImplemented
+        return self.typed_key() == other.typed_key()
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return hash(self.typed_key())
+
+
+def _typed(v):
+    if isinstance(v, tuple):
+        return ("tuple", tuple(_typed(x) for x in v))
+    if isinstance(v, (bool, int, float)):
+        return (type(v).__name__, repr(v))  # repr keeps -0.0 apart and makes nan equal to nan
+    return v
+
 
 def _freeze(v):
     if isinstance(v, list):
@@ -77,6 +106,13 @@ class Node:
     attrs: Attrs
     shape: tuple[int, ...]
     dtype: str
+
+    def __post_init__(self):
+        # a plain dict of attrs would hash by its keys only; normalise so every Node is hashable and exact
+        if not isinstance(self.attrs, Attrs):
+            object.__setattr__(self, "attrs", Attrs(self.attrs))
+        object.__setattr__(self, "inputs", tuple(int(i) for i in self.inputs))
+        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
 
     def key(self):
         return (self.op, self.inputs, self.attrs)
@@ -129,24 +165,28 @@ class Graph:
             input_ids = role_inputs
         if sorted(input_ids) != sorted(role_inputs):
             raise IRError("input_ids must list every node with role 'input' exactly once")
-        self.nodes = nodes
-        self.outputs = tuple(outputs)
-        self.input_ids = tuple(input_ids)
-        self.weight_ids = tuple(i for i, n in enumerate(nodes) if n.op == "Input" and n.attrs["role"] == "weight")
+        init = object.__setattr__  # a Graph is immutable once built (see __setattr__)
+        init(self, "nodes", nodes)
+        init(self, "outputs", tuple(outputs))
+        init(self, "input_ids", tuple(input_ids))
+        init(self, "weight_ids", tuple(i for i, n in enumerate(nodes) if n.op == "Input" and n.attrs["role"] == "weight"))
         bound = {}
         for name, value in (weights or {}).items():
             if name not in names or nodes[names[name]].attrs["role"] != "weight":
                 continue  # weights of nodes a rewrite removed are dropped
             node = nodes[names[name]]
             arr = np.asarray(value)
-            if tuple(arr.shape) != node.shape or dtypes.from_numpy(arr.dtype) != node.dtype:
+            if tuple(arr.shape) != node.shape or arr.dtype != dtypes.to_numpy(node.dtype):
                 raise IRError(
                     f"weight {name!r} is bound to a {arr.shape}:{arr.dtype} array, but the graph "
                     f"declares {node.shape}:{node.dtype}"
                 )
             bound[name] = arr
-        self.weights = MappingProxyType(bound)
-        self._hash = None
+        init(self, "weights", MappingProxyType(bound))
+        init(self, "_hash", None)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"an egraft Graph is immutable (tried to set {name!r}); build a new Graph instead")
 
     # -- inspection ------------------------------------------------------------
     def __len__(self):
@@ -233,7 +273,7 @@ class Graph:
             h = hashlib.sha256()
             h.update(b"in:" + "|".join(hs[i] for i in self.input_ids).encode())
             h.update(b"out:" + "|".join(hs[o] for o in self.outputs).encode())
-            self._hash = h.hexdigest()
+            object.__setattr__(self, "_hash", h.hexdigest())
         return self._hash
 
     def to_networkx(self):

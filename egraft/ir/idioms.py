@@ -108,6 +108,17 @@ _def("Attention", (3, 4), ("scale", "causal"), _infer_attention, _attention, "sc
 
 # --- primitive forms, written with the builder's Tensor -------------------------
 
+def _in_float32(fn):
+    """Half inputs run in float32 and round once, as the idiom's own ``compute`` does (builder.in_float32)."""
+    def wrapper(x, *args, **kwargs):
+        from .builder import in_float32
+
+        return in_float32(fn)(x, *args, **kwargs)
+
+    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+    return wrapper
+
+
 def matmul_decomposed(a, b):
     """``a @ b`` with numpy broadcasting of batch dims, as SumReduce(Mul(expand a, expand b))."""
     from .shapes import broadcast_shapes
@@ -135,18 +146,21 @@ def matmul_decomposed(a, b):
     return out
 
 
+@_in_float32
 def softmax_decomposed(x, axis):
     x = x.float_()
     e = (x - x.max(axis, keepdim=True)).exp()
     return e * e.sum(axis, keepdim=True).recip()
 
 
+@_in_float32
 def layernorm_decomposed(x, axis, eps):
     x = x.float_()
     d = x - x.mean(axis, keepdim=True)
     return d * ((d * d).mean(axis, keepdim=True) + eps).rsqrt()
 
 
+@_in_float32
 def rmsnorm_decomposed(x, axis, eps):
     x = x.float_()
     return x * ((x * x).mean(axis, keepdim=True) + eps).rsqrt()

@@ -109,7 +109,7 @@ def _infer_iota(ts, attrs):
     n = attrs["n"]
     if not isinstance(n, int) or n < 0:
         raise IRError(f"Iota length must be a non-negative int, got {n!r}")
-    dt = dtypes.check(attrs["dtype"])
+    dt = dtypes.check(attrs["dtype"], "Iota")
     if dt == "bool":
         raise IRError("Iota cannot produce bool")
     return (n,), dt
@@ -131,7 +131,7 @@ def _infer_gather(ts, attrs):
 
 
 def _infer_cast(ts, attrs):
-    return ts[0][0], dtypes.check(attrs["dtype"])
+    return ts[0][0], dtypes.check(attrs["dtype"], "Cast")
 
 
 def _infer_view(ts, attrs):
@@ -140,8 +140,23 @@ def _infer_view(ts, attrs):
     return shape, ts[0][1]
 
 
-def _infer_leaf(ts, attrs):
-    return tuple(attrs["shape"]), dtypes.check(attrs["dtype"])
+def _infer_leaf(op, attrs):
+    shape = tuple(attrs["shape"])
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in shape):
+        raise IRError(f"{op} shape {shape} must be non-negative ints")
+    return shape, dtypes.check(attrs["dtype"], op)
+
+
+def _check_scalar_fits(v, dt):
+    """A scalar Constant's value must survive conversion to its dtype (1.5 is no int32, 2**40 no int32)."""
+    if dtypes.is_int(dt):
+        info = np.iinfo(dtypes.to_numpy(dt))
+        if isinstance(v, float) and not (np.isfinite(v) and v == int(v)):
+            raise IRError(f"Constant value {v!r} is not an integer; a {dt} Constant needs an int value")
+        if not info.min <= int(v) <= info.max:
+            raise IRError(f"Constant value {v!r} does not fit in {dt}")
+    elif dt == "bool" and v not in (0, 1):
+        raise IRError(f"Constant value {v!r} is not a bool; a bool Constant needs True or False")
 
 
 # --- numpy semantics ----------------------------------------------------------
@@ -227,7 +242,9 @@ def _leaf_check(op):
                     raise IRError("Constant tensor value shape differs from its declared shape")
             elif not isinstance(v, (bool, int, float)) or tuple(attrs["shape"]) != ():
                 raise IRError("a scalar Constant has shape () and a bool/int/float value; broadcast it with a View")
-        return _infer_leaf(ts, attrs)
+            else:
+                _check_scalar_fits(v, dtypes.check(attrs["dtype"], op))
+        return _infer_leaf(op, attrs)
     return infer
 
 

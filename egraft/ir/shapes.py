@@ -64,15 +64,15 @@ def view_extent(shape: Sequence[int], strides: Sequence[int], offset: int) -> tu
 
 def check_view(src_shape: Sequence[int], shape: Sequence[int], strides: Sequence[int], offset: int) -> None:
     if len(shape) != len(strides):
-        raise IRError(f"view shape {tuple(shape)} and strides {tuple(strides)} differ in rank")
+        raise IRError(f"View shape {tuple(shape)} and strides {tuple(strides)} differ in rank")
     if any(n < 0 for n in shape):
-        raise IRError(f"view shape {tuple(shape)} has a negative dimension")
+        raise IRError(f"View shape {tuple(shape)} has a negative dimension")
     if numel(shape) == 0:
         return
     lo, hi = view_extent(shape, strides, offset)
     if lo < 0 or hi >= numel(src_shape):
         raise IRError(
-            f"view (shape {tuple(shape)}, strides {tuple(strides)}, offset {offset}) reads flat "
+            f"View (shape {tuple(shape)}, strides {tuple(strides)}, offset {offset}) reads flat "
             f"indices {lo}..{hi}, outside a source of shape {tuple(src_shape)} ({numel(src_shape)} elements)"
         )
 

@@ -1,0 +1,302 @@
+"""``egraft.trace``: a PyTorch model into an egraft IR graph.
+
+Two stages, each usable alone:
+
+1. :func:`export_program` — ``torch.export.export`` and then
+   ``run_decompositions`` with :func:`decomposition_table`: core ATen, except
+   for the mid-level ops listed in :data:`KEEP_WHOLE` (attention, norms,
+   softmax, GELU/SiLU), which stay one node so their lowering is the exact
+   primitive form the e-graph's idiom rules recognise.
+2. :func:`lower_program` — one rule per ATen op from
+   ``egraft.ir.lowering.LOWERINGS``, run node by node on a ``GraphBuilder``.
+   Each result is checked against the node's ``meta['val']`` (shape; dtype
+   is cast to torch's where promotion differs), so a wrong rule fails at the
+   node that is wrong, not somewhere downstream.
+
+Graph conventions (what :func:`trace` returns):
+
+* parameters and buffers are weight inputs named by their state_dict FQN
+  (``"layers.0.attn.q_proj.weight"``), values bound as numpy arrays
+  (bfloat16 via ml_dtypes); lifted tensor constants become ``Constant``
+  nodes;
+* the model's own tensor inputs are ``Input`` nodes named after the exported
+  placeholders (the forward's parameter names), in the model's order —
+  positional args first, then tensor kwargs;
+* outputs are the model's outputs flattened in pytree order: a tuple, list or
+  dict (including Hugging Face ``ModelOutput``) of tensors becomes that many
+  graph outputs, nested containers flattened depth-first; ``None`` entries
+  are dropped (torch.export drops them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import EgraftError, InputError, IRError, TraceError, UnsupportedOpError
+from . import dtypes
+from .builder import GraphBuilder, Tensor
+from .graph import Graph
+from .lowering import UNSUPPORTED_HINTS, Ctx, Missing, lookup, op_name
+
+aten = torch.ops.aten
+
+# Mid-level ops kept out of the core-ATen decomposition: their rules write the
+# primitive forms of egraft's idioms (Attention, Softmax, LayerNorm, RMSNorm)
+# and of GELU/SiLU, instead of torch's longer decompositions (e.g. SDPA's
+# ~25-op math path with its masked-row guard).
+KEEP_WHOLE = (
+    aten.scaled_dot_product_attention,
+    aten.layer_norm, aten.native_layer_norm,
+    aten.rms_norm,
+    aten.softmax, aten._softmax, aten._safe_softmax,
+    aten.log_softmax, aten._log_softmax,
+    aten.gelu, aten.silu,
+)
+
+
+def decomposition_table() -> dict:
+    """The core-ATen decomposition table minus :data:`KEEP_WHOLE`."""
+    from torch._decomp import core_aten_decompositions
+
+    table = dict(core_aten_decompositions())
+    keep = set(KEEP_WHOLE)
+    for op in list(table):
+        if getattr(op, "overloadpacket", None) in keep:
+            del table[op]
+    return table
+
+
+# --- stage 1: export ----------------------------------------------------------------
+
+class _FunctionModule(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def export_program(model, example_inputs: Sequence[Any], kwargs: dict | None = None,
+                   decompositions: dict | None = None) -> torch.export.ExportedProgram:
+    """torch.export the model and decompose it to core ATen (minus :data:`KEEP_WHOLE`)."""
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)):
+        raise InputError(f"example_inputs must be a tuple of tensors, got {type(example_inputs).__name__}")
+    for k, a in enumerate(example_inputs):
+        if not isinstance(a, torch.Tensor):
+            raise InputError(
+                f"example input {k} is a {type(a).__name__}, not a torch.Tensor; egraft traces tensor inputs "
+                "only. Bind python values in the model (e.g. functools.partial or a wrapper module) or pass "
+                "them as keyword arguments via kwargs=..., where they are baked into the graph")
+        if a.dtype not in _TORCH_DTYPES:
+            raise InputError(f"example input {k} has dtype {a.dtype}; egraft supports {', '.join(dtypes.DTYPES)}")
+    if not isinstance(model, torch.nn.Module):
+        if not callable(model):
+            raise InputError(f"model must be a torch.nn.Module or a callable, got {type(model).__name__}")
+        model = _FunctionModule(model)
+    name = type(model).__name__
+    try:
+        with torch.no_grad():
+            ep = torch.export.export(model, tuple(example_inputs), kwargs=kwargs or None)
+    except EgraftError:
+        raise
+    except Exception as e:  # torch raises many types here; summarise whichever it is
+        raise TraceError(
+            f"torch.export could not capture {name}: {_summarise(e)}\n  what to do: make the forward pass "
+            "traceable (no data-dependent python control flow, no .item()/.tolist() feeding python logic, no "
+            "unsupported python side effects); torch's message above says where. "
+            "See https://pytorch.org/docs/stable/export.html") from e
+    try:
+        return ep.run_decompositions(decompositions if decompositions is not None else decomposition_table())
+    except Exception as e:
+        raise TraceError(f"decomposing {name}'s exported graph to core ATen failed: {_summarise(e)}") from e
+
+
+_TORCH_DTYPES = {getattr(torch, d) for d in dtypes.DTYPES}
+
+
+def _summarise(e: Exception, lines: int = 6) -> str:
+    text = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    head = "\n    ".join(text[:lines]) + ("\n    ..." if len(text) > lines else "")
+    return f"{type(e).__name__}: {head}"
+
+
+# --- stage 2: lowering -----------------------------------------------------------------
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def source_line(node: torch.fx.Node) -> str | None:
+    """'file:line in fn: code' of the last stack frame outside torch itself, from meta['stack_trace']."""
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return None
+    frames = _FRAME.findall(trace)
+    user = [f for f in frames if not f[0].startswith(_TORCH_DIR)] or frames
+    if not user:
+        return None
+    path, line, fn, code = user[-1]
+    return f"{path}:{line} in {fn}: {code.strip()}"
+
+
+def _weight_array(t: torch.Tensor, name: str) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype not in _TORCH_DTYPES:
+        raise InputError(f"weight {name!r} has dtype {t.dtype}; egraft supports {', '.join(dtypes.DTYPES)}")
+    if t.dtype == torch.bfloat16:
+        arr = t.view(torch.int16).numpy().view(dtypes.to_numpy("bfloat16"))
+    else:
+        arr = t.numpy()
+    arr = np.array(arr, copy=True)  # the graph must not change when the model's parameters do
+    arr.setflags(write=False)
+    return arr
+
+
+def lower_program(ep: torch.export.ExportedProgram) -> Graph:
+    """Lower an exported (and decomposed) program to an IR graph, one ATen node at a time."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    b = GraphBuilder()
+    sig = ep.graph_signature
+    specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+    const_specs = {i: s for i, s in enumerate(sig.input_specs)}
+    env: dict[torch.fx.Node, Any] = {}
+    taken = set()
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    for k, node in enumerate(placeholders):
+        spec = specs.get(node.name) or const_specs.get(k)
+        kind = spec.kind if spec is not None else InputKind.USER_INPUT
+        if kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            value = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+            env[node] = b.weight(spec.target, _weight_array(value, spec.target))
+            taken.add(spec.target)
+        elif kind == InputKind.CONSTANT_TENSOR:
+            env[node] = b.tensor_constant(_weight_array(ep.constants[spec.target], spec.target))
+        elif kind == InputKind.USER_INPUT:
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor):  # a python constant kwarg: baked in by export
+                env[node] = getattr(spec.arg, "value", None)
+                continue
+            name = node.name
+            while name in taken:
+                name = name + "_"
+            taken.add(name)
+            env[node] = b.input(name, tuple(int(s) for s in val.shape), dtypes.from_torch(val.dtype))
+        else:
+            raise UnsupportedOpError(f"exported input of kind {kind.name} ({node.name})", None,
+                                     "egraft lowers models whose inputs are tensors, parameters and buffers only")
+    for node in ep.graph.nodes:
+        if node.op == "call_function":
+            env[node] = _lower_node(b, node, env)
+        elif node.op == "output":
+            outs = node.args[0]
+    outputs = []
+    for spec, out in zip(sig.output_specs, outs):
+        if spec.kind != OutputKind.USER_OUTPUT:
+            raise UnsupportedOpError(
+                f"in-place update of {spec.kind.name.lower()} '{spec.target}'", None,
+                "the forward pass mutates state (e.g. a buffer or a KV cache); egraft compiles pure functions. "
+                "Call model.eval(), pass use_cache=False, or return the new state as an output instead")
+        value = env.get(out) if isinstance(out, torch.fx.Node) else out
+        if isinstance(value, Missing):
+            raise UnsupportedOpError(f"{value.op} output {value.index}", None, value.why)
+        if not isinstance(value, Tensor):
+            raise InputError(f"model output {len(outputs)} is {value!r}, not a tensor; egraft graphs return tensors")
+        outputs.append(value)
+    return b.build(outputs)
+
+
+def _map_args(node: torch.fx.Node, env) -> tuple[list, dict]:
+    def get(a):
+        if isinstance(a, torch.fx.Node):
+            v = env[a]
+            if isinstance(v, Missing):
+                raise UnsupportedOpError(f"{v.op} output {v.index}", source_line(node), v.why)
+            return v
+        if isinstance(a, (list, tuple)):
+            return type(a)(get(x) for x in a)
+        if isinstance(a, torch.dtype):
+            return a
+        if isinstance(a, torch.device) or isinstance(a, torch.layout) or isinstance(a, torch.memory_format):
+            return None
+        return a
+
+    return [get(a) for a in node.args], {k: get(v) for k, v in node.kwargs.items()}
+
+
+def _lower_node(b: GraphBuilder, node: torch.fx.Node, env):
+    target = node.target
+    if target is __import__("operator").getitem:
+        seq, i = node.args
+        return env[seq][i]
+    name = op_name(target)
+    rule = lookup(target)
+    source = source_line(node)
+    if rule is None:
+        packet = name.rsplit(".", 1)[0] if name.count(".") == 2 else name
+        raise UnsupportedOpError(name, source, UNSUPPORTED_HINTS.get(packet) or UNSUPPORTED_HINTS.get(name))
+    args, kwargs = _map_args(node, env)
+    if rule.upcast:
+        args = [_up(a) for a in args]
+        kwargs = {k: _up(v) for k, v in kwargs.items()}
+    meta = node.meta.get("val")
+    arg_metas = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args]
+    ctx = Ctx(b, name, meta, source, rule.upcast, arg_metas)
+    try:
+        result = rule.fn(ctx, *args, **kwargs)
+    except UnsupportedOpError as e:
+        if e.source is None and source:
+            raise UnsupportedOpError(e.op, source, str(e).split("what to do: ", 1)[-1]) from e
+        raise
+    except EgraftError as e:
+        raise IRError(f"lowering {name} failed{' at ' + source if source else ''}: {e}") from e
+    return _check(name, source, result, meta)
+
+
+def _up(a):
+    if isinstance(a, Tensor) and a.dtype in ("float16", "bfloat16"):
+        return a.cast("float32")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_up(x) for x in a)
+    return a
+
+
+def _check(name: str, source: str | None, result, meta):
+    """Compare a rule's result with torch's meta['val']: shapes must match, dtypes are cast to torch's."""
+    if isinstance(meta, torch.Tensor):
+        if isinstance(result, (tuple, list)) and len(result) == 1:
+            result = result[0]
+        if not isinstance(result, Tensor):
+            raise IRError(f"lowering rule for {name} returned {type(result).__name__}, expected a tensor"
+                          f"{' (at ' + source + ')' if source else ''}")
+        want = tuple(int(s) for s in meta.shape)
+        if result.shape != want:
+            raise IRError(f"lowering rule for {name} produced shape {result.shape}, torch says {want}"
+                          f"{' (at ' + source + ')' if source else ''}; this is a bug in egraft's lowering")
+        return result.cast(dtypes.from_torch(meta.dtype))
+    if isinstance(meta, (tuple, list)) and isinstance(result, (tuple, list)):
+        if len(result) != len(meta):
+            raise IRError(f"lowering rule for {name} returned {len(result)} outputs, torch says {len(meta)}")
+        return tuple(r if isinstance(r, Missing) or m is None else _check(f"{name}[{i}]", source, r, m)
+                     for i, (r, m) in enumerate(zip(result, meta)))
+    return result
+
+
+def trace(model, example_inputs: Sequence[Any], kwargs: dict | None = None) -> Graph:
+    """Lower ``model(*example_inputs, **kwargs)`` into an egraft IR graph with its weights bound.
+
+    ``example_inputs`` are tensors (their shapes and dtypes are fixed in the
+    graph); non-tensor ``kwargs`` (e.g. ``use_cache=False``) are baked in.
+    Raises :class:`~egraft.errors.TraceError` when torch.export cannot capture
+    the model and :class:`~egraft.errors.UnsupportedOpError` (naming the ATen
+    op and the model's source line) when an op has no lowering rule.
+    """
+    return lower_program(export_program(model, example_inputs, kwargs))
