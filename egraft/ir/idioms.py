@@ -120,13 +120,20 @@ def _in_float32(fn):
 
 
 def matmul_decomposed(a, b):
-    """``a @ b`` with numpy broadcasting of batch dims, as SumReduce(Mul(expand a, expand b))."""
+    """``a @ b`` with numpy broadcasting of batch dims, as SumReduce(Mul(expand a, expand b)).
+
+    Half-precision operands are multiplied and accumulated in float32 and the
+    result rounded once, as the MatMul idiom (and every GPU matmul) does;
+    rounding each product to half first would drift from it.
+    """
     from .shapes import broadcast_shapes
 
     from .builder import promote
 
     dt = promote(a.dtype, b.dtype)
     a, b = a.cast(dt), b.cast(dt)
+    if dt in ("float16", "bfloat16"):
+        return matmul_decomposed(a.cast("float32"), b.cast("float32")).cast(dt)
     squeeze_m = squeeze_n = False
     if a.ndim == 1:
         a, squeeze_m = a.unsqueeze(0), True
