@@ -1,0 +1,121 @@
+"""The Triton backend: an ``ir.Graph`` as a sequence of generated, fused Triton kernels.
+
+Pipeline (each step its own module):
+
+1. ``fold.fold_weights`` - weight-only subgraphs are evaluated once, at build;
+2. ``expand`` - idioms too wide for a one-kernel template become primitives;
+3. ``partition`` - choose the materialised nodes; one kernel per such node;
+4. ``kernel`` + ``emitter`` + ``rules`` (+ ``reduction``, ``matmul``,
+   ``attention``) - readable Triton source per kernel, written to a cache
+   directory and imported;
+5. ``launcher`` - allocate outputs and launch the kernels in order.
+
+Devices: ``cuda`` compiles the kernels for the GPU.  ``cpu`` runs them in
+Triton's interpreter, which must be chosen *before triton is first imported*
+(``TRITON_INTERPRET=1`` in the environment: triton decides when its own
+library functions are defined); lowering for ``cpu`` without it, or for
+``cuda`` with it, raises a ``BackendError`` that says so.  ``ptx.py``
+cross-compiles generated kernels for sm_80 / sm_90 without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ...errors import BackendError
+from ...ir.graph import Graph
+from ..base import Backend, device_kind, register
+from ..fold import fold_weights, plan as fold_plan
+from .expand import expand_idioms
+from .partition import anchors, partition
+from .rules import RULES
+
+GENERATED: list = []  # every KernelSpec generated in this process (the PTX tests compile them all)
+
+
+def interpreter_active() -> bool:
+    """Whether triton was imported in interpreter mode (TRITON_INTERPRET=1 at import)."""
+    if "triton" not in sys.modules:
+        return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.sum, InterpretedFunction)
+
+
+def _check_mode(device: str):
+    kind = device_kind(device)
+    active = interpreter_active()
+    if kind == "cpu" and not active:
+        raise BackendError(
+            "the Triton backend runs on device 'cpu' only in Triton's interpreter, which must be enabled "
+            "before triton is first imported: set TRITON_INTERPRET=1 in the environment (or use "
+            "backend='jax' for CPU)"
+        )
+    if kind == "cuda" and active:
+        raise BackendError(
+            "TRITON_INTERPRET=1 was set when triton was imported, so kernels cannot be compiled for "
+            f"{device!r}; unset it to run on the GPU (or use device='cpu' for the interpreter)"
+        )
+
+
+def knobs(graph: Graph) -> dict[str, list]:
+    """The backend's search space; the first choice of each knob is its default."""
+    space = {
+        "tile_elems": [2048, 512, 8192],  # elements per program for elementwise / row / reduction tiles
+        "matmul_block": [(64, 64, 32), (32, 32, 32), (128, 128, 32), (128, 64, 64), (16, 16, 16)],
+        "attention_block": [(64, 64), (32, 32), (128, 64), (16, 16)],
+        "num_warps": [4, 2, 8],
+        "num_stages": [2, 3, 4],
+        "fuse_epilogue": [True, False],
+        "fuse_prologue": [True, False],
+        "persistent_rows": [True, False],
+        "tf32": [False, True],
+    }
+    main = fold_plan(graph).main
+    for a in anchors(main):
+        space[f"fuse_{a}"] = [True, False]
+    return space
+
+
+def build(graph: Graph, knobs: dict):
+    """Generate (not load) the kernels for `graph` under `knobs`: (per-call graph, folded, specs)."""
+    from .kernel import buffer_names, generate
+
+    main, folded = fold_weights(graph)
+    big = [i for i, n in enumerate(main.nodes) if _numel(n.shape) >= 2**31]
+    if big:
+        n = main.nodes[big[0]]
+        raise BackendError(f"node %{big[0]} ({n.op}) has {_numel(n.shape):,} elements; the Triton backend's "
+                           "int32 index arithmetic supports tensors below 2**31 elements - split the batch")
+    main = expand_idioms(main)
+    plans = partition(main, knobs)
+    names = buffer_names(main, {p.root for p in plans})
+    specs = [generate(main, p, names, knobs, k) for k, p in enumerate(plans)]
+    return main, folded, specs
+
+
+def _numel(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def lower(graph: Graph, device: str, knobs: dict):
+    _check_mode(device)
+    from .kernel import load
+    from .launcher import TritonExecutable
+
+    main, folded, specs = build(graph, knobs)
+    for s in specs:
+        load(s)
+        GENERATED.append(s)
+    dev = "cpu" if device_kind(device) == "cpu" else device
+    return TritonExecutable(graph, "triton", dev, dict(knobs), kernels=specs, main=main, folded=folded)
+
+
+BACKEND = register(Backend(name="triton", devices=("cuda", "cpu"), lower=lower, knobs=knobs, rule_table=lambda: RULES))
+
+__all__ = ["BACKEND", "GENERATED", "RULES", "build", "interpreter_active", "knobs", "lower"]

@@ -1,0 +1,269 @@
+"""One kernel plan -> readable Triton source, written to a file and imported.
+
+Every kernel has the same skeleton: a 1-D grid whose program id is split
+into (batch, row block, column block); the root's index is built from those
+(batch dims are scalars, the row dim is tile axis 0, the column dim tile
+axis 1); the root's value is written by the kernel writer with the rule
+table; one masked store.  Shapes, strides and extents are literals (shapes
+are static per compile), block sizes are ``tl.constexpr`` arguments, so the
+source reads like hand-written Triton and a kernel's signature is just its
+tensor pointers.  ``@triton.jit`` needs real source, hence the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from math import prod
+from pathlib import Path
+
+from ...errors import BackendError
+from ...ir.graph import Graph
+from .emitter import TL_DTYPE, ZERO, Ix, KernelWriter
+from .partition import KernelPlan, pow2
+
+PTR_TYPE = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16", "float64": "*fp64",
+            "int32": "*i32", "int64": "*i64", "bool": "*i1"}
+
+
+@dataclass
+class KernelSpec:
+    """A generated kernel: its source, where it lives, and how to launch it."""
+
+    name: str
+    kind: str
+    root: int
+    inputs: tuple  # node ids of the tensors it reads, in argument order
+    params: tuple  # (argument name, IR dtype) for inputs then the output
+    constexprs: dict
+    grid: int
+    num_warps: int
+    num_stages: int
+    source: str
+    path: str = ""
+    covers: tuple = ()
+    fn: object = field(default=None, repr=False)
+
+    @property
+    def signature(self) -> dict:
+        sig = {p: PTR_TYPE[dt] for p, dt in self.params}
+        sig.update({k: "constexpr" for k in self.constexprs})
+        return sig
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("EGRAFT_CACHE_DIR", Path.home() / ".cache" / "egraft")) / "triton_kernels"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _ident(s: str) -> str:
+    s = re.sub(r"\W", "_", s)
+    return s if s and not s[0].isdigit() else f"t_{s}"
+
+
+def buffer_names(graph: Graph, materialised) -> dict[int, str]:
+    names = {}
+    for i, n in enumerate(graph.nodes):
+        if n.op == "Input":
+            names[i] = _ident(f"{'w' if n.attrs['role'] == 'weight' else 'in'}_{n.attrs['name']}")[:40] + f"_{i}"
+        elif n.op == "Constant" and n.shape != ():
+            names[i] = f"const_{i}"
+        elif i in materialised:
+            names[i] = f"{n.op.lower()}_{i}"
+    return names
+
+
+def _slice(axis: int, rank: int) -> str:
+    return "[" + ", ".join(":" if a == axis else "None" for a in range(rank)) + "]"
+
+
+def generate(graph: Graph, plan: KernelPlan, names: dict, knobs: dict, index: int) -> KernelSpec:
+    root = graph.nodes[plan.root]
+    S = root.shape
+    rank_root = len(S)
+    ca = plan.col_dim
+    if plan.kind in ("dot", "attention"):
+        ra, ca = rank_root - 2, rank_root - 1
+    else:
+        ra = next((d for d in range(rank_root - 1, -1, -1) if d != ca), None)
+    R = S[ra] if ra is not None else 1
+    C = S[ca] if ca is not None else 1
+    batch_dims = [d for d in range(rank_root) if d not in (ra, ca)]
+    elems = knobs.get("tile_elems", 2048)
+    rank = 2
+    constexprs: dict = {}
+    ctx: dict = {"root": plan.root, "root_shape": S, "mask_block": {},
+                 "mask_axes": {"row_mask": frozenset({0}), "col_mask": frozenset({1})}, "dots": plan.dots,
+                 "persistent": plan.persistent, "input_precision": "tf32" if knobs.get("tf32") else "ieee"}
+    if plan.kind == "tile":
+        bk = 1
+        if plan.reduce_k:
+            rank = 3
+            bk = min(pow2(plan.reduce_k), max(16, elems // 4))
+        bc = pow2(C) if plan.persistent else min(pow2(C), max(1, elems // bk))
+        br = max(1, min(pow2(R), elems // max(1, bc * bk)))
+        constexprs = {"BLOCK_R": br, "BLOCK_C": bc}
+        if rank == 3:
+            constexprs["BLOCK_K"] = bk
+        ctx["block_k"] = bk
+        axis_sizes = {0: "BLOCK_R", 1: "BLOCK_C", 2: "BLOCK_K"}
+        rows_name, cols_name = "BLOCK_R", "BLOCK_C"
+    elif plan.kind == "dot":
+        bm, bn, bk = knobs.get("matmul_block", (64, 64, 32))
+        form = plan.dots[plan.main]
+        br = min(bm, max(16, pow2(R)))
+        bc = min(bn, max(16, pow2(C)))
+        bk = min(bk, max(16, pow2(form.K)))
+        constexprs = {"BLOCK_M": br, "BLOCK_N": bc, "BLOCK_K": bk}
+        ctx.update(BM="BLOCK_M", BN="BLOCK_N", BK="BLOCK_K", BK_value=bk)
+        axis_sizes = {0: "BLOCK_M", 1: "BLOCK_N"}
+        rows_name, cols_name = "BLOCK_M", "BLOCK_N"
+    else:
+        bm, bn = knobs.get("attention_block", (64, 64))
+        att = graph.nodes[plan.main]
+        q, k = graph.nodes[att.inputs[0]], graph.nodes[att.inputs[1]]
+        br = min(bm, max(16, pow2(R)))
+        bc = max(16, pow2(C))
+        constexprs = {"BLOCK_M": br, "BLOCK_N": min(bn, max(16, pow2(k.shape[-2]))),
+                      "BLOCK_D": max(16, pow2(q.shape[-1])), "BLOCK_DV": bc}
+        ctx["sizes"] = dict(constexprs)
+        axis_sizes = {0: "BLOCK_M", 1: "BLOCK_DV"}
+        rows_name, cols_name = "BLOCK_M", "BLOCK_DV"
+    ctx["axis_sizes"] = axis_sizes
+    NB = prod(S[d] for d in batch_dims) if batch_dims else 1
+    NR, NC = -(-R // br), -(-C // bc)
+    grid = NB * NR * NC
+
+    inputs = [i for i in plan.inputs]
+    out_name = f"out_{root.op.lower()}_{plan.root}"
+    buffers = {i: names[i] for i in inputs}
+    w = KernelWriter(graph, buffers, rank, _rules(), ctx)
+    w.names |= set(buffers.values()) | {out_name, "pid", "pid_r", "pid_c", "pid_b", "rows", "cols", "zero",
+                                        "row_mask", "col_mask", "tl", "triton", *constexprs}
+    w.ctx["zero_tile"] = "zero"
+    w.line(0, "pid = tl.program_id(0)")
+    w.line(0, f"zero = tl.zeros([{', '.join('1' for _ in range(rank))}], tl.int32)")
+    if NC > 1:
+        w.line(0, f"pid_c = pid % {NC}")
+    if NR > 1:
+        w.line(0, f"pid_r = (pid // {NC}) % {NR}" if NC > 1 else f"pid_r = pid % {NR}")
+    if NB > 1:
+        w.line(0, f"pid_b = pid // {NC * NR}" if NC * NR > 1 else "pid_b = pid")
+    idx: list = [ZERO] * rank_root
+    inner = 1
+    for d in reversed(batch_dims):
+        n = S[d]
+        if n > 1:
+            e = "pid_b" if inner == 1 else f"(pid_b // {inner})"
+            if inner * n < NB:
+                e = f"{e} % {n}"
+            idx[d] = w.new_index(e, 0, prefix=f"b{d}")
+        inner *= n
+    force_rows = plan.kind in ("dot", "attention")
+    if ra is not None and (R > 1 or force_rows):
+        start = "pid_r * " + rows_name + " + " if NR > 1 else ""
+        w.line(0, f"rows = {start}tl.arange(0, {rows_name}){_slice(0, rank)}")
+        masks = frozenset()
+        if NR * br > R:
+            w.line(0, f"row_mask = rows < {R}")
+            masks = frozenset({"row_mask"})
+        idx[ra] = Ix("rows", 0, masks, frozenset({0}))
+    col_ix = None
+    if ca is not None and (C > 1 or force_rows):
+        start = "pid_c * " + cols_name + " + " if NC > 1 else ""
+        w.line(0, f"cols = {start}tl.arange(0, {cols_name}){_slice(1, rank)}")
+        masks = frozenset()
+        if NC * bc > C:
+            w.line(0, f"col_mask = cols < {C}")
+            masks = frozenset({"col_mask"})
+        col_ix = idx[ca] = Ix("cols", 0, masks, frozenset({1}))
+    ctx["col"] = {"dim": ca, "ix": col_ix or ZERO, "mask": "col_mask" if col_ix is not None and col_ix.masks else None,
+                  "whole": NC == 1} if ca is not None else None
+    idx = tuple(idx)
+    val = w.value(plan.root, idx)
+    flat = w.flat_index(S, idx)
+    all_masks = frozenset().union(*(ix.masks for ix in idx)) if idx else frozenset()
+    all_axes = frozenset().union(*(ix.axes for ix in idx)) if idx else frozenset()
+    v = w.broadcast_full(val, all_axes) if all_axes else val.expr
+    if not all_axes and set(val.axes):
+        raise BackendError(f"internal: scalar output %{plan.root} computed as a tile")
+    if root.dtype in ("float16", "bfloat16"):
+        v = f"{v}.to({TL_DTYPE[root.dtype]})"
+    ptr = f"{out_name} + {flat.expr}" if flat.expr != "0" else out_name
+    if not all_axes:
+        ptr = f"{ptr} + zero"
+    mask = w.mask_expr(all_masks)
+    w.line(w.deepest(val, flat), f"tl.store({ptr}, {v}{', mask=' + mask if mask else ''})")
+
+    covers = tuple(sorted(w.covered))
+    fn_name = f"k{index}_{root.op.lower()}_{plan.root}"
+    params = tuple((names[i], graph.nodes[i].dtype) for i in inputs) + ((out_name, root.dtype),)
+    sig = ", ".join([p for p, _ in params] + [f"{c}: tl.constexpr" for c in constexprs])
+    tile_desc = (f"rows = dim {ra} ({R})" if ra is not None else "no row dim") + ", " + (
+        f"cols = dim {ca} ({C})" if ca is not None else "no col dim")
+    doc = [
+        f'    """{plan.kind} kernel for %{plan.root} = {root.op} : {list(S)} {root.dtype}.',
+        "",
+        f"    Covers IR nodes {_ranges(covers)}; reads {', '.join(f'%{i}' for i in inputs) or 'nothing'}.",
+        f"    Tile: {tile_desc}; batch dims {batch_dims}; grid = {NB} x {NR} x {NC} programs.",
+        '    """',
+    ]
+    src = [
+        f'"""Generated by egraft (Triton backend): kernel {index} of a graph, root %{plan.root} {root.op}."""',
+        "import triton",
+        "import triton.language as tl",
+        "",
+        "",
+        "@triton.jit",
+        f"def {fn_name}({sig}):",
+        *doc,
+        *w.render(),
+        "",
+    ]
+    source = "\n".join(src)
+    return KernelSpec(fn_name, plan.kind, plan.root, tuple(inputs), params, constexprs, grid,
+                      int(knobs.get("num_warps", 4)), int(knobs.get("num_stages", 2)), source, covers=covers)
+
+
+def _ranges(ids) -> str:
+    out, i = [], 0
+    ids = list(ids)
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(f"%{ids[i]}" if i == j else f"%{ids[i]}-%{ids[j]}")
+        i = j + 1
+    return ", ".join(out) or "none"
+
+
+def _rules():
+    from .rules import RULES
+
+    return RULES
+
+
+def load(spec: KernelSpec) -> KernelSpec:
+    """Write the source to the cache directory and import its @triton.jit function."""
+    digest = hashlib.sha256(spec.source.encode()).hexdigest()[:16]
+    path = cache_dir() / f"{spec.name}_{digest}.py"
+    if not path.exists() or path.read_text() != spec.source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(spec.source)
+        os.replace(tmp, path)
+    mod_name = f"egraft_triton_kernels.{path.stem}"
+    mod = sys.modules.get(mod_name)
+    if mod is None:
+        s = importlib.util.spec_from_file_location(mod_name, path)
+        mod = importlib.util.module_from_spec(s)
+        s.loader.exec_module(mod)
+        sys.modules[mod_name] = mod
+    spec.path = str(path)
+    spec.fn = getattr(mod, spec.name)
+    return spec
+

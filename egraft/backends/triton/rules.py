@@ -1,0 +1,169 @@
+"""The Triton rule table: one entry per IR op (primitives, leaves, View, idioms).
+
+``RULES[op].emit(writer, nid, node, idx)`` returns the node's value at index
+``idx`` inside a kernel (see ``emitter.py``).  Elementwise ops are Triton
+expression templates over their operands' values, written in the op's
+compute dtype; index ops (View, Gather, Iota) are index arithmetic; the
+reductions and idioms have their own modules.  The generic backend test
+checks that every op of ``egraft.ir`` has an entry here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ...errors import BackendError
+from ...ir import shapes
+from . import attention, matmul, reduction
+from .emitter import TL_DTYPE, ZERO, Ix, Val, compute_dtype
+from .views import digit_map
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str  # elementwise | index | leaf | reduce | row | dot | attention
+    emit: Callable
+    doc: str = ""
+
+
+# --- elementwise templates: op -> {operand dtype class -> template} ---------------
+_UNARY = {
+    "Exp2": "tl.exp2({0})",
+    "Log2": "tl.log2({0})",
+    "Sin": "tl.sin({0})",
+    "Sqrt": "tl.sqrt({0})",
+    "Recip": "1.0 / {0}",
+}
+_BINARY = {
+    # (op, operand is bool) -> template.  Bool add/mul are logical or/and.
+    ("Add", False): "{0} + {1}",
+    ("Add", True): "{0} | {1}",
+    ("Mul", False): "{0} * {1}",
+    ("Mul", True): "{0} & {1}",
+    # Triton's % is the truncated (C) remainder for ints and floats, as the IR's Mod is
+    ("Mod", False): "{0} % {1}",
+    ("LessThan", False): "{0} < {1}",
+    # i1 compares as signed (True = -1): compare bools as int32
+    ("LessThan", True): "{0}.to(tl.int32) < {1}.to(tl.int32)",
+}
+
+
+def _unary(op):
+    def emit(w, nid, node, idx):
+        x = w.value(node.inputs[0], idx)
+        return w.combine(nid, _UNARY[op], [x], node.dtype)
+    return emit
+
+
+def _binary(op):
+    def emit(w, nid, node, idx):
+        a = w.value(node.inputs[0], idx)
+        b = w.value(node.inputs[1], idx)
+        tmpl = _BINARY[(op, w.graph.nodes[node.inputs[0]].dtype == "bool")]
+        return w.combine(nid, tmpl, [a, b], node.dtype)
+    return emit
+
+
+def _where(w, nid, node, idx):
+    c, a, b = (w.value(j, idx) for j in node.inputs)
+    return w.combine(nid, "tl.where({0}, {1}, {2})", [c, a, b], node.dtype)
+
+
+def _cast(w, nid, node, idx):
+    x = w.value(node.inputs[0], idx)
+    src, dst = w.graph.nodes[node.inputs[0]].dtype, node.dtype
+    if dst == "bool":
+        tmpl = "{0}" if src == "bool" else "{0} != 0"
+    elif dst in ("float16", "bfloat16"):
+        # round to the half type, keep computing in float32
+        tmpl = f"{{0}}.to({TL_DTYPE[dst]}).to(tl.float32)"
+    elif compute_dtype(src) == compute_dtype(dst):
+        return Val(x.expr, dst, x.block, x.masks, x.axes)
+    else:
+        tmpl = f"{{0}}.to({TL_DTYPE[dst]})"  # float -> int truncates toward zero, like the reference
+    return w.combine(nid, tmpl, [x], dst)
+
+
+# --- leaves and index ops ------------------------------------------------------------
+def _input(w, nid, node, idx):
+    raise BackendError(f"internal: input %{nid} ({node.attrs['name']!r}) is not a kernel argument")
+
+
+def _constant(w, nid, node, idx):
+    if node.shape != ():
+        raise BackendError(f"internal: tensor constant %{nid} is not a kernel argument")
+    return w.const(node.attrs["value"], node.dtype)
+
+
+def _iota(w, nid, node, idx):
+    ix = idx[0]
+    if ix.expr.lstrip("-").isdigit():
+        return w.const(int(ix.expr), node.dtype)
+    v = Val(ix.expr, "int32", ix.block, ix.masks, ix.axes)
+    return w.combine(nid, f"({{0}}).to({TL_DTYPE[compute_dtype(node.dtype)]})", [v], node.dtype, f"iota{nid}")
+
+
+def _union(ixs, attr):
+    return frozenset().union(*(getattr(ix, attr) for ix in ixs)) if ixs else frozenset()
+
+
+def _view(w, nid, node, idx):
+    src = node.inputs[0]
+    snode = w.graph.nodes[src]
+    shape, strides, off = node.attrs["shape"], node.attrs["strides"], node.attrs["offset"]
+    if src in w.buffers:
+        # a materialised source: one load at the flat offset, whatever the view
+        flat = w.affine([(s, ix) for s, ix in zip(strides, idx)], off, "off")
+        return w.load_flat(src, flat, _union(idx, "masks"), _union(idx, "axes"))
+    dm = digit_map(snode.shape, shape, strides, off)
+    if dm is not None:
+        sidx = [ZERO if snode.shape[j] == 1 else w.affine([(c, idx[d]) for d, c in terms], base, "i")
+                for j, (base, terms) in enumerate(dm)]
+    else:
+        flat = w.affine([(s, ix) for s, ix in zip(strides, idx)], off, "flat")
+        cs = shapes.contiguous_strides(snode.shape)
+        first = next((j for j, n in enumerate(snode.shape) if n > 1), None)
+        sidx = []
+        for j, n in enumerate(snode.shape):
+            if n == 1:
+                sidx.append(ZERO)
+                continue
+            e = flat.expr if cs[j] == 1 else f"({flat.expr} // {cs[j]})"
+            if j != first:
+                e = f"{e} % {n}"
+            sidx.append(w.new_index(e, flat.block, flat.masks, flat.axes))
+    return w.value(src, tuple(sidx))
+
+
+def _gather(w, nid, node, idx):
+    x, ind = node.inputs
+    axis = node.attrs["axis"]
+    iv = w.value(ind, idx)
+    # garbage indices in masked-off lanes must stay masked: carry the tile's masks along
+    g = Ix(iv.expr, iv.block, iv.masks | _union(idx, "masks"), iv.axes)
+    j = tuple(idx[:axis]) + (g,) + tuple(idx[axis + 1:])
+    return w.value(x, j)
+
+
+RULES: dict[str, Rule] = {}
+for _op in _UNARY:
+    RULES[_op] = Rule("elementwise", _unary(_op), _UNARY[_op])
+for _op in ("Add", "Mul", "Mod", "LessThan"):
+    RULES[_op] = Rule("elementwise", _binary(_op), _BINARY[(_op, False)])
+RULES["Where"] = Rule("elementwise", _where, "tl.where(c, a, b)")
+RULES["Cast"] = Rule("elementwise", _cast, ".to(dtype); to bool is x != 0; half types round then widen")
+RULES["Iota"] = Rule("index", _iota, "the index itself")
+RULES["Gather"] = Rule("index", _gather, "a load at a computed index along the axis")
+RULES["View"] = Rule("index", _view, "index arithmetic (per-digit affine, else divmod)")
+RULES["Input"] = Rule("leaf", _input, "a kernel argument")
+RULES["Constant"] = Rule("leaf", _constant, "scalar: tl.full literal; tensor: a kernel argument")
+RULES["SumReduce"] = Rule("reduce", reduction.emit_reduce, "tl.sum over a row tile or a reduction axis/loop")
+RULES["MaxReduce"] = Rule("reduce", reduction.emit_reduce, "tl.max over a row tile or a reduction axis/loop")
+RULES["Softmax"] = Rule("row", reduction.emit_row_idiom, "max, exp, sum over one row tile")
+RULES["LayerNorm"] = Rule("row", reduction.emit_row_idiom, "mean, variance over one row tile")
+RULES["RMSNorm"] = Rule("row", reduction.emit_row_idiom, "mean square over one row tile")
+RULES["MatMul"] = Rule("dot", matmul.emit_dot, "tl.dot over a K loop")
+RULES["Attention"] = Rule("attention", attention.emit_attention, "single-pass online softmax")
+
+__all__ = ["RULES", "Rule"]
