@@ -202,7 +202,7 @@ def lower_program(ep: torch.export.ExportedProgram) -> Graph:
     for spec, out in zip(sig.output_specs, outs):
         if spec.kind != OutputKind.USER_OUTPUT:
             raise UnsupportedOpError(
-                f"in-place update of {spec.kind.name.lower()} '{spec.target}'", None,
+                f"in-place update of {spec.kind.name.lower().replace('_mutation', '')} '{spec.target}'", None,
                 "the forward pass mutates state (e.g. a buffer or a KV cache); egraft compiles pure functions. "
                 "Call model.eval(), pass use_cache=False, or return the new state as an output instead")
         value = env.get(out) if isinstance(out, torch.fx.Node) else out

@@ -1,0 +1,236 @@
+"""CPU: egraft's JAX backend vs torch eager and torch.compile (Inductor), per workload.
+
+Every egraft.models workload (at "mid" sizes that run in milliseconds to a
+second on a 2-core machine, or the registry's "bench" sizes) and tiny-layer
+transformers GPT-2 / Llama / BERT.  For each: trace with egraft.trace,
+lower to JAX (default knobs), compile torch.compile; warm everything up
+(compile time excluded), then time the variants *interleaved*, one call
+each per round in a rotating order, and report medians and ratios to eager.
+
+Threads are fixed before torch or jax load: torch.set_num_threads(T), OMP/MKL
+at T; XLA's CPU pool is the machine's core count (T=1 sets
+--xla_cpu_multi_thread_eigen=false); numpy/BLAS at 1 (unused in the timed
+loop).  On the 2-core CI machine T=2 gives both libraries both cores.  ``egraft(torch)`` is a call with torch tensors in and out
+(DLPack, what a user sees); ``egraft(jax)`` is ``run_jax`` on device arrays.
+
+    python3 bench/cpu_backends.py [--threads 2] [--size mid|bench] [--reps 30] [--only NAME ...] [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def _set_threads(n: int) -> None:
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[k] = str(n)
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    # XLA's CPU client sizes its intra-op pool to the machine's cores; one thread = no eigen threading.
+    # With n >= the core count (2 on our CI machines) both libraries use every core.
+    flags = os.environ.get("XLA_FLAGS", "")
+    if n == 1:
+        flags += " --xla_cpu_multi_thread_eigen=false"
+    elif n < (os.cpu_count() or n):
+        print(f"warning: XLA uses all {os.cpu_count()} cores; torch is limited to {n} threads", file=sys.stderr)
+    os.environ["XLA_FLAGS"] = flags.strip()
+
+
+# "mid" sizes: the bench shapes scaled down so one forward takes ~1-100 ms on 2 cores
+MID = {
+    "mlp": ({"d": 512, "hidden": 2048}, {"batch": 64, "seq": 1}),
+    "gpt2_block": ({"hidden": 256, "heads": 4}, {"batch": 2, "seq": 128}),
+    "gpt2_stack": ({"n_layers": 4, "hidden": 256, "heads": 4}, {"batch": 1, "seq": 128}),
+    "llama_block": ({"hidden": 256, "heads": 8, "kv_heads": 2, "intermediate": 704}, {"batch": 2, "seq": 128}),
+    "resnet_block": ({"in_channels": 32, "out_channels": 64, "stride": 2}, {"batch": 4, "seq": 32}),
+    "rmsnorm_linear": ({"hidden": 512, "out": 512}, {"batch": 2, "seq": 128}),
+    "lora_linear": ({"hidden": 512, "out": 512, "rank": 16}, {"batch": 2, "seq": 128}),
+    "gated_mlp": ({"hidden": 256, "intermediate": 704}, {"batch": 2, "seq": 128}),
+    "gqa_attention": ({"hidden": 256, "heads": 8, "kv_heads": 2}, {"batch": 2, "seq": 128}),
+    "qknorm_attention": ({"hidden": 256, "heads": 8, "kv_heads": 2}, {"batch": 2, "seq": 128}),
+    "mask_attention": ({"hidden": 256, "heads": 8, "kv_heads": 2, "mask": "bool"}, {"batch": 2, "seq": 128}),
+    "mask_attention_additive": ({"hidden": 256, "heads": 8, "kv_heads": 2, "mask": "additive"}, {"batch": 2, "seq": 128}),
+}
+
+
+def _workloads(size):
+    from egraft.models import MODELS
+
+    for name, spec in MODELS.items():
+        if size == "mid" and name in MID:
+            sizes, ins = MID[name]
+            model = spec.factory(**sizes, seed=0)
+            args = spec.example_inputs(model, batch=ins["batch"], seq=ins["seq"], seed=0)
+        else:
+            model = spec.build(size if size != "mid" else "tiny", seed=0)
+            args = spec.example_inputs(model, seed=0, size=size if size != "mid" else "tiny")
+        yield name, model, args, {}
+
+
+def _hf_workloads():
+    import torch
+
+    try:
+        import transformers as T
+    except ImportError:
+        return
+    torch.manual_seed(0)
+    ids = torch.randint(0, 1000, (2, 128))
+    yield "hf_gpt2", T.GPT2LMHeadModel(T.GPT2Config(
+        n_layer=4, n_embd=256, n_head=4, vocab_size=1000, n_positions=256, bos_token_id=0, eos_token_id=0)).eval(), (ids,), {"use_cache": False}
+    yield "hf_llama", T.LlamaForCausalLM(T.LlamaConfig(
+        hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+        vocab_size=1000, max_position_embeddings=256, bos_token_id=0, eos_token_id=0)).eval(), (ids,), {"use_cache": False}
+    yield "hf_bert", T.BertModel(T.BertConfig(
+        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024, vocab_size=1000,
+        max_position_embeddings=256)).eval(), (ids,), {}
+
+
+def _block(out):
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    if isinstance(out, (list, tuple)):
+        for o in out:
+            _block(o)
+    elif hasattr(out, "block_until_ready"):
+        out.block_until_ready()
+    return out
+
+
+def _flat(out):
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    return [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def run_one(name, model, args, kwargs, reps, use_compile, extra):
+    import jax
+    import torch
+
+    import egraft
+    from egraft.backends import lower
+    from egraft.testing import rel_err
+
+    t0 = time.perf_counter()
+    g = egraft.trace(model, args, kwargs)
+    t_trace = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ex = lower(g, "jax", "cpu")
+    t_lower = time.perf_counter() - t0
+    variants = {}
+    with torch.no_grad():
+        want = _flat(model(*args, **kwargs))
+    got = ex(*args)
+    err = max(rel_err(a.numpy(), b.numpy()) for a, b in zip(got, want))
+
+    def eager():
+        with torch.no_grad():
+            return model(*args, **kwargs)
+
+    variants["eager"] = eager
+    t_compile = float("nan")
+    if use_compile:
+        cm = torch.compile(model)
+
+        def compiled():
+            with torch.no_grad():
+                return cm(*args, **kwargs)
+
+        t0 = time.perf_counter()
+        compiled()
+        compiled()
+        t_compile = time.perf_counter() - t0
+        variants["inductor"] = compiled
+    variants["egraft(torch)"] = lambda: ex(*args)
+    jin = [jax.device_put(x.numpy().astype("int32") if str(x.dtype) == "torch.int64" else x.numpy()) for x in args]
+    variants["egraft(jax)"] = lambda: ex.run_jax(jin)
+    if "constants" in extra:
+        exc = lower(g, "jax", "cpu", {"weights": "constants"})
+        variants["egraft(jax,const-w)"] = lambda: exc.run_jax(jin)
+    for fn in variants.values():  # warm up
+        for _ in range(3):
+            _block(fn())
+    times = {k: [] for k in variants}
+    deadline = time.perf_counter() + 60.0
+    names = list(variants)
+    for r in range(reps):
+        # rotate the order each round: every variant runs after every other equally often
+        # (running right after torch eager costs any variant cache and allocator effects)
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            fn = variants[k]
+            t0 = time.perf_counter()
+            _block(fn())
+            times[k].append(time.perf_counter() - t0)
+        if r >= 5 and time.perf_counter() > deadline:
+            break
+    med = {k: _median(v) for k, v in times.items()}
+    return {"name": name, "err": err, "trace_s": t_trace, "lower_s": t_lower, "compile_s": t_compile,
+            "med": med, "stats": ex.stats, "rounds": len(times["eager"])}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--size", choices=["mid", "bench", "tiny"], default="mid")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take minutes)")
+    ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--constants", action="store_true", help="also time the weights-as-constants knob")
+    a = ap.parse_args()
+    _set_threads(a.threads)
+    import torch
+
+    torch.set_num_threads(a.threads)
+    import jax
+
+    print(f"threads={a.threads} cores={os.cpu_count()} torch={torch.__version__} jax={jax.__version__} XLA_FLAGS={os.environ['XLA_FLAGS']!r}")
+    loads = list(_workloads(a.size)) + ([] if a.no_hf else list(_hf_workloads()))
+    rows = []
+    for name, model, args, kwargs in loads:
+        if a.only and name not in a.only:
+            continue
+        try:
+            res = run_one(name, model, args, kwargs, a.reps, not a.no_compile, {"constants"} if a.constants else set())
+        except Exception as e:  # report and go on: one broken workload should not hide the rest
+            print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+            continue
+        rows.append(res)
+        m = res["med"]
+        cols = "  ".join(f"{k}={v * 1e3:.2f}ms" for k, v in m.items())
+        print(f"{name}: {cols}  err={res['err']:.1e}  trace={res['trace_s']:.1f}s lower={res['lower_s']:.1f}s "
+              f"inductor-compile={res['compile_s']:.1f}s stats={res['stats']}", flush=True)
+    if not rows:
+        return
+    keys = list(rows[0]["med"])
+    print()
+    head = f"{'workload':<26}" + "".join(f"{k:>15}" for k in keys) + "".join(
+        f"{k + '/eager':>22}" for k in keys if k != "eager")
+    print(head)
+    for r in rows:
+        m = r["med"]
+        line = f"{r['name']:<26}" + "".join(f"{m.get(k, float('nan')) * 1e3:>13.3f}ms" for k in keys)
+        line += "".join(f"{m.get(k, float('nan')) / m['eager']:>22.2f}" for k in keys if k != "eager")
+        print(line)
+    print("(median ms per forward; ratio < 1 means faster than torch eager)")
+    slow = [r["name"] for r in rows if r["med"]["egraft(torch)"] > r["med"]["eager"]]
+    print("egraft(torch) slower than eager on:", ", ".join(slow) if slow else "none")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""The JAX/XLA backend: an IR graph as one jitted JAX function (CPU, GPU, TPU).
+
+Importing this package registers the backend as ``"jax"``; use it through
+``egraft.backends.lower(graph, "jax", device, knobs)``.  Lowering rules are
+in :mod:`.rules` (one per op), views become XLA movement ops in
+:mod:`.views`, primitive matmul / index_select patterns become library ops
+in :mod:`.peephole`, and :mod:`.export` writes StableHLO for cpu/cuda/tpu.
+"""
+
+from __future__ import annotations
+
+from ..base import Backend, register
+from .executable import KNOBS, JaxExecutable, knobs, lower
+from .rules import RULES
+
+
+def rule_table():
+    return RULES
+
+
+BACKEND = register(Backend(name="jax", devices=("cpu", "cuda", "tpu"), lower=lower, knobs=knobs, rule_table=rule_table))
+
+__all__ = ["BACKEND", "KNOBS", "JaxExecutable", "RULES", "knobs", "lower", "rule_table"]

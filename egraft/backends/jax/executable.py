@@ -1,0 +1,193 @@
+"""The JAX executable: weights folded and placed on the device once, one jitted call per run.
+
+Building an executable (1) folds weight-only subgraphs on the host
+(``backends.fold``), (2) moves the per-call graph's weights to the device
+once, (3) traces and compiles the program.  A call then converts the
+model's inputs, runs the compiled program and converts outputs back; no
+weight crosses to the device again.
+
+Weights are either jit *arguments* (default: one compiled program that any
+weight values fit, small HLO) or closed-over *constants* (XLA may fold them
+into the code; big programs, slow compiles); the knob ``weights`` picks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...errors import BackendError, InputError
+from ...ir import dtypes
+from ...ir.graph import Graph
+from ..base import Executable, device_kind
+from ..fold import fold_weights
+from .program import INT32_MAX, INT32_MIN, Program, program_dtype, to_program_dtype, x64_scope
+
+KNOBS = {
+    # idioms as library calls (dot_general, softmax) or through their primitive form
+    "idioms": ["library", "primitive"],
+    # recognise SumReduce(Mul(expand, expand)) as dot_general and index_select gathers as take
+    "peephole": [True, False],
+    # dot precision: 'highest' is exact float32 everywhere; 'default' lets TPUs use bf16 passes
+    "precision": ["highest", "default"],
+    # weights as jit arguments or as closed-over constants
+    "weights": ["arguments", "constants"],
+}
+
+
+def knobs(graph: Graph) -> dict[str, list]:
+    return {k: list(v) for k, v in KNOBS.items()}
+
+
+def jax_device(device: str):
+    kind = device_kind(device)
+    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
+    platform = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}[kind]
+    try:
+        devs = jax.devices(platform)
+    except RuntimeError as e:
+        raise BackendError(f"JAX has no {kind} device here ({e}); use device='cpu' or install jax for {kind}") from None
+    if index >= len(devs):
+        raise BackendError(f"device {device!r} does not exist: JAX sees {len(devs)} {kind} device(s)")
+    return devs[index]
+
+
+@dataclass
+class JaxExecutable(Executable):
+    program: Any = field(default=None, repr=False)
+    folded: dict = field(default_factory=dict, repr=False)  # weight-only values computed at build
+
+    def __post_init__(self):
+        self._dev = jax_device(self.device)
+        main, self.folded = fold_weights(self.graph)
+        self.program = Program(main, self.knobs)
+        self._x64 = self.program.x64
+        with x64_scope(self._x64):
+            host = self.program.host_weights()
+            self.weights = tuple(jax.device_put(w, self._dev) for w in host)
+            self._in_types = [(s, program_dtype(d, self._x64)) for s, d in main.input_types()]
+            self._out_dtypes = [d for _, d in main.output_types()]
+            specs = [jax.ShapeDtypeStruct(s, d) for s, d in self._in_types]
+            if self.knobs.get("weights", "arguments") == "constants":
+                ws = self.weights
+                fn = jax.jit(lambda *xs: self.program.fn(ws, *xs))
+                self._compiled = fn.lower(*specs).compile()
+                self._call = self._compiled
+            else:
+                fn = jax.jit(self.program.fn)
+                wspecs = tuple(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in self.weights)
+                self._compiled = fn.lower(wspecs, *specs).compile()
+                compiled, ws = self._compiled, self.weights
+                self._call = lambda *xs: compiled(ws, *xs)
+            self._jitted = fn
+
+    # -- inspection ---------------------------------------------------------------
+    def jaxpr(self):
+        """The traced program (for inspection and tests)."""
+        with x64_scope(self._x64):
+            specs = [jax.ShapeDtypeStruct(s, d) for s, d in self._in_types]
+            return jax.make_jaxpr(self.program.fn)(self.weights, *specs)
+
+    def hlo_text(self) -> str:
+        """The optimised HLO XLA compiled."""
+        return self._compiled.as_text()
+
+    def export(self, directory: str, platforms=("cpu", "cuda", "tpu")) -> str:
+        """Write this program as StableHLO plus weights (see :mod:`.export`)."""
+        from .export import export_executable
+
+        return export_executable(self, directory, platforms)
+
+    @property
+    def stats(self) -> dict:
+        """Counts from the last trace: views that needed a gather or a stack, peephole dots."""
+        return dict(self.program.ctx.stats)
+
+    # -- running ------------------------------------------------------------------
+    def run_jax(self, inputs: list) -> list:
+        """Fast path: jax arrays in (program dtypes: int64 as int32 unless x64), jax arrays out."""
+        with x64_scope(self._x64):
+            return list(self._call(*inputs))
+
+    def run_numpy(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        names = self.graph.input_names()
+        with x64_scope(self._x64):
+            xs = [jax.device_put(to_program_dtype(np.asarray(x), self._x64, f"input {n!r}"), self._dev)
+                  for n, x in zip(names, inputs)]
+            outs = self._call(*xs)
+            return [self._out_numpy(o, d) for o, d in zip(outs, self._out_dtypes)]
+
+    def _out_numpy(self, o, dt: str) -> np.ndarray:
+        a = np.asarray(o)
+        want = dtypes.to_numpy(dt)
+        return a if a.dtype == want else a.astype(want)
+
+    def run_torch(self, inputs: list) -> list:
+        """torch in, torch out; zero-copy through DLPack where the device allows it."""
+        import torch
+
+        types = self.graph.input_types()
+        names = self.graph.input_names()
+        if len(inputs) != len(types):
+            raise InputError(f"the graph takes {len(types)} input(s) ({', '.join(names)}), got {len(inputs)}")
+        dev = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+        xs = []
+        with x64_scope(self._x64):
+            for name, (shape, dt), x in zip(names, types, inputs):
+                if not isinstance(x, torch.Tensor):
+                    x = torch.as_tensor(np.asarray(x))
+                if tuple(x.shape) != tuple(shape):
+                    raise InputError(f"input {name!r} has shape {tuple(x.shape)}, the graph expects {tuple(shape)}")
+                if dtypes.from_torch(x.dtype) != dt:
+                    raise InputError(f"input {name!r} has dtype {x.dtype}, the graph expects {dt}; "
+                                     f"convert it with tensor.to(torch.{dt})")
+                x = x.detach()
+                if dt == "int64" and not self._x64:
+                    if x.numel() and (int(x.min()) < INT32_MIN or int(x.max()) > INT32_MAX):
+                        raise InputError(f"input {name!r} holds int64 values outside the int32 range")
+                    x = x.to(torch.int32)
+                xs.append(_from_torch(x.contiguous(), self._dev))
+            outs = self._call(*xs)
+            return [_to_torch(o, d, dev) for o, d in zip(outs, self._out_dtypes)]
+
+
+def _from_torch(t, dev):
+    if t.device.type == "cpu" and dev.platform == "cpu":
+        try:
+            return jax.dlpack.from_dlpack(t)
+        except Exception:  # some dtypes (bool on older stacks) do not cross DLPack
+            pass
+    from ...ir.evaluate import to_numpy
+
+    return jax.device_put(to_numpy(t), dev)
+
+
+def _to_torch(o, dt: str, dev):
+    import torch
+
+    try:
+        t = torch.from_dlpack(o)
+    except Exception:
+        a = np.asarray(o)
+        if a.dtype.name == "bfloat16":
+            t = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+        else:
+            t = torch.from_numpy(np.array(a))
+    want = getattr(torch, dt)
+    if t.dtype != want:
+        t = t.to(want)
+    return t.to(dev) if t.device != dev else t
+
+
+def lower(graph: Graph, device: str, chosen: dict) -> JaxExecutable:
+    try:
+        return JaxExecutable(graph, "jax", device, dict(chosen))
+    except (BackendError, InputError):
+        raise
+    except Exception as e:  # a rule or XLA failing is a backend bug: say which graph
+        raise BackendError(f"the JAX backend failed to lower graph {graph.structural_hash()[:12]}: "
+                           f"{type(e).__name__}: {e}") from e

@@ -1,0 +1,162 @@
+"""Peepholes: primitive patterns the JAX lowering runs as one library op.
+
+A primitive-only graph (straight from the torch lowering, before or without
+the e-graph) writes a matrix product as ``SumReduce(Mul(expand a, expand b))``.
+Lowered literally, XLA materialises the ``[..., M, K, N]`` product before
+reducing it: orders of magnitude slower than a dot.  So the lowering itself
+recognises the pattern and emits ``lax.dot_general``:
+
+* ``matmul``: ``SumReduce(axis=r)(Mul(x, y))`` where ``x`` and ``y`` are
+  each a ``View`` (or any node) and axis ``r`` moves through memory in both
+  (non-zero stride, size > 1), while at least one operand is broadcast
+  (stride 0) along some axis.  Each operand is replaced by its *compact*
+  view (the broadcast axes dropped); axes both cover are batch dims, ``r`` is
+  contracted, and axes neither covers are broadcast back afterwards.
+* ``take``: ``Gather(x, View(i))`` whose index is broadcast (stride 0) along
+  every axis but the gather axis is ``index_select``: ``jnp.take`` of the
+  1-D index along that axis instead of a full ``take_along_axis``.
+
+Both are exact rewrites (the same sums in float32 or wider), selected by the
+knob ``peephole``.  The plans are pure graph analysis; :mod:`.program`
+emits them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.graph import Graph
+
+
+@dataclass(frozen=True)
+class Operand:
+    src: int  # node id the operand reads
+    view: tuple | None  # (shape, strides, offset) of the compact view of src, or None: src as is
+    axes: tuple[int, ...]  # the Mul-output axes this operand's dims stand for, in order
+
+
+@dataclass(frozen=True)
+class DotPlan:
+    a: Operand
+    b: Operand
+    axis: int  # the contracted axis of the Mul output
+    mul_shape: tuple[int, ...]
+
+    def deps(self) -> tuple[int, ...]:
+        return (self.a.src, self.b.src)
+
+
+@dataclass(frozen=True)
+class TakePlan:
+    src: int
+    index: int  # node id of the index's source
+    index_view: tuple  # 1-D view (shape, strides, offset) of the index source
+    axis: int
+
+    def deps(self) -> tuple[int, ...]:
+        return (self.src, self.index)
+
+
+def _operand(graph: Graph, nid: int) -> Operand:
+    n = graph.nodes[nid]
+    if n.op != "View":
+        return Operand(nid, None, tuple(range(len(n.shape))))
+    shape, strides, off = n.attrs["shape"], n.attrs["strides"], n.attrs["offset"]
+    axes = tuple(d for d, (sz, st) in enumerate(zip(shape, strides)) if sz > 1 and st != 0)
+    if len(axes) == len(shape):
+        return Operand(n.inputs[0], (tuple(shape), tuple(strides), off), axes)
+    return Operand(
+        n.inputs[0],
+        (tuple(shape[d] for d in axes), tuple(strides[d] for d in axes), off),
+        axes,
+    )
+
+
+def _dot_plan(graph: Graph, nid: int) -> DotPlan | None:
+    n = graph.nodes[nid]
+    mul = graph.nodes[n.inputs[0]]
+    if mul.op != "Mul" or mul.dtype == "bool":
+        return None
+    r = n.attrs["axis"]
+    if mul.shape[r] <= 1:
+        return None
+    a, b = _operand(graph, mul.inputs[0]), _operand(graph, mul.inputs[1])
+    if r not in a.axes or r not in b.axes:
+        return None
+    full = tuple(d for d, sz in enumerate(mul.shape) if sz > 1)
+    if set(full) <= set(a.axes) and set(full) <= set(b.axes):  # nothing broadcast: mul+reduce fuses fine
+        return None
+    return DotPlan(a, b, r, tuple(mul.shape))
+
+
+def _take_plan(graph: Graph, nid: int) -> TakePlan | None:
+    n = graph.nodes[nid]
+    ax = n.attrs["axis"]
+    idx = graph.nodes[n.inputs[1]]
+    if idx.op != "View":
+        return None
+    shape, strides, off = idx.attrs["shape"], idx.attrs["strides"], idx.attrs["offset"]
+    if any(st != 0 and sz > 1 for d, (sz, st) in enumerate(zip(shape, strides)) if d != ax):
+        return None
+    return TakePlan(n.inputs[0], idx.inputs[0], ((shape[ax],), (strides[ax],), off), ax)
+
+
+PATTERNS = {"SumReduce": _dot_plan, "Gather": _take_plan}
+
+
+def find(graph: Graph) -> dict[int, DotPlan | TakePlan]:
+    """Node id -> plan for every node a peephole applies to."""
+    plans = {}
+    for i, n in enumerate(graph.nodes):
+        fn = PATTERNS.get(n.op)
+        if fn is not None:
+            p = fn(graph, i)
+            if p is not None:
+                plans[i] = p
+    return plans
+
+
+def emit_dot(ctx, plan: DotPlan, a, b, view_fn):
+    """dot_general for a DotPlan; `a`/`b` are the operands' sources, `view_fn` realises a view."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from .rules import compute_f32
+
+    if plan.a.view is not None:
+        a = view_fn(a, *plan.a.view)
+    if plan.b.view is not None:
+        b = view_fn(b, *plan.b.view)
+    r = plan.axis
+    batch = [d for d in plan.a.axes if d in plan.b.axes and d != r]
+    a_free = [d for d in plan.a.axes if d not in plan.b.axes]
+    b_free = [d for d in plan.b.axes if d not in plan.a.axes]
+    dims = (
+        ((plan.a.axes.index(r),), (plan.b.axes.index(r),)),
+        (tuple(plan.a.axes.index(d) for d in batch), tuple(plan.b.axes.index(d) for d in batch)),
+    )
+    half = a.dtype in (jnp.float16, jnp.bfloat16)
+    kw = {"preferred_element_type": jnp.float32} if half else {}
+    if jnp.issubdtype(a.dtype, jnp.floating):
+        kw["precision"] = ctx.precision
+    y = lax.dot_general(a, b, dims, **kw)
+    # y axes: batch, a_free, b_free (as Mul-output axes); out drops axis r
+    got = batch + a_free + b_free
+    out_axes = [d for d in range(len(plan.mul_shape)) if d != r]
+    present = [d for d in out_axes if d in got]
+    perm = [got.index(d) for d in present]
+    if perm != list(range(len(perm))):
+        y = jnp.transpose(y, perm)
+    out_shape = tuple(plan.mul_shape[d] for d in out_axes)
+    if tuple(y.shape) != out_shape:
+        y = lax.broadcast_in_dim(y, out_shape, tuple(out_axes.index(d) for d in present))
+    ctx.stats["peephole_dots"] += 1
+    return compute_f32(y) if half else y
+
+
+def emit_take(ctx, plan: TakePlan, x, idx_src, view_fn):
+    import jax.numpy as jnp
+
+    idx = view_fn(idx_src, *plan.index_view)
+    ctx.stats["peephole_takes"] += 1
+    return jnp.take(x, idx, axis=plan.axis, mode="clip")

@@ -1,0 +1,147 @@
+"""An IR graph as one pure JAX function ``fn(weights, *inputs) -> outputs``.
+
+The function walks the graph once at trace time, calling the rule table
+for each node that is needed (peephole plans replace some nodes and skip
+the intermediates only they used).  It is traced by ``jax.jit`` once per
+executable, so none of this Python runs per call.
+
+Integer width: without JAX's x64 mode an ``int64`` IR value is held as
+int32 (indices, positions, masks: they fit).  A graph that needs 64 bits
+(float64 anywhere, or int64 constants/weights outside the int32 range) is
+traced and run under ``jax.enable_x64``, locally, never globally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from ...errors import BackendError, InputError
+from ...ir import dtypes
+from ...ir.graph import Graph, Node
+from ...ir.idioms import DECOMPOSITIONS, IDIOMS
+from ...ir.ops import TensorValue
+from . import peephole
+from .rules import RULES, STAT_ZERO, LowerCtx, realise_view
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def fits_int32(a: np.ndarray) -> bool:
+    return a.size == 0 or (int(a.min()) >= INT32_MIN and int(a.max()) <= INT32_MAX)
+
+
+def needs_x64(graph: Graph) -> bool:
+    """Whether the graph needs 64-bit JAX types (see the module docstring)."""
+    for n in graph.nodes:
+        if n.dtype == "float64":
+            return True
+        if n.dtype == "int64" and n.op == "Constant":
+            v = n.attrs["value"]
+            arr = v.array if isinstance(v, TensorValue) else np.asarray(v)
+            if not fits_int32(arr):
+                return True
+    for name, w in graph.weights.items():
+        if w.dtype == np.int64 and not fits_int32(w):
+            return True
+    return False
+
+
+def x64_scope(x64: bool):
+    return jax.enable_x64(True) if x64 else contextlib.nullcontext()
+
+
+class Program:
+    """The traced form of one per-call graph under fixed knobs."""
+
+    def __init__(self, graph: Graph, knobs: dict, x64: bool | None = None):
+        self.graph = graph
+        self.knobs = dict(knobs)
+        self.x64 = needs_x64(graph) if x64 is None else x64
+        self.ctx = LowerCtx(self.knobs, self.x64)
+        self.weight_names = tuple(graph.weight_names())
+
+    def fn(self, weights: Sequence, *inputs):
+        """The pure function jit traces: weights in ``weight_names`` order, then the model's inputs."""
+        self.ctx.stats.update(STAT_ZERO)
+        env = dict(zip(self.weight_names, weights))
+        return tuple(emit(self.graph, list(inputs), env, self.ctx))
+
+    def host_weights(self) -> list[np.ndarray]:
+        """Bound weight values converted to the dtypes the program holds them in."""
+        out = []
+        for name in self.weight_names:
+            if name not in self.graph.weights:
+                raise BackendError(f"weight {name!r} has no bound value; bind it with graph.with_weights(...)")
+            out.append(to_program_dtype(np.asarray(self.graph.weights[name]), self.x64, f"weight {name!r}"))
+        return out
+
+
+def to_program_dtype(a: np.ndarray, x64: bool, what: str) -> np.ndarray:
+    if a.dtype == np.int64 and not x64:
+        if not fits_int32(a):
+            raise InputError(f"{what} holds int64 values outside the int32 range, which this "
+                             "executable computes in int32; lower the graph again with those values bound")
+        return a.astype(np.int32)
+    return a
+
+
+def _needed(graph: Graph, plans: dict) -> list[bool]:
+    need = [False] * len(graph.nodes)
+    for o in graph.outputs:
+        need[o] = True
+    for i in range(len(graph.nodes) - 1, -1, -1):
+        if need[i]:
+            deps = plans[i].deps() if i in plans else graph.nodes[i].inputs
+            for j in deps:
+                need[j] = True
+    return need
+
+
+def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
+    """Lower `graph` on traced values; returns its outputs."""
+    plans = peephole.find(graph) if ctx.knobs.get("peephole", True) else {}
+    need = _needed(graph, plans)
+    pos = {nid: k for k, nid in enumerate(graph.input_ids)}
+    vals: dict[int, object] = {}
+    view = functools.partial(realise_view, ctx)
+    for i, n in enumerate(graph.nodes):
+        if not need[i]:
+            continue
+        if n.op == "Input":
+            if n.attrs["role"] == "input":
+                v = inputs[pos[i]]
+            else:
+                v = weights[n.attrs["name"]]
+        elif i in plans:
+            p = plans[i]
+            emit_plan = peephole.emit_dot if isinstance(p, peephole.DotPlan) else peephole.emit_take
+            v = emit_plan(ctx, p, vals[p.deps()[0]], vals[p.deps()[1]], view)
+        elif n.op in IDIOMS and ctx.knobs.get("idioms", "library") == "primitive":
+            v = _decomposed(graph, n, [vals[j] for j in n.inputs], ctx)
+        else:
+            v = RULES[n.op](ctx, n, *[vals[j] for j in n.inputs])
+        want = ctx.jdt(n.dtype)
+        if v.dtype != want:
+            v = v.astype(want)
+        vals[i] = v
+    return [vals[o] for o in graph.outputs]
+
+
+def _decomposed(graph: Graph, node: Node, args: list, ctx: LowerCtx):
+    """An idiom through its primitive form (idioms.DECOMPOSITIONS), lowered with the same rules."""
+    from ...ir.builder import GraphBuilder
+
+    b = GraphBuilder()
+    ts = [b.input(f"arg{k}", graph.nodes[j].shape, graph.nodes[j].dtype) for k, j in enumerate(node.inputs)]
+    out = DECOMPOSITIONS[node.op](*ts, **node.attrs.as_dict())
+    sub = b.build([out])
+    return emit(sub, args, {}, ctx)[0]
+
+
+def program_dtype(dt: str, x64: bool) -> np.dtype:
+    return np.dtype(np.int32) if dt == "int64" and not x64 else dtypes.to_numpy(dt)

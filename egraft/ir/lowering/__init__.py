@@ -1,0 +1,11 @@
+"""Lowering rules from core ATen to egraft's primitive IR, one per ATen op.
+
+``LOWERINGS`` maps an ATen op name (``"aten.add"``, or an overload such as
+``"aten.max.dim"``) to its :class:`Rule`; importing this package fills it
+from the per-family modules below.  ``egraft.ir.from_torch`` drives them.
+"""
+
+from . import creation, elementwise, index, linalg, movement, nn, reduce  # noqa: F401  (fill the table)
+from .registry import LOWERINGS, UNSUPPORTED_HINTS, Ctx, Missing, Rule, lookup, lowering, op_name
+
+__all__ = ["LOWERINGS", "UNSUPPORTED_HINTS", "Ctx", "Missing", "Rule", "lookup", "lowering", "op_name"]

@@ -1,0 +1,406 @@
+"""Elementwise ATen ops: arithmetic, comparisons, logic, math functions, activations.
+
+Binary rules first promote both operands to torch's result dtype (python
+scalars become constants of that dtype), so ``bool + 2`` is an integer add,
+not a logical or.  Multi-step float functions (``exp`` is ``exp2(x*log2e)``,
+``gelu`` a dozen ops) are registered with ``upcast=True``: half-precision
+arguments are computed in float32 and rounded once, as torch's CPU kernels do.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import dtypes
+from ..builder import Tensor
+from . import helpers as h
+from .registry import lowering
+
+
+# --- arithmetic ------------------------------------------------------------------------
+
+@lowering("aten.add")
+def add(ctx, a, b, alpha=1):
+    A, B = h.operands(ctx, a, b)
+    return A + (B if alpha == 1 else B * alpha)
+
+
+@lowering("aten.sub", "aten.rsub")
+def sub(ctx, a, b, alpha=1):
+    if ctx.op.startswith("aten.rsub"):
+        a, b = b, a
+    A, B = h.operands(ctx, a, b)
+    return A - (B if alpha == 1 else B * alpha)
+
+
+@lowering("aten.mul")
+def mul(ctx, a, b):
+    A, B = h.operands(ctx, a, b)
+    return A * B
+
+
+def _trunc_div(A: Tensor, B: Tensor) -> Tensor:
+    """Integer division rounding toward zero (C semantics), exact for |quotient| < 2**52."""
+    r = A % B
+    q = (A - r).cast("float64") * B.cast("float64").recip()
+    return Tensor.where(q < 0, q - 0.5, q + 0.5).cast(A.dtype)
+
+
+def _floor_div_float(A: Tensor, B: Tensor) -> Tensor:
+    """torch's floor division on floats (``div_floor_floating``): exact quotient of a - fmod(a, b)."""
+    mod = A % B
+    div = (A - mod) / B
+    div = Tensor.where(mod.ne(0) & ((B < 0) ^ (mod < 0)), div - 1, div)
+    fl = div.floor()
+    fl = Tensor.where((div - fl) > 0.5, fl + 1, fl)
+    exact = Tensor.where(div.eq(0), (A / B) * 0.0, fl)  # keeps the sign of a zero quotient
+    return Tensor.where(B.eq(0), A / B, exact)
+
+
+@lowering("aten.div", "aten.true_divide", "aten.floor_divide")
+def div(ctx, a, b, rounding_mode=None):
+    if ctx.op.startswith("aten.floor_divide"):
+        rounding_mode = "floor"
+    if rounding_mode is None:
+        A, B = h.operands(ctx, a, b, kind="INT_TO_FLOAT")
+        return A / B
+    A, B = h.operands(ctx, a, b)
+    if dtypes.is_float(A.dtype):
+        return (A / B).trunc() if rounding_mode == "trunc" else _floor_div_float(A, B)
+    q = _trunc_div(A, B)
+    if rounding_mode == "trunc":
+        return q
+    r = A % B
+    return Tensor.where(r.ne(0) & ((r < 0) ^ (B < 0)), q - 1, q)
+
+
+@lowering("aten.remainder")
+def remainder(ctx, a, b):
+    A, B = h.operands(ctx, a, b)
+    return A.floor_mod(B)
+
+
+@lowering("aten.fmod")
+def fmod(ctx, a, b):
+    A, B = h.operands(ctx, a, b)
+    return A % B
+
+
+@lowering("aten.pow", upcast=True)
+def pow_(ctx, a, b):
+    if not isinstance(b, Tensor):  # Tensor_Scalar
+        A = a.cast(ctx.dtype)
+        e = float(b)
+        if e == int(e) and abs(e) <= 64:
+            out = h.int_pow(A, abs(int(e)))
+            return out if e >= 0 else out.float_().recip()
+        if e == 0.5:
+            return A.sqrt()
+        if e == -0.5:
+            return A.rsqrt()
+        return _pow_float(A, A.b.constant(e, A.dtype, A.shape))
+    A, B = h.operands(ctx, a, b)
+    out = _pow_float(A.float_(), B.float_())
+    return h.round_half_even(out) if not dtypes.is_float(A.dtype) else out
+
+
+def _pow_float(x: Tensor, y: Tensor) -> Tensor:
+    """x**y = exp2(y*log2|x|), with torch's signs: negative base needs an integer exponent."""
+    r = (y * x.abs().log2()).exp2()
+    y_int = h.eq(y, y.trunc())
+    y_odd = y_int & (y % 2.0).ne(0)
+    neg = x < 0
+    r = Tensor.where(neg & y_odd, -r, r)
+    r = Tensor.where(neg & ~y_int, math.nan, r)
+    return Tensor.where(h.eq(y, y.b.constant(0.0, y.dtype, y.shape)), 1.0, r).cast(x.dtype)
+
+
+# --- unary math ----------------------------------------------------------------------------
+
+def _float_unary(method):
+    def rule(ctx, x):
+        return getattr(x.cast(ctx.dtype), method)()
+    return rule
+
+
+for _name, _method, _up in [
+    ("aten.exp", "exp", True), ("aten.exp2", "exp2", False), ("aten.log", "log", True),
+    ("aten.log2", "log2", False), ("aten.sqrt", "sqrt", False), ("aten.rsqrt", "rsqrt", True),
+    ("aten.reciprocal", "recip", False), ("aten.sin", "sin", False), ("aten.cos", "cos", True),
+    ("aten.tanh", "tanh", True), ("aten.sigmoid", "sigmoid", True), ("aten.erf", "erf", True),
+]:
+    lowering(_name, upcast=_up)(_float_unary(_method))
+
+
+@lowering("aten.log10", upcast=True)
+def log10(ctx, x):
+    return x.cast(ctx.dtype).log2() * (math.log(2) / math.log(10))
+
+
+@lowering("aten.log1p", upcast=True)
+def log1p(ctx, x):
+    x = x.cast(ctx.dtype)
+    # log(1+x) * x/((1+x)-1) corrects the rounding of 1+x (Goldberg's trick)
+    u = x + 1.0
+    d = u - 1.0
+    return Tensor.where(d.eq(0), x, u.log() * (x / d))
+
+
+@lowering("aten.expm1", upcast=True)
+def expm1(ctx, x):
+    x = x.cast(ctx.dtype)
+    # (e^x - 1) * x / log(e^x) corrects the cancellation near 0 (Kahan's trick)
+    u = x.exp()
+    um1 = u - 1.0
+    return Tensor.where(u.eq(1.0), x, Tensor.where(um1.eq(-1.0), -1.0, um1 * x / u.log()))
+
+
+@lowering("aten.tan", upcast=True)
+def tan(ctx, x):
+    x = x.cast(ctx.dtype)
+    return x.sin() / x.cos()
+
+
+@lowering("aten.sinh", upcast=True)
+def sinh(ctx, x):
+    x = x.cast(ctx.dtype)
+    return (x.exp() - (-x).exp()) * 0.5
+
+
+@lowering("aten.cosh", upcast=True)
+def cosh(ctx, x):
+    x = x.cast(ctx.dtype)
+    return (x.exp() + (-x).exp()) * 0.5
+
+
+@lowering("aten.erfc", upcast=True)
+def erfc(ctx, x):
+    return 1.0 - x.cast(ctx.dtype).erf()
+
+
+@lowering("aten.neg")
+def neg(ctx, x):
+    return -x
+
+
+@lowering("aten.abs")
+def abs_(ctx, x):
+    return x if x.dtype == "bool" else x.abs()
+
+
+@lowering("aten.sign", "aten.sgn")
+def sign(ctx, x):
+    if x.dtype == "bool":
+        return x
+    return Tensor.where(x > 0, 1, Tensor.where(x < 0, -1, x * 0)).cast(x.dtype)
+
+
+@lowering("aten.floor")
+def floor(ctx, x):
+    return x.floor()
+
+
+@lowering("aten.ceil")
+def ceil(ctx, x):
+    return x.ceil()
+
+
+@lowering("aten.trunc")
+def trunc(ctx, x):
+    return x.trunc()
+
+
+@lowering("aten.frac")
+def frac(ctx, x):
+    return x - x.trunc()
+
+
+@lowering("aten.round")
+def round_(ctx, x, decimals=0):
+    if not dtypes.is_float(x.dtype):
+        return x
+    if decimals == 0:
+        return h.round_half_even(x)
+    scale = 10.0 ** decimals
+    return h.round_half_even(x * scale) / scale
+
+
+@lowering("aten.isnan")
+def isnan(ctx, x):
+    return h.isnan(x)
+
+
+@lowering("aten.isinf")
+def isinf(ctx, x):
+    if not dtypes.is_float(x.dtype):
+        return x.b.constant(False, "bool", x.shape)
+    return h.eq(x.abs(), x.b.constant(math.inf, x.dtype, x.shape))
+
+
+@lowering("aten.isfinite")
+def isfinite(ctx, x):
+    if not dtypes.is_float(x.dtype):
+        return x.b.constant(True, "bool", x.shape)
+    return x.abs() < math.inf
+
+
+# --- activations -----------------------------------------------------------------------------
+
+@lowering("aten.relu")
+def relu(ctx, x):
+    zero = x.b.constant(0, x.dtype, x.shape)
+    return Tensor.where(x < 0, zero, x)  # NaN stays NaN
+
+
+@lowering("aten.gelu", upcast=True)
+def gelu(ctx, x, approximate="none"):
+    return x.gelu(approximate)
+
+
+@lowering("aten.silu", upcast=True)
+def silu(ctx, x):
+    return x.silu()
+
+
+@lowering("aten.leaky_relu")
+def leaky_relu(ctx, x, negative_slope=0.01):
+    return Tensor.where(x > 0, x, x * negative_slope)
+
+
+@lowering("aten.elu", upcast=True)
+def elu(ctx, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    neg = ((x * input_scale).exp() - 1.0) * alpha
+    return Tensor.where(x > 0, x, neg) * scale if scale != 1.0 else Tensor.where(x > 0, x, neg)
+
+
+@lowering("aten.hardtanh")
+def hardtanh(ctx, x, min_val=-1.0, max_val=1.0):
+    return x.clamp(min_val, max_val)
+
+
+@lowering("aten.clamp", "aten.clip")
+def clamp(ctx, x, min=None, max=None):
+    dt = ctx.promote(x, min, max)
+    out = x.cast(dt)
+    # where(x < lo, lo, x): a NaN x stays NaN; a NaN bound gives NaN, as in torch
+    if min is not None:
+        lo = ctx.tensor(min, dt)
+        out = Tensor.where(out < lo, lo, out)
+        out = Tensor.where(h.isnan(lo), lo, out) if isinstance(min, Tensor) else out
+    if max is not None:
+        hi = ctx.tensor(max, dt)
+        out = Tensor.where(hi < out, hi, out)
+        out = Tensor.where(h.isnan(hi), hi, out) if isinstance(max, Tensor) else out
+    return out
+
+
+@lowering("aten.clamp_min")
+def clamp_min(ctx, x, min):
+    return clamp(ctx, x, min, None)
+
+
+@lowering("aten.clamp_max")
+def clamp_max(ctx, x, max):
+    return clamp(ctx, x, None, max)
+
+
+@lowering("aten.maximum", "aten.fmax")
+def maximum(ctx, a, b):
+    A, B = h.operands(ctx, a, b)
+    if ctx.op.startswith("aten.fmax"):  # NaN loses
+        return Tensor.where(h.isnan(B), A, Tensor.where(A < B, B, A))
+    return h.maximum(A, B)
+
+
+@lowering("aten.minimum", "aten.fmin")
+def minimum(ctx, a, b):
+    A, B = h.operands(ctx, a, b)
+    if ctx.op.startswith("aten.fmin"):
+        return Tensor.where(h.isnan(B), A, Tensor.where(B < A, B, A))
+    return h.minimum(A, B)
+
+
+@lowering("aten.where")
+def where(ctx, cond, a=None, b=None):
+    if a is None:
+        raise ctx.unsupported("one-argument form", "torch.where(cond) returns data-dependent shapes; "
+                              "use torch.where(cond, a, b)")
+    A, B = h.operands(ctx, a, b)
+    c = cond if cond.dtype == "bool" else cond.ne(0)
+    return Tensor.where(c, A, B)
+
+
+@lowering("aten.masked_fill")
+def masked_fill(ctx, x, mask, value):
+    v = ctx.tensor(value, x.dtype)
+    return Tensor.where(mask, v, x)
+
+
+@lowering("aten.lerp", upcast=True)
+def lerp(ctx, a, b, weight):
+    dt = ctx.promote(a, b, weight)
+    A, B = a.cast(dt), b.cast(dt)
+    w = ctx.tensor(weight, dt)
+    return A + w * (B - A)
+
+
+# --- comparisons and logic ----------------------------------------------------------------------
+
+def _compare(fn, swap=False):
+    def rule(ctx, a, b):
+        A, B = h.operands(ctx, a, b)
+        return fn(B, A) if swap else fn(A, B)
+    return rule
+
+
+lowering("aten.eq")(_compare(h.eq))
+lowering("aten.ne")(_compare(lambda a, b: ~h.eq(a, b)))
+lowering("aten.lt")(_compare(h.lt))
+lowering("aten.le")(_compare(h.le))
+lowering("aten.gt")(_compare(h.lt, swap=True))
+lowering("aten.ge")(_compare(h.le, swap=True))
+
+
+def _as_bool(ctx, v):
+    if isinstance(v, Tensor):
+        return v if v.dtype == "bool" else ~h.eq(v, v.b.constant(0, v.dtype, v.shape))
+    return ctx.b.constant(bool(v), "bool")
+
+
+def _logical(fn):
+    def rule(ctx, a, b):
+        A, B = _as_bool(ctx, a), _as_bool(ctx, b)
+        return fn(A, B)
+    return rule
+
+
+lowering("aten.logical_and")(_logical(lambda a, b: a & b))
+lowering("aten.logical_or")(_logical(lambda a, b: a | b))
+lowering("aten.logical_xor")(_logical(lambda a, b: a ^ b))
+
+
+@lowering("aten.logical_not")
+def logical_not(ctx, x):
+    return ~_as_bool(ctx, x)
+
+
+def _bitwise(fn, name):
+    def rule(ctx, a, b):
+        A, B = h.operands(ctx, a, b)
+        if A.dtype != "bool":
+            raise ctx.unsupported(f"on {A.dtype}", f"egraft lowers bitwise {name} on bool tensors only; "
+                                  "integer bit manipulation has no IR primitive")
+        return fn(A, B)
+    return rule
+
+
+lowering("aten.bitwise_and")(_bitwise(lambda a, b: a & b, "and"))
+lowering("aten.bitwise_or")(_bitwise(lambda a, b: a | b, "or"))
+lowering("aten.bitwise_xor")(_bitwise(lambda a, b: a ^ b, "xor"))
+
+
+@lowering("aten.bitwise_not")
+def bitwise_not(ctx, x):
+    if x.dtype == "bool":
+        return ~x
+    return -x - 1  # two's complement: ~x == -x - 1

@@ -1,0 +1,194 @@
+"""A seeded random program generator over every primitive, views and idioms.
+
+``random_program(seed, max_nodes=...)`` returns a valid ``ir.Graph`` with
+float inputs (and an int index path for ``Gather``/``Mod``), small shapes and
+values kept moderate: every op whose domain or range is dangerous gets a
+guarded operand (``Log2``/``Sqrt``/``Recip`` see ``x*x + 1``-style positive
+values, ``Exp2`` sees a clamped one), and ``Mod``/float->int ``Cast`` only
+touch integers, so that rewrites that reassociate floating-point arithmetic
+stay within 1e-9 relative in float64.  Used by the equivalence fuzzer and
+available to backend tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.builder import GraphBuilder, Tensor
+from ..ir.graph import Graph
+
+
+def _pos(t: Tensor) -> Tensor:
+    return t * t + 1.0
+
+
+class _Gen:
+    def __init__(self, seed: int, max_nodes: int, idioms: bool):
+        self.rng = np.random.default_rng(seed)
+        self.b = GraphBuilder()
+        self.max_nodes = max_nodes
+        self.idioms = idioms
+        self.pool: list[Tensor] = []
+
+    # -- helpers --------------------------------------------------------------------
+    def dim(self) -> int:
+        return int(self.rng.integers(1, 5))
+
+    def shape(self, rank=None) -> tuple[int, ...]:
+        rank = int(self.rng.integers(1, 4)) if rank is None else rank
+        return tuple(self.dim() for _ in range(rank))
+
+    def pick(self, pred=None) -> Tensor | None:
+        cands = [t for t in self.pool if pred is None or pred(t)]
+        if not cands:
+            return None
+        # prefer recent values so programs are deep rather than wide
+        w = np.arange(1, len(cands) + 1, dtype=float) ** 2
+        return cands[int(self.rng.choice(len(cands), p=w / w.sum()))]
+
+    def like(self, t: Tensor) -> Tensor:
+        """A second operand broadcastable to t: another pool value (viewed to fit), or a new leaf."""
+        r = self.rng.random()
+        same = [u for u in self.pool if u.shape == t.shape and u is not t]
+        if same and r < 0.5:
+            return same[int(self.rng.integers(len(same)))]
+        if r < 0.7:
+            return float(np.round(self.rng.uniform(-2, 2), 3)) or 0.5
+        if r < 0.85:
+            # a lower-rank leaf that broadcasts (bias-like)
+            k = int(self.rng.integers(0, t.ndim + 1))
+            return self.new_leaf(t.shape[t.ndim - k:], weight=self.rng.random() < 0.5)
+        return self.new_leaf(t.shape, weight=False)
+
+    def new_leaf(self, shape, weight=False) -> Tensor:
+        n = len(self.b.nodes)
+        if weight:
+            return self.b.weight(f"w{n}", (self.rng.standard_normal(shape) * 0.5).astype(np.float32))
+        return self.b.input(f"x{n}", shape, "float32")
+
+    # -- op families --------------------------------------------------------------------
+    def unary(self, t):
+        k = self.rng.integers(5)
+        if k == 0:
+            return t.minimum(2.0).maximum(-4.0).exp2()
+        if k == 1:
+            return _pos(t).log2()
+        if k == 2:
+            return t.sin()
+        if k == 3:
+            return _pos(t).sqrt()
+        return _pos(t).recip()
+
+    def binary(self, t):
+        o = self.like(t)
+        k = self.rng.integers(4)
+        if k == 0:
+            return t + o
+        if k == 1:
+            return t * o
+        if k == 2:
+            return t - o
+        return Tensor.where(t < o, t, o if isinstance(o, Tensor) else t * o)
+
+    def reduce(self, t):
+        if t.ndim == 0:
+            return t * 2.0
+        ax = int(self.rng.integers(t.ndim))
+        keep = bool(self.rng.random() < 0.3)
+        return t.sum(ax, keepdim=keep) if self.rng.random() < 0.6 else t.max(ax, keepdim=keep)
+
+    def view(self, t):
+        k = self.rng.integers(6)
+        if t.ndim == 0:
+            return t.reshape((1, 1)).expand((2, 1 + self.dim()))
+        if k == 0 and t.ndim >= 2:
+            return t.permute(list(self.rng.permutation(t.ndim)))
+        if k == 1:
+            n = int(np.prod(t.shape))
+            divs = [d for d in range(1, n + 1) if n % d == 0]
+            d = int(self.rng.choice(divs))
+            return t.reshape((d, n // d))
+        if k == 2:
+            return t.unsqueeze(0).expand((self.dim(),) + t.shape)
+        ax = int(self.rng.integers(t.ndim))
+        n = t.shape[ax]
+        if k == 3 and n > 1:
+            start = int(self.rng.integers(n - 1))
+            step = int(self.rng.integers(1, 3))
+            return t.slice(ax, start, n, step)
+        if k == 4:
+            return t.flip(ax)
+        return t.transpose(0, -1) if t.ndim >= 2 else t.flip(0)
+
+    def gather(self, t):
+        if t.ndim == 0:
+            return t
+        ax = int(self.rng.integers(t.ndim))
+        n = t.shape[ax]
+        k = self.dim()
+        i = self.b.iota(k, "int64")
+        idx = (i * int(self.rng.integers(1, 4)) + int(self.rng.integers(0, 3))) % n
+        shape = list(t.shape)
+        shape[ax] = k
+        idx = idx.reshape(tuple(k if d == ax else 1 for d in range(t.ndim))).expand(tuple(shape))
+        return t.gather(ax, idx)
+
+    def int_path(self, t):
+        """Float path mixed with integers: Iota, Mod, Cast int->float."""
+        n = t.shape[-1] if t.ndim else 1
+        i = self.b.iota(n, "int64")
+        m = (i * 3 + 1) % int(self.rng.integers(1, 4))
+        f = m.cast("float32")
+        if t.ndim:
+            f = f.reshape((1,) * (t.ndim - 1) + (n,)).expand(t.shape)
+        return t + f if t.ndim else t + f.sum()
+
+    def matmul(self, t):
+        if t.ndim == 0:
+            return t
+        n = self.dim()
+        w = self.new_leaf((t.shape[-1], n), weight=True)
+        if self.idioms and t.ndim >= 2 and self.rng.random() < 0.5:
+            a = t
+            bw = w.expand(a.shape[:-2] + w.shape)
+            return self.b.add("MatMul", (a, bw))
+        return t @ w
+
+    def idiom(self, t):
+        if t.ndim == 0:
+            return t
+        ax = t.ndim - 1
+        k = self.rng.integers(3)
+        if not self.idioms:
+            return t.softmax(-1) if k == 0 else (t.layer_norm(1e-5) if k == 1 else t.rms_norm(1e-6))
+        if k == 0:
+            return self.b.add("Softmax", (t,), axis=ax)
+        if k == 1:
+            return self.b.add("LayerNorm", (t,), axis=ax, eps=1e-5)
+        return self.b.add("RMSNorm", (t,), axis=ax, eps=1e-6)
+
+    def cast(self, t):
+        return t.cast("float64").sin().cast("float32")
+
+    def build(self) -> Graph:
+        self.pool.append(self.new_leaf(self.shape()))
+        if self.rng.random() < 0.5:
+            self.pool.append(self.new_leaf(self.shape()))
+        families = [self.unary, self.binary, self.binary, self.reduce, self.view, self.view,
+                    self.gather, self.int_path, self.matmul, self.idiom, self.cast]
+        while len(self.b.nodes) < self.max_nodes:
+            t = self.pick()
+            f = families[int(self.rng.integers(len(families)))]
+            out = f(t)
+            if out.ndim > 4 or int(np.prod(out.shape)) > 256:
+                out = out.sum(0)
+            self.pool.append(out)
+        outs = [self.pool[-1]]
+        if len(self.pool) > 3 and self.rng.random() < 0.5:
+            outs.append(self.pool[int(self.rng.integers(1, len(self.pool) - 1))])
+        return self.b.build(outs)
+
+
+def random_program(seed: int, max_nodes: int = 24, idioms: bool = True) -> Graph:
+    """A random valid program (deterministic in `seed`) of about `max_nodes` nodes."""
+    return _Gen(int(seed), int(max_nodes), idioms).build()

@@ -1,0 +1,131 @@
+"""Reduction rules: factor out what is constant along the axis, shift invariance, split a reduction.
+
+A factor is "constant along axis ax" when its e-class holds a View whose
+stride on ax is 0 (a broadcast scalar, a per-row vector expanded, ...).
+Then ``sum(c*x) = c*sum(x)``, ``sum(x+c) = sum(x) + n*c`` and
+``max(x+c) = max(x) + c`` (exact: rounding is monotone), with c re-viewed
+without that axis.  ``split`` rewrites one reduction of size n = p*q into an
+outer reduction of an inner one over a reshaped view: the tiling / split-K
+form a backend needs for long reductions; it is explosive (each split can be
+split again), so it runs once per explosive step.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir import shapes
+from .encode import RuleSpec, T, scalar
+from .rules_views import _drop, _view_attrs, view_term
+from .witnesses import pair, rand_shape
+
+FAMILY = "reductions"
+
+
+def _constant_along(snap, cls, ax):
+    """Views in `cls` with stride 0 on `ax`, re-viewed without that axis."""
+    for u in snap.nodes_of(cls, "View"):
+        shape, strides, off = _view_attrs(u)
+        if strides[ax] == 0:
+            yield view_term(u.children[0], _drop(shape, ax), _drop(strides, ax), off)
+
+
+def _pairs(snap, cls, op):
+    for m in snap.nodes_of(cls, op):
+        a, b = m.children
+        yield a, b
+        if a != b:
+            yield b, a
+
+
+def sum_factor(snap):
+    """sum_ax(x * c) = sum_ax(x) * c when c is constant along ax."""
+    for r in snap.by_op("SumReduce"):
+        ax = r.attrs["axis"]
+        for x, c in _pairs(snap, r.children[0], "Mul"):
+            for cv in _constant_along(snap, c, ax):
+                yield r.cls, T("Mul", T("SumReduce", x, axis=ax), cv)
+
+
+def sum_shift(snap):
+    """sum_ax(x + c) = sum_ax(x) + n*c when c is constant along ax."""
+    for r in snap.by_op("SumReduce"):
+        ax = r.attrs["axis"]
+        dt = snap.dtype[r.cls]
+        if not dt.startswith(("float", "bfloat")):
+            continue
+        n = snap.shape[r.children[0]][ax]
+        out_shape = snap.shape[r.cls]
+        for x, c in _pairs(snap, r.children[0], "Add"):
+            for cv in _constant_along(snap, c, ax):
+                yield r.cls, T("Add", T("SumReduce", x, axis=ax), T("Mul", cv, scalar(float(n), dt, out_shape)))
+
+
+def max_shift(snap):
+    """max_ax(x + c) = max_ax(x) + c when c is constant along ax."""
+    for r in snap.by_op("MaxReduce"):
+        ax = r.attrs["axis"]
+        if snap.dtype[r.cls] == "bool":
+            continue
+        for x, c in _pairs(snap, r.children[0], "Add"):
+            for cv in _constant_along(snap, c, ax):
+                yield r.cls, T("Add", T("MaxReduce", x, axis=ax), cv)
+
+
+def split_size(n: int) -> int | None:
+    """The inner tile of a split: the largest divisor of n in (1, sqrt(n)], or None for primes."""
+    for d in range(int(math.isqrt(n)), 1, -1):
+        if n % d == 0:
+            return d
+    return None
+
+
+def split(snap):
+    """reduce_ax(x) over n = p*q = reduce_ax(reduce_{ax+1}(reshape x to (.., p, q, ..)))."""
+    for op in ("SumReduce", "MaxReduce"):
+        for r in snap.by_op(op):
+            ax = r.attrs["axis"]
+            x = r.children[0]
+            s = snap.shape[x]
+            q = split_size(s[ax])
+            if q is None:
+                continue
+            shape = tuple(s[:ax]) + (s[ax] // q, q) + tuple(s[ax + 1:])
+            v = view_term(x, shape, shapes.contiguous_strides(shape), 0)
+            yield r.cls, T(op, T(op, v, axis=ax + 1), axis=ax)
+
+
+# -- witnesses -------------------------------------------------------------------------------
+
+def _w_sum_factor(rng):
+    a, n = rand_shape(rng, 2, lo=2)
+    return pair(lambda x, c: (x * c.unsqueeze(1)).sum(1), lambda x, c: x.sum(1) * c, (a, n), (a,))
+
+
+def _w_sum_shift(rng):
+    a, n = rand_shape(rng, 2, lo=2)
+    return pair(lambda x, c: (x + c.unsqueeze(1)).sum(1), lambda x, c: x.sum(1) + c * float(n), (a, n), (a,))
+
+
+def _w_max_shift(rng):
+    a, n = rand_shape(rng, 2, lo=2)
+    return pair(lambda x, c: (x + c.unsqueeze(1)).max(1), lambda x, c: x.max(1) + c, (a, n), (a,))
+
+
+def _w_split(rng):
+    a = int(rng.integers(1, 4))
+    n = int(rng.choice([4, 6, 8, 9, 12]))
+    return pair(lambda x: x.sum(1) + x.max(1), lambda x: x.reshape((a, n // split_size(n), split_size(n))).sum(2).sum(1)
+                + x.reshape((a, n // split_size(n), split_size(n))).max(2).max(1), (a, n))
+
+
+RULES = [
+    RuleSpec("reductions.sum-factor", FAMILY, apply=sum_factor, witness=_w_sum_factor,
+             doc="sum(x*c) = sum(x)*c, c constant along the axis"),
+    RuleSpec("reductions.sum-shift", FAMILY, apply=sum_shift, witness=_w_sum_shift,
+             doc="sum(x+c) = sum(x) + n*c, c constant along the axis"),
+    RuleSpec("reductions.max-shift", FAMILY, apply=max_shift, witness=_w_max_shift,
+             doc="max(x+c) = max(x)+c, c constant along the axis"),
+    RuleSpec("reductions.split", FAMILY, apply=split, explosive=True, witness=_w_split,
+             doc="split a reduction of size p*q into outer(inner) over a reshaped view (tiling / split-K)"),
+]

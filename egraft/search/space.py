@@ -1,0 +1,196 @@
+"""The e-graph as a plain-Python search space, and extraction of programs from it.
+
+A genome is one e-node choice per e-class (an index into ``space.classes[c]``).
+``extract`` turns any genome into an ``ir.Graph``; a choice that would close a
+cycle is repaired deterministically: the class that closes it falls back to its
+*safe* e-node (the one of least height, whose children all have smaller height),
+and if that still closes the cycle every class on it does; all-safe choices
+are acyclic by construction.  Classes holding a model input or weight always
+extract as that ``Input``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import IRError
+from ..ir.graph import Graph, Node
+from ..rewrites.export import ENode, Snapshot, best_by_cost
+
+
+@dataclass
+class Space:
+    nodes: list[ENode]
+    classes: list[list[int]]  # e-node indices per class
+    shape: list[tuple[int, ...] | None]
+    dtype: list[str | None]
+    roots: list[int]  # class per graph output
+    inputs: list[int]  # class per model input, in the model's order
+    input_names: list[str]
+    weights: Mapping[str, np.ndarray]
+
+    # -- construction ---------------------------------------------------------------
+    @classmethod
+    def from_egraph(cls, result) -> "Space":
+        """Lift a :class:`egraft.rewrites.SaturationResult` into plain Python."""
+        snap: Snapshot = result.snapshot()
+        roots = [snap.class_of_handle[h] for h in result.output_handles]
+        inputs = [snap.class_of_handle[h] for h in result.input_handles]
+        return cls.from_snapshot(snap, roots, inputs, result.graph.input_names(), dict(result.graph.weights))
+
+    @classmethod
+    def from_snapshot(cls, snap: Snapshot, roots, inputs, input_names, weights) -> "Space":
+        sp = cls(snap.nodes, snap.classes, snap.shape, snap.dtype, list(roots), list(inputs),
+                 list(input_names), weights)
+        sp._prepare()
+        return sp
+
+    def _prepare(self):
+        snap = Snapshot(self.nodes, self.classes, self.shape, self.dtype, {}, None)
+        self._snap = snap
+        rank, safe = best_by_cost(snap, [1.0] * len(self.nodes), "max")
+        for c, members in enumerate(self.classes):
+            for ni in members:
+                if self.nodes[ni].op == "Input":
+                    safe[c] = ni
+        self.rank, self.safe = rank, safe
+        # e-nodes whose children are all extractable (finite rank), per class
+        self.usable = [[ni for ni in members if all(rank[k] < math.inf for k in self.nodes[ni].children)]
+                       for members in self.classes]
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes)
+
+    def stats(self) -> dict:
+        return {"classes": self.n_classes, "nodes": self.n_nodes,
+                "choices": sum(1 for u in self.usable if len(u) > 1)}
+
+    # -- extraction -----------------------------------------------------------------------
+    def _node_choice(self, choices) -> list[int]:
+        """Genome (class -> index into classes[c]) to e-node ids, defaults to the safe node."""
+        ch = list(self.safe)
+        items = choices.items() if isinstance(choices, Mapping) else enumerate(choices or ())
+        for c, k in items:
+            members = self.classes[c]
+            if members and self.safe[c] >= 0 and self.nodes[self.safe[c]].op != "Input":
+                ni = members[int(k) % len(members)]
+                if all(self.rank[x] < math.inf for x in self.nodes[ni].children):
+                    ch[c] = ni
+        return ch
+
+    def _acyclic(self, ch: list[int]) -> list[int]:
+        """Repair `ch` in place until the extraction is acyclic; returns classes in post-order."""
+        nodes, safe = self.nodes, self.safe
+        while True:
+            color: dict[int, int] = {}
+            order: list[int] = []
+            bad = None
+            for root in list(self.inputs) + list(self.roots):
+                if color.get(root):
+                    continue
+                color[root] = 1
+                stack = [[root, 0]]
+                while stack:
+                    top = stack[-1]
+                    c, k = top
+                    kids = nodes[ch[c]].children
+                    if k < len(kids):
+                        top[1] = k + 1
+                        d = kids[k]
+                        col = color.get(d, 0)
+                        if col == 0:
+                            color[d] = 1
+                            stack.append([d, 0])
+                        elif col == 1:
+                            bad = (c, d, [s for s, _ in stack])
+                            break
+                    else:
+                        color[c] = 2
+                        order.append(c)
+                        stack.pop()
+                if bad:
+                    break
+            if bad is None:
+                return order
+            c, d, on_stack = bad
+            if ch[c] != safe[c]:
+                ch[c] = safe[c]
+            else:
+                for s in on_stack[on_stack.index(d):]:
+                    ch[s] = safe[s]
+
+    def extract(self, choices: Mapping[int, int] | Sequence[int] | None = None) -> Graph:
+        """The program picked by `choices` (class -> e-node index within the class) as an ir.Graph."""
+        return self._build(self._node_choice(choices))
+
+    def _build(self, ch: list[int]) -> Graph:
+        order = self._acyclic(ch)
+        ids: dict[int, int] = {}
+        out_nodes: list[Node] = []
+        for c in order:
+            n = self.nodes[ch[c]]
+            ids[c] = len(out_nodes)
+            out_nodes.append(Node(n.op, tuple(ids[k] for k in n.children), n.attrs, tuple(self.shape[c]), self.dtype[c]))
+        try:
+            return Graph(out_nodes, [ids[r] for r in self.roots], [ids[c] for c in self.inputs], self.weights)
+        except IRError as e:
+            raise IRError(f"extraction produced an ill-typed graph (an unsound rule?): {e}") from None
+
+    def sample(self, rng: np.random.Generator | int | None = None) -> Graph:
+        """A random acyclic extraction: a uniform e-node choice per class, then repaired."""
+        return self._build(self.random_choices(rng))
+
+    def random_choices(self, rng=None) -> list[int]:
+        rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+        ch = list(self.safe)
+        for c, usable in enumerate(self.usable):
+            if len(usable) > 1 and self.nodes[self.safe[c]].op != "Input":
+                ch[c] = usable[int(rng.integers(len(usable)))]
+        return ch
+
+    def greedy(self, cost_fn: Callable[[ENode, "Space"], float] | None = None) -> Graph:
+        """Least tree-cost extraction; default cost: :func:`default_cost` (FLOPs + bytes)."""
+        fn = cost_fn or default_cost
+        costs = [max(float(fn(n, self)), 1e-9) for n in self.nodes]
+        for i, n in enumerate(self.nodes):
+            if n.op == "Input":
+                costs[i] = 1e-12
+        _, ch = best_by_cost(self._snap, costs, "sum")
+        return self._build([x if x >= 0 else s for x, s in zip(ch, self.safe)])
+
+
+_FLOP_WEIGHT = {"View": 0.0, "Input": 0.0, "Constant": 0.0, "Iota": 0.5, "Cast": 0.5}
+
+
+def default_cost(node: ENode, space: Space) -> float:
+    """A rough FLOPs-plus-bytes estimate of one e-node (a stand-in for the roofline model).
+
+    Views are nearly free (a small bytes charge so needless view chains lose);
+    reductions, idioms and elementwise ops pay for the elements they read.
+    """
+    out = math.prod(space.shape[node.cls] or ())
+    if node.op in ("Input", "Constant"):
+        return 1e-6
+    if node.op == "View":
+        return 1e-3 * (1 + out / 1e6)
+    ins = sum(math.prod(space.shape[c] or ()) for c in node.children)
+    if node.op == "MatMul":
+        a, b = space.shape[node.children[0]], space.shape[node.children[1]]
+        flops = 2 * math.prod(a) * b[-1] / 8  # idiom kernels run on matrix units
+    elif node.op in ("Softmax", "LayerNorm", "RMSNorm"):
+        flops = 5 * out / 4  # one fused kernel instead of ~8 primitive passes
+    elif node.op == "Attention":
+        q, k, v = (space.shape[c] for c in node.children[:3])
+        flops = 2 * math.prod(q) * k[-2] * (1 + v[-1] / q[-1]) / 8
+    else:
+        flops = max(out, ins) * (1.0 - _FLOP_WEIGHT.get(node.op, 0.0))
+    return flops + 0.5 * (ins + out)

@@ -1,0 +1,160 @@
+"""Program-level behaviour of the JAX backend: matmul peephole, weight folding, integer widths, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from jax_helpers import check_graph
+
+from egraft.backends import get_backend, lower
+from egraft.backends.jax import KNOBS
+from egraft.errors import InputError
+from egraft.ir import GraphBuilder, evaluate
+from egraft.testing import assert_close, fresh_seed
+
+
+def _prims(ex):
+    names = set()
+
+    def walk(jaxpr):
+        for e in jaxpr.eqns:
+            names.add(e.primitive.name)
+            for p in e.params.values():
+                if hasattr(p, "jaxpr"):
+                    walk(p.jaxpr if hasattr(p.jaxpr, "eqns") else p.jaxpr.jaxpr)
+    walk(ex.jaxpr().jaxpr)
+    return names
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((5, 7), (7, 3)), ((2, 5, 7), (2, 7, 3)), ((2, 5, 7), (7, 3)),
+                                             ((7,), (7, 3)), ((4, 1, 5, 7), (3, 7, 2)), ((5, 7), (7,))])
+@pytest.mark.parametrize("dt", ["float32", "float16"])
+def test_primitive_matmul_becomes_dot_general(a_shape, b_shape, dt):
+    """SumReduce(Mul(expand a, expand b)) must not materialise [.., M, K, N]: it is a dot_general."""
+    seed = fresh_seed()
+    b = GraphBuilder()
+    a = b.input("a", a_shape, dt)
+    c = b.input("c", b_shape, dt)
+    g = b.build([a @ c])  # the builder's matmul is the primitive form
+    assert "MatMul" not in g.op_counts() and g.op_counts()["SumReduce"] == 1
+    ex = check_graph(g, seed, what=f"matmul {a_shape}@{b_shape} {dt}")
+    assert ex.stats["peephole_dots"] == 1
+    assert "dot_general" in _prims(ex) and "reduce_sum" not in _prims(ex)
+    off = check_graph(g, seed, knobs={"peephole": False}, what="no peephole")
+    assert off.stats["peephole_dots"] == 0 and "dot_general" not in _prims(off)
+
+
+def test_peephole_on_transposed_weight_and_int_operands():
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+    x = b.input("x", (3, 4, 8), "float32")
+    w = b.weight("w", rng.standard_normal((6, 8)).astype(np.float32))  # Linear weight [out, in]
+    i = b.input("i", (4, 5), "int32")
+    j = b.input("j", (5, 2), "int32")
+    ex = check_graph(b.build([x @ w.T, i @ j]), seed, what="linear + int matmul")
+    assert ex.stats["peephole_dots"] == 2
+
+
+def test_elementwise_product_sum_is_left_alone():
+    """A reduce of an un-broadcast product is not a matmul; it must still be right."""
+    seed = fresh_seed()
+    b = GraphBuilder()
+    x, y = b.input("x", (4, 6), "float32"), b.input("y", (4, 6), "float32")
+    ex = check_graph(b.build([(x * y).sum(1), (x * x.slice(1, 0, 1).expand((4, 6))).sum(1)]), seed)
+    assert ex.stats["peephole_dots"] == 0
+
+
+def test_weight_only_subgraph_runs_once_at_build():
+    """W1 @ W2 and a transposed, scaled weight are folded: the per-call program has no trace of them."""
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+    x = b.input("x", (4, 8), "float32")
+    w1 = b.weight("w1", rng.standard_normal((8, 16)).astype(np.float32))
+    w2 = b.weight("w2", rng.standard_normal((16, 6)).astype(np.float32))
+    s = b.weight("s", rng.standard_normal((6,)).astype(np.float32))
+    merged = (w1 @ w2) * s.exp()  # weight-only: a matmul, an exp and a broadcast multiply
+    g = b.build([x @ merged])
+    ex = check_graph(g, seed, what="fold")
+    assert list(ex.folded) == ["__folded_0"] and ex.folded["__folded_0"].shape == (8, 6)
+    prims = _prims(ex)
+    assert "exp2" not in prims, "the weight-only exp ran per call"
+    assert ex.stats["peephole_dots"] == 1  # only x @ merged is left
+    assert ex.program.graph.weight_names() == ["__folded_0"]
+    # the folded value is what the reference computes
+    np.testing.assert_allclose(ex.folded["__folded_0"], evaluate(b.build([merged]), [np.zeros((4, 8), np.float32)])[0], rtol=1e-6)
+
+
+def test_weights_stay_on_device_between_calls():
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+    x = b.input("x", (2, 8), "float32")
+    w = b.weight("w", rng.standard_normal((8, 8)).astype(np.float32))
+    ex = lower(b.build([x @ w]), "jax", "cpu")
+    import jax
+
+    before = [id(a) for a in ex.weights]
+    assert all(isinstance(a, jax.Array) for a in ex.weights)
+    ex(rng.standard_normal((2, 8)).astype(np.float32))
+    ex(rng.standard_normal((2, 8)).astype(np.float32))
+    assert [id(a) for a in ex.weights] == before
+
+
+def test_int64_values_and_range():
+    seed = fresh_seed()
+    b = GraphBuilder()
+    ids = b.input("ids", (6,), "int64")
+    big = b.constant(3_000_000_000, "int64", (6,))  # needs 64 bits: the program runs in x64 scope
+    g_small = b.build([ids * 3 + 1, ids.cumsum(0)])
+    check_graph(g_small, seed, what="int64")
+    ex = lower(g_small, "jax", "cpu")
+    assert not ex.program.x64
+    with pytest.raises(InputError, match="int32 range"):
+        ex(np.array([2**40, 0, 0, 0, 0, 0], dtype=np.int64))
+    g_big = b.build([ids + big])
+    ex_big = check_graph(g_big, seed, what="int64 beyond int32")
+    assert ex_big.program.x64
+    import jax
+
+    assert not jax.config.jax_enable_x64, "x64 must never be switched on globally"
+
+
+def test_float64_graph_runs_in_x64_scope():
+    seed = fresh_seed()
+    b = GraphBuilder()
+    x = b.input("x", (3, 5), "float64")
+    g = b.build([(x * 1e-12 + 1.0).log2(), x.softmax(-1)])
+    check_graph(g, seed, tol=1e-12, what="float64")
+
+
+def test_knob_space_and_rule_table():
+    be = get_backend("jax")
+    b = GraphBuilder()
+    g = b.build([b.input("x", (2,), "float32")])
+    space = be.knobs(g)
+    assert space == {k: list(v) for k, v in KNOBS.items()}
+    assert all(len(v) >= 2 for v in space.values())
+    assert set(be.devices) == {"cpu", "cuda", "tpu"}
+
+
+def test_outputs_that_are_inputs_or_weights():
+    seed = fresh_seed()
+    b = GraphBuilder()
+    x = b.input("x", (3,), "float32")
+    w = b.weight("w", np.arange(3, dtype=np.float32))
+    check_graph(b.build([x, w, x.reshape((1, 3))]), seed)
+
+
+def test_numpy_input_errors():
+    b = GraphBuilder()
+    x = b.input("x", (3,), "float32")
+    ex = lower(b.build([x * 2.0]), "jax", "cpu")
+    with pytest.raises(InputError, match="takes 1 input"):
+        ex()
+    with pytest.raises(InputError, match="shape"):
+        ex(np.zeros(4, np.float32))
+    with pytest.raises(InputError, match="dtype"):
+        ex(np.zeros(3, np.float64))
+    assert_close(ex(np.ones(3, np.float32)), [np.full(3, 2.0, np.float32)])
