@@ -166,14 +166,13 @@ def lower_program(ep: torch.export.ExportedProgram) -> Graph:
 
     b = GraphBuilder()
     sig = ep.graph_signature
-    specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
-    const_specs = {i: s for i, s in enumerate(sig.input_specs)}
     env: dict[torch.fx.Node, Any] = {}
     taken = set()
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
-    for k, node in enumerate(placeholders):
-        spec = specs.get(node.name) or const_specs.get(k)
-        kind = spec.kind if spec is not None else InputKind.USER_INPUT
+    if len(placeholders) != len(sig.input_specs):  # pragma: no cover - torch invariant
+        raise IRError("exported program has a different number of placeholders and input specs")
+    for node, spec in zip(placeholders, sig.input_specs):
+        kind = spec.kind
         if kind in (InputKind.PARAMETER, InputKind.BUFFER):
             value = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
             env[node] = b.weight(spec.target, _weight_array(value, spec.target))

@@ -48,14 +48,14 @@ class Limits:
     every iteration, so the overshoot is at most one (bounded) iteration.
     """
 
-    iterations: int = 30
+    iterations: int = 10
     nodes: int = 200_000
     seconds: float = 60.0
-    explosive_iterations: int = 2
-    match_limit: int = 1_000
+    explosive_iterations: int = 1
+    match_limit: int = 500
     ban_length: int = 2
     proc_cap: int = 20_000  # unions one procedural rule may add per iteration
-    repeated_layers: bool = True  # saturate each distinct layer once, copy to the others
+    repeated_layers: bool = False  # saturate each distinct layer once, copy to the others
 
 
 @dataclass
@@ -129,7 +129,25 @@ class Session:
         self.run("\n".join(texts), what="loading the rules")
 
     # -- egglog calls -----------------------------------------------------------------
+    CHUNK_CHARS = 20_000
+
     def run(self, text: str, what: str = "saturating"):
+        """Run egglog commands.  Long programs go in chunks: egglog keeps a copy of the
+        source per command, so one 250 KB program of 5k unions took > 6 GB."""
+        if len(text) <= self.CHUNK_CHARS:
+            return self._run(text, what)
+        out, buf, size = [], [], 0
+        for cmd in E.split_commands(text):
+            buf.append(cmd)
+            size += len(cmd)
+            if size >= self.CHUNK_CHARS:
+                out += self._run("\n".join(buf), what)
+                buf, size = [], 0
+        if buf:
+            out += self._run("\n".join(buf), what)
+        return out
+
+    def _run(self, text: str, what: str):
         try:
             return self.eg.run_program(*self.eg.parse_program(text))
         except BaseException as e:  # pyo3 PanicException derives from BaseException

@@ -117,3 +117,21 @@ def test_platform_not_exported(tmp_path):
     ex.export(str(tmp_path), platforms=["tpu"])
     with pytest.raises(ArtifactError, match="not for cpu"):
         load_exported(str(tmp_path), "cpu")
+
+
+def test_float64_program_round_trip(tmp_path):
+    """A graph that needs 64-bit types exports and reloads under a local x64 scope."""
+    seed = fresh_seed()
+    b = GraphBuilder()
+    x = b.input("x", (3, 4), "float64")
+    w = b.weight("w", np.random.default_rng(seed).standard_normal((4, 2)))
+    g = b.build([(x @ w).softmax(-1)])
+    ex = lower(g, "jax", "cpu")
+    ex.export(str(tmp_path), platforms=["cpu"])
+    xs = np.random.default_rng(seed).standard_normal((3, 4))
+    got = load_exported(str(tmp_path))(xs)
+    assert got[0].dtype == np.float64
+    assert_close(got, evaluate(g, [xs]), tol=1e-12, what=f"float64 export (seed={seed})")
+    import jax
+
+    assert not jax.config.jax_enable_x64

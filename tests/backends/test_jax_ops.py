@@ -218,6 +218,11 @@ def test_unknown_knob_and_device_are_clear_errors():
         lower(g, "jax", "cpu", {"bogus": 1})
     with pytest.raises(BackendError, match="unknown device"):
         lower(g, "jax", "gpu0")
+    import jax
+
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        with pytest.raises(BackendError, match="no cuda device"):
+            lower(g, "jax", "cuda:0")
 
 
 def test_torch_in_torch_out():

@@ -158,3 +158,33 @@ def test_numpy_input_errors():
     with pytest.raises(InputError, match="dtype"):
         ex(np.zeros(3, np.float64))
     assert_close(ex(np.ones(3, np.float32)), [np.full(3, 2.0, np.float32)])
+
+
+def test_pad_and_cat_with_folded_indices_become_slices():
+    """Iota+Gather+Where forms of pad / cat / rotate-half: static slices after folding, not gathers."""
+    seed = fresh_seed()
+    from egraft.ir import cat
+
+    b = GraphBuilder()
+    x = b.input("x", (2, 3, 6), "float32")
+    y = b.input("y", (2, 3, 4), "float32")
+    padded = x.pad(2, 1, 2)  # clamp indices: [0, 0, 1, .., 5, 5, 5]
+    rot = cat([-x.slice(2, 3, 6), x.slice(2, 0, 3)], 2)  # rotate_half
+    joined = cat([x, y], 2)
+    g = b.build([padded, rot, joined])
+    ex = check_graph(g, seed, what="pad/cat")
+    assert ex.stats["peephole_slices"] >= 3 and ex.stats["peephole_takes"] == 0
+    off = check_graph(g, seed, knobs={"peephole": False}, what="pad/cat, no peephole")
+    assert off.stats["peephole_slices"] == 0
+
+
+def test_index_pieces_reconstruct_the_index():
+    from egraft.backends.jax.peephole import index_pieces
+
+    rng = np.random.default_rng(fresh_seed())
+    for _ in range(300):
+        v = [int(a) for a in rng.integers(0, 5, size=int(rng.integers(1, 10)))]
+        pieces = index_pieces(v)
+        assert [s + k * st for s, n, st in pieces for k in range(n)] == v
+        assert all(st in (0, 1) and n >= 1 for _, n, st in pieces)
+    assert index_pieces([0, 0, 1, 2, 3, 3]) == ((0, 2, 0), (1, 3, 1), (3, 1, 1))

@@ -10,7 +10,7 @@ such as ``aten.linear`` reach their own rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -139,6 +139,12 @@ for _op, _fn, _spec in [
     add(_op, case(lambda x, f=_fn: (f(x), f(x.transpose(-1, -2)[1:])), [_spec], [Spec((2, 3, 5), _spec.kind, _spec.lo, _spec.hi)],
                   half=_op in ("aten.exp", "aten.rsqrt", "aten.tanh", "aten.sigmoid", "aten.relu", "aten.silu",
                                "aten.log", "aten.sqrt")))
+for _op, _fn, _spec in [("aten.atan", torch.atan, Uni(-6, 6, 4, 7)), ("aten.asin", torch.asin, Uni(-1, 1, 4, 7)),
+                         ("aten.acos", torch.acos, Uni(-1, 1, 4, 7)), ("aten.asinh", torch.asinh, Uni(-5, 5, 4, 7)),
+                         ("aten.acosh", torch.acosh, Uni(1, 6, 4, 7)), ("aten.atanh", torch.atanh, Uni(-0.95, 0.95, 4, 7))]:
+    add(_op, case(lambda x, f=_fn: (f(x), f(x.mT)), [_spec]))
+add("aten.atan2", case(lambda y, x: (torch.atan2(y, x), torch.atan2(y, x.round()), torch.atan2(torch.zeros_like(y), x), torch.atan2(y, torch.zeros_like(x))),
+                       [Fl(4, 7), Fl(4, 7)], [Fl(3, 1), Fl(5)]))
 add("aten.frac", case(lambda x: (torch.frac(x), torch.frac(x.mT)), [Uni(-5, 5, 3, 4)], raw=True))
 add("aten.round",
     case(lambda x: (torch.round(x), torch.round(x * 2) / 2, torch.round(x + 0.5)),
@@ -326,6 +332,17 @@ add("aten.index", case(lambda x, i, j: (x[i], x[:, j], x[i, j[:4]], x[:, i[:2, N
 add("aten.index_select", case(lambda x, i: (x.index_select(0, i), x.index_select(1, i[:2]), x.mT.index_select(1, i)),
                               [Fl(5, 6), Int(4, lo=0, hi=5)]))
 add("aten.gather", case(lambda x, i: (torch.gather(x, 1, i), torch.gather(x, 0, i[:3, :2])), [Fl(4, 6), Int(4, 3, lo=0, hi=4)]))
+add("aten.scatter", case(lambda x, i, s: (x.scatter(1, i, s), x.scatter(0, i[:2, :3], 2.5), x.scatter(1, i, s, reduce="add"),
+                                       x.scatter(1, i, s, reduce="multiply")),
+                         [Fl(4, 6), Int(4, 3, lo=0, hi=4), Fl(4, 5)]))
+add("aten.scatter_add", case(lambda x, i, s: (x.scatter_add(1, i, s), x.scatter_add(0, i[:2], s[:3])),
+                             [Fl(4, 6), Int(4, 3, lo=0, hi=4), Fl(4, 5)]))
+add("aten.scatter_reduce", case(lambda x, i, s: tuple(x.scatter_reduce(1, i, s, r) for r in ("sum", "prod", "amax", "amin")),
+                                [Fl(4, 6), Int(4, 3, lo=0, hi=4), Fl(4, 5)]))
+add("aten.index_add", case(lambda x, i, s: (x.index_add(0, i, s), x.index_add(1, i[:2], s.mT[:, :2], alpha=2)),
+                           [Fl(5, 4), Int(6, lo=0, hi=4), Fl(6, 4)]))
+add("aten.index_copy", case(lambda x, s: x.index_copy(0, torch.tensor([3, 0, 1]), s), [Fl(5, 4), Fl(3, 4)]))
+add("aten.index_fill", case(lambda x, i: (x.index_fill(1, i, -1.0), x.index_fill(0, i[:2], 2.0)), [Fl(4, 5), Int(3, lo=0, hi=4)]))
 add("aten.embedding", case(lambda w, i: (F.embedding(i, w), F.embedding(i[0], w)), [Fl(10, 4), Int(2, 3, lo=0, hi=10)], half=True))
 
 

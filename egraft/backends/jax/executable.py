@@ -56,7 +56,7 @@ def jax_device(device: str):
     return devs[index]
 
 
-@dataclass
+@dataclass(eq=False)  # identity equality/hash: executables are cache values, not data
 class JaxExecutable(Executable):
     program: Any = field(default=None, repr=False)
     folded: dict = field(default_factory=dict, repr=False)  # weight-only values computed at build

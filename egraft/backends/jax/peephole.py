@@ -15,6 +15,11 @@ recognises the pattern and emits ``lax.dot_general``:
 * ``take``: ``Gather(x, View(i))`` whose index is broadcast (stride 0) along
   every axis but the gather axis is ``index_select``: ``jnp.take`` of the
   1-D index along that axis instead of a full ``take_along_axis``.
+* ``slices``: such an index_select whose index is a *folded* integer value
+  (``__folded_k``, computed once from constants and iotas: how pad, cat and
+  rotate-half are written in the IR) has known values; if they form a few
+  runs of consecutive positions it is a concatenation of static slices,
+  which XLA fuses, instead of a gather.
 
 Both are exact rewrites (the same sums in float32 or wider), selected by the
 knob ``peephole``.  The plans are pure graph analysis; :mod:`.program`
@@ -25,7 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...ir.graph import Graph
+from ..fold import FOLDED_PREFIX
 
 
 @dataclass(frozen=True)
@@ -101,10 +109,63 @@ def _take_plan(graph: Graph, nid: int) -> TakePlan | None:
     return TakePlan(n.inputs[0], idx.inputs[0], ((shape[ax],), (strides[ax],), off), ax)
 
 
-PATTERNS = {"SumReduce": _dot_plan, "Gather": _take_plan}
+@dataclass(frozen=True)
+class SlicesPlan:
+    src: int
+    axis: int
+    # pieces concatenated along axis: (start, length, step); step 1 is the slice
+    # start:start+length, step 0 repeats position start `length` times (a clamp)
+    pieces: tuple[tuple[int, int, int], ...]
+
+    def deps(self) -> tuple[int, ...]:
+        return (self.src,)
 
 
-def find(graph: Graph) -> dict[int, DotPlan | TakePlan]:
+MAX_PIECES = 16  # more pieces than this: keep the gather
+
+
+def index_pieces(values) -> tuple[tuple[int, int, int], ...]:
+    """Split index values into runs that ascend by one or repeat one position."""
+    pieces: list[list[int]] = []  # [start, length, step, last]
+    for v in (int(x) for x in values):
+        if pieces:
+            p = pieces[-1]
+            step = v - p[3]
+            if step in (0, 1) and (p[1] == 1 or step == p[2]):  # a piece's 2nd element fixes its step
+                p[1], p[2], p[3] = p[1] + 1, step, v
+                continue
+        pieces.append([v, 1, 1, v])
+    return tuple((a, n, st) for a, n, st, _ in pieces)
+
+
+def _slices_plan(graph: Graph, take: TakePlan) -> SlicesPlan | None:
+    from .views import gather_index
+
+    node = graph.nodes[take.index]
+    if node.op != "Input" or not node.attrs["name"].startswith(FOLDED_PREFIX) or node.attrs["name"] not in graph.weights:
+        return None
+    flat = np.asarray(graph.weights[node.attrs["name"]]).reshape(-1)
+    values = flat[gather_index(*take.index_view)]
+    n = graph.nodes[take.src].shape[take.axis]
+    if values.size == 0 or values.min() < 0 or values.max() >= n:
+        return None
+    pieces = index_pieces(values)
+    if len(pieces) > MAX_PIECES:
+        return None
+    return SlicesPlan(take.src, take.axis, pieces)
+
+
+def _gather_plan(graph: Graph, nid: int):
+    take = _take_plan(graph, nid)
+    if take is None:
+        return None
+    return _slices_plan(graph, take) or take
+
+
+PATTERNS = {"SumReduce": _dot_plan, "Gather": _gather_plan}
+
+
+def find(graph: Graph) -> dict[int, DotPlan | TakePlan | SlicesPlan]:
     """Node id -> plan for every node a peephole applies to."""
     plans = {}
     for i, n in enumerate(graph.nodes):
@@ -160,3 +221,20 @@ def emit_take(ctx, plan: TakePlan, x, idx_src, view_fn):
     idx = view_fn(idx_src, *plan.index_view)
     ctx.stats["peephole_takes"] += 1
     return jnp.take(x, idx, axis=plan.axis, mode="clip")
+
+
+def emit_slices(ctx, plan: SlicesPlan, x):
+    import jax.numpy as jnp
+    from jax import lax
+
+    out = []
+    for start, length, step in plan.pieces:
+        if step == 1:
+            out.append(lax.slice_in_dim(x, start, start + length, axis=plan.axis))
+        else:
+            one = lax.slice_in_dim(x, start, start + 1, axis=plan.axis)
+            shape = list(one.shape)
+            shape[plan.axis] = length
+            out.append(jnp.broadcast_to(one, tuple(shape)))
+    ctx.stats["peephole_slices"] += 1
+    return out[0] if len(out) == 1 else jnp.concatenate(out, axis=plan.axis)

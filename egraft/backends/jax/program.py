@@ -119,8 +119,11 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
                 v = weights[n.attrs["name"]]
         elif i in plans:
             p = plans[i]
-            emit_plan = peephole.emit_dot if isinstance(p, peephole.DotPlan) else peephole.emit_take
-            v = emit_plan(ctx, p, vals[p.deps()[0]], vals[p.deps()[1]], view)
+            if isinstance(p, peephole.SlicesPlan):
+                v = peephole.emit_slices(ctx, p, vals[p.src])
+            else:
+                emit_plan = peephole.emit_dot if isinstance(p, peephole.DotPlan) else peephole.emit_take
+                v = emit_plan(ctx, p, vals[p.deps()[0]], vals[p.deps()[1]], view)
         elif n.op in IDIOMS and ctx.knobs.get("idioms", "library") == "primitive":
             v = _decomposed(graph, n, [vals[j] for j in n.inputs], ctx)
         else:

@@ -92,5 +92,6 @@ def round_half_even(x: Tensor) -> Tensor:
     tie = eq(r - x, x.b.constant(0.5, x.dtype, x.shape))
     odd = ~eq(r % 2.0, x.b.constant(0.0, x.dtype, x.shape))
     r = Tensor.where(tie & odd, r - 1, r)
+    r = Tensor.where(eq(r, x.b.constant(0.0, x.dtype, x.shape)), x * 0.0, r)  # round(-0.3) is -0.0, as in torch
     big = {"float64": 2.0 ** 52, "float32": 2.0 ** 23, "float16": 2.0 ** 10, "bfloat16": 2.0 ** 7}[x.dtype]
     return Tensor.where(~(x.abs() < big), x, r)

@@ -109,3 +109,103 @@ def index_put(ctx, x, indices, values, accumulate=False):
     for j, d in enumerate(pos + others):
         inv[d] = j
     return out.permute(inv)
+
+
+def _match(idx: Tensor, dim: int, n: int) -> Tensor:
+    """bool [..., n, m, ...]: target position p (new axis ``dim``) is written by source position k (axis dim+1)."""
+    p = idx.b.iota(n, "int64").reshape(tuple(n if d == dim else 1 for d in range(idx.ndim + 1)))
+    return idx.cast("int64").unsqueeze(dim).eq(p)
+
+
+def _embed(sub: Tensor, full_shape, fill) -> Tensor:
+    """``sub`` (a leading box of ``full_shape``) padded out to ``full_shape`` with ``fill``."""
+    for d, (a, n) in enumerate(zip(sub.shape, full_shape)):
+        if a != n:
+            sub = sub.pad(d, 0, n - a, fill)
+    return sub
+
+
+def _scatter(ctx, x, dim, idx, src, reduce=None):
+    """torch.scatter family along ``dim``: every target position is matched against every index (O(n*m))."""
+    dim = shapes.normalize_axis(dim, x.ndim)
+    n = x.shape[dim]
+    if not isinstance(src, Tensor):
+        src = ctx.b.constant(src, x.dtype, idx.shape)
+    src = src.cast(x.dtype)
+    for d in range(src.ndim):
+        if src.shape[d] != idx.shape[d]:
+            src = src.slice(d, 0, idx.shape[d])
+    box = tuple(n if d == dim else idx.shape[d] for d in range(x.ndim))
+    x_box = x
+    for d in range(x.ndim):
+        if d != dim and x.shape[d] != box[d]:
+            x_box = x_box.slice(d, 0, box[d])
+    match = _match(idx, dim, n)  # [..., n, m, ...]
+    hit_any = match.max(dim + 1)  # [..., n, ...]
+    if reduce in ("sum", "add"):
+        contrib = Tensor.where(match, src.unsqueeze(dim), ctx.b.constant(0, x.dtype)).sum(dim + 1)
+        new = x_box + contrib
+    elif reduce in ("prod", "multiply"):
+        from .reduce import _prod_axis
+
+        contrib = _prod_axis(Tensor.where(match, src.unsqueeze(dim), ctx.b.constant(1, x.dtype)), dim + 1)
+        new = x_box * contrib
+    elif reduce in ("amax", "amin"):
+        lowest = -math.inf if reduce == "amax" else math.inf
+        vals = Tensor.where(match, src.unsqueeze(dim), ctx.b.constant(lowest, x.dtype))
+        ext = vals.max(dim + 1) if reduce == "amax" else vals.min(dim + 1)
+        new = Tensor.where(hit_any, x_box.maximum(ext) if reduce == "amax" else x_box.minimum(ext), x_box)
+    elif reduce is None:
+        m = idx.shape[dim]
+        k = ctx.b.iota(m, "int64").reshape(tuple(m if d == dim + 1 else 1 for d in range(idx.ndim + 1)))
+        last = Tensor.where(match, k, -1).max(dim + 1)  # the last write wins
+        new = Tensor.where(hit_any, src.gather(dim, last.maximum(0)), x_box)
+    else:
+        raise ctx.unsupported(f"reduce={reduce!r}", "use sum, prod, amax or amin")
+    if box == x.shape:
+        return new
+    inside = _embed(ctx.b.constant(True, "bool", box), x.shape, False)
+    return Tensor.where(inside, _embed(new, x.shape, 0), x)
+
+
+@lowering("aten.scatter")
+def scatter(ctx, x, dim, idx, src, reduce=None):
+    return _scatter(ctx, x, dim, idx, src, {"add": "sum", "multiply": "prod"}.get(reduce, reduce))
+
+
+@lowering("aten.scatter_add")
+def scatter_add(ctx, x, dim, idx, src):
+    return _scatter(ctx, x, dim, idx, src, "sum")
+
+
+@lowering("aten.scatter_reduce")
+def scatter_reduce(ctx, x, dim, idx, src, reduce, include_self=True):
+    if reduce == "mean" or not include_self:
+        raise ctx.unsupported(f"reduce={reduce!r}, include_self={include_self}",
+                              "use scatter_reduce with sum/prod/amax/amin and include_self=True")
+    return _scatter(ctx, x, dim, idx, src, reduce)
+
+
+@lowering("aten.index_add")
+def index_add(ctx, x, dim, idx, source, alpha=1):
+    dim = shapes.normalize_axis(dim, x.ndim)
+    src = source if alpha == 1 else source * alpha
+    full_idx = idx.reshape(tuple(idx.shape[0] if d == dim else 1 for d in range(x.ndim))).expand(
+        tuple(src.shape[d] if d != dim else idx.shape[0] for d in range(x.ndim)))
+    return _scatter(ctx, x, dim, full_idx, src, "sum")
+
+
+@lowering("aten.index_copy")
+def index_copy(ctx, x, dim, idx, source):
+    dim = shapes.normalize_axis(dim, x.ndim)
+    full_idx = idx.reshape(tuple(idx.shape[0] if d == dim else 1 for d in range(x.ndim))).expand(source.shape)
+    return _scatter(ctx, x, dim, full_idx, source, None)
+
+
+@lowering("aten.index_fill")
+def index_fill(ctx, x, dim, idx, value):
+    dim = shapes.normalize_axis(dim, x.ndim)
+    n = x.shape[dim]
+    hit = _match(idx.reshape((-1,)), 0, n).max(1)  # [n]
+    v = value.cast(x.dtype) if isinstance(value, Tensor) else ctx.b.constant(value, x.dtype)
+    return Tensor.where(hit.reshape(tuple(n if d == dim else 1 for d in range(x.ndim))), v, x)

@@ -75,13 +75,11 @@ def _cat2(a, b, axis):
 
 
 def _minmax_all(x: Tensor, dim, keepdim, is_max: bool) -> Tensor:
+    """max/min over ``dim``; MaxReduce propagates NaN as torch does, and min is -max(-x)."""
     if x.ndim == 0:
         return x
     ax = h.axes(dim, x.ndim)
-    out = x.max(ax, keepdim) if is_max else x.min(ax, keepdim)
-    if dtypes.is_float(x.dtype):  # -max(-x) keeps NaN; MaxReduce propagates NaN like torch
-        return out
-    return out
+    return x.max(ax, keepdim) if is_max else x.min(ax, keepdim)
 
 
 @lowering("aten.amax")

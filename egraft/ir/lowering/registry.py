@@ -135,7 +135,7 @@ class Ctx:
         _, result = elementwise_dtypes(*args, type_promotion_kind=getattr(ELEMENTWISE_TYPE_PROMOTION_KIND, kind))
         return dtypes.from_torch(result)
 
-    def tensor(self, v, dtype: str, like: Tensor | None = None) -> Tensor:
+    def tensor(self, v, dtype: str) -> Tensor:
         """``v`` (a Tensor or python scalar) as a Tensor of ``dtype``."""
         if isinstance(v, Tensor):
             return v.cast(dtype)

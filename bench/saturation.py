@@ -1,0 +1,70 @@
+"""Saturation time and e-graph size for GPT-2-style stacks (1..12 layers, hidden 768) and llama_block.
+
+Usage: python bench/saturation.py [--layers 1 2 4 8 12] [--hidden 768] [--reps 1]
+Prints one row per (model, mode): mode "plain" saturates the whole graph,
+"layered" saturates each distinct layer once and copies it (rewrites/layers.py).
+Times are medians over --reps runs (tracing excluded), 1 thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import torch  # noqa: E402
+
+import egraft  # noqa: E402
+from egraft.models import MODELS  # noqa: E402
+from egraft.rewrites import Limits, saturate  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def run(g, layered: bool, reps: int):
+    lim = Limits(repeated_layers=layered, seconds=120.0)
+    times, res = [], None
+    for _ in range(reps):
+        t = time.perf_counter()
+        res = saturate(g, limits=lim)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 8, 12])
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--reps", type=int, default=1)
+    args = ap.parse_args()
+    spec = MODELS["gpt2_stack"]
+    rows = []
+    for n in args.layers:
+        m = spec.factory(n_layers=n, hidden=args.hidden, heads=args.heads, seed=0)
+        g = egraft.trace(m, spec.example_inputs(m, batch=1, seq=16))
+        rows.append((f"gpt2_stack L={n}", g))
+    lspec = MODELS["llama_block"]
+    lm = lspec.build("bench")
+    rows.append(("llama_block (bench)", egraft.trace(lm, lspec.example_inputs(lm, batch=1, seq=16))))
+    print(f"{'model':<22} {'mode':<8} {'ir nodes':>8} {'e-nodes':>8} {'e-classes':>9} {'iters':>5} "
+          f"{'seconds':>8}  stop")
+    for name, g in rows:
+        for layered in (False, True):
+            sec, res = run(g, layered, args.reps)
+            mode = "layered" if layered else "plain"
+            extra = "" if not res.layers else f"  ({res.layers['templates']} templates, {res.layers['repeats']} repeats)"
+            print(f"{name:<22} {mode:<8} {len(g.nodes):>8} {res.nodes:>8} {res.classes:>9} {res.iterations:>5} "
+                  f"{sec:>8.2f}  {res.stop_reason}{extra}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
