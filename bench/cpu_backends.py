@@ -180,7 +180,7 @@ def run_one(name, model, args, kwargs, reps, use_compile, extra):
             break
     med = {k: _median(v) for k, v in times.items()}
     return {"name": name, "err": err, "trace_s": t_trace, "lower_s": t_lower, "compile_s": t_compile,
-            "med": med, "stats": ex.stats, "rounds": len(times["eager"])}
+            "med": med, "min": {k: min(v) for k, v in times.items()}, "stats": ex.stats, "rounds": len(times["eager"])}
 
 
 def main():
@@ -212,7 +212,7 @@ def main():
             continue
         rows.append(res)
         m = res["med"]
-        cols = "  ".join(f"{k}={v * 1e3:.2f}ms" for k, v in m.items())
+        cols = "  ".join(f"{k}={v * 1e3:.2f}ms (min {res['min'][k] * 1e3:.2f})" for k, v in m.items())
         print(f"{name}: {cols}  err={res['err']:.1e}  trace={res['trace_s']:.1f}s lower={res['lower_s']:.1f}s "
               f"inductor-compile={res['compile_s']:.1f}s stats={res['stats']}", flush=True)
     if not rows:

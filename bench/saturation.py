@@ -1,8 +1,11 @@
 """Saturation time and e-graph size for GPT-2-style stacks (1..12 layers, hidden 768) and llama_block.
 
 Usage: python bench/saturation.py [--layers 1 2 4 8 12] [--hidden 768] [--reps 1]
-Prints one row per (model, mode): mode "plain" saturates the whole graph,
-"layered" saturates each distinct layer once and copies it (rewrites/layers.py).
+Prints one row per (model, mode): mode "plain" saturates the whole graph
+(Limits(repeated_layers=False)), "layered" (the default) saturates each distinct
+layer once in egglog and stitches the copies in Python (rewrites/layers.py,
+rewrites/stitch.py).  Then, per mode, the time of every stack relative to the
+1-layer stack: linear growth would be L x, the goal is far below it.
 Times are medians over --reps runs (tracing excluded), 1 thread.
 """
 
@@ -57,13 +60,25 @@ def main():
     rows.append(("llama_block (bench)", egraft.trace(lm, lspec.example_inputs(lm, batch=1, seq=16))))
     print(f"{'model':<22} {'mode':<8} {'ir nodes':>8} {'e-nodes':>8} {'e-classes':>9} {'iters':>5} "
           f"{'seconds':>8}  stop")
+    secs: dict[tuple[str, bool], float] = {}
     for name, g in rows:
         for layered in (False, True):
             sec, res = run(g, layered, args.reps)
+            secs[name, layered] = sec
             mode = "layered" if layered else "plain"
-            extra = "" if not res.layers else f"  ({res.layers['templates']} templates, {res.layers['repeats']} repeats)"
+            extra = "" if not res.layers else (
+                f"  ({res.layers['templates']} templates, {res.layers['repeats']} repeats, "
+                f"templates {res.layers['template_seconds']:.2f} s + stitch {res.layers['stitch_seconds']:.2f} s)")
             print(f"{name:<22} {mode:<8} {len(g.nodes):>8} {res.nodes:>8} {res.classes:>9} {res.iterations:>5} "
                   f"{sec:>8.2f}  {res.stop_reason}{extra}", flush=True)
+
+    stacks = [(n, f"gpt2_stack L={n}") for n in args.layers]
+    if stacks:
+        n0, first = stacks[0]
+        print(f"\ntime relative to L={n0} (linear growth would be L/{n0} x):")
+        for layered in (False, True):
+            ratios = "  ".join(f"L={n}: {secs[name, layered] / secs[first, layered]:.2f}x" for n, name in stacks)
+            print(f"  {'layered' if layered else 'plain':<8} {ratios}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ Graph conventions (what :func:`trace` returns):
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 import re
 from typing import Any, Sequence
@@ -60,7 +62,12 @@ KEEP_WHOLE = (
 
 
 def decomposition_table() -> dict:
-    """The core-ATen decomposition table minus :data:`KEEP_WHOLE`."""
+    """The core-ATen decomposition table minus :data:`KEEP_WHOLE` (a fresh copy each call)."""
+    return dict(_decomposition_table())
+
+
+@functools.lru_cache(maxsize=1)
+def _decomposition_table() -> dict:
     from torch._decomp import core_aten_decompositions
 
     table = dict(core_aten_decompositions())
@@ -233,7 +240,7 @@ def _map_args(node: torch.fx.Node, env) -> tuple[list, dict]:
 
 def _lower_node(b: GraphBuilder, node: torch.fx.Node, env):
     target = node.target
-    if target is __import__("operator").getitem:
+    if target is operator.getitem:
         seq, i = node.args
         return env[seq][i]
     name = op_name(target)
@@ -247,16 +254,19 @@ def _lower_node(b: GraphBuilder, node: torch.fx.Node, env):
         args = [_up(a) for a in args]
         kwargs = {k: _up(v) for k, v in kwargs.items()}
     meta = node.meta.get("val")
+    for m in meta if isinstance(meta, (tuple, list)) else (meta,):
+        if isinstance(m, torch.Tensor) and m.dtype not in _TORCH_DTYPES:
+            raise UnsupportedOpError(f"{name} (producing {m.dtype})", source,
+                                     f"egraft's IR has the dtypes {', '.join(dtypes.DTYPES)}; complex, unsigned "
+                                     "and 8-bit tensors must stay outside the compiled region")
     arg_metas = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args]
     ctx = Ctx(b, name, meta, source, rule.upcast, arg_metas)
     try:
         result = rule.fn(ctx, *args, **kwargs)
-    except UnsupportedOpError as e:
-        if e.source is None and source:
-            raise UnsupportedOpError(e.op, source, str(e).split("what to do: ", 1)[-1]) from e
-        raise
-    except EgraftError as e:
-        raise IRError(f"lowering {name} failed{' at ' + source if source else ''}: {e}") from e
+    except UnsupportedOpError:
+        raise  # rules raise these through ctx.unsupported, which names the source line
+    except Exception as e:  # a bug in a rule or an argument it does not handle: say which op and where
+        raise IRError(f"lowering {name} failed{' at ' + source if source else ''}: {type(e).__name__}: {e}") from e
     return _check(name, source, result, meta)
 
 

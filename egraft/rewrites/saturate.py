@@ -14,9 +14,18 @@ time limit, and one iteration of comm/assoc can grow an e-graph 100x.  So:
   iterations on a fresh :class:`~egraft.rewrites.export.Snapshot`.
 
 Schedule: safe rules to a fixed point, the explosive step, safe rules to a
-fixed point again.  Repeated layers (transformer stacks) are handled in
-:mod:`egraft.rewrites.layers`: one saturation per distinct layer, copied
-into the others.
+fixed point again.
+
+Repeated layers (transformer stacks) are on by default
+(``Limits.repeated_layers``): :mod:`egraft.rewrites.layers` saturates each
+distinct layer once in egglog and stitches the copies together in Python, so
+the cost grows with the number of *distinct* layers, not the layer count.
+The price is that rewrites spanning a layer boundary (e.g. fusing one
+layer's residual add with the next layer's norm) are not tried; see that
+module for why this is acceptable.  Graphs without repeated blocks (and
+graphs under ``layers.MIN_NODES`` nodes) are saturated whole, as is every
+graph with ``repeated_layers=False``.  A stitched result has no live egglog
+e-graph (``egraph`` is None); its snapshot is the stitched e-graph.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ SATURATED = "saturated"
 ITERATION_LIMIT = "iteration limit"
 NODE_LIMIT = "node limit"
 TIME_LIMIT = "time limit"
+STOP_ORDER = (TIME_LIMIT, NODE_LIMIT, ITERATION_LIMIT, SATURATED)  # most severe first
 
 
 @dataclass(frozen=True)
@@ -55,7 +65,7 @@ class Limits:
     match_limit: int = 500
     ban_length: int = 2
     proc_cap: int = 20_000  # unions one procedural rule may add per iteration
-    repeated_layers: bool = False  # saturate each distinct layer once, copy to the others
+    repeated_layers: bool = True  # saturate each distinct layer once, stitch the copies (layers.py)
 
 
 @dataclass
@@ -74,6 +84,12 @@ class SaturationResult:
     ``egraph`` is the live egglog EGraph; ``ctx`` the facts kept outside it
     (constants, input roles, weights); ``output_handles`` / ``input_handles``
     name the e-classes of the graph's outputs / model inputs.
+
+    A repeated-layer result (``layers`` non-empty) was stitched in Python from
+    per-layer saturations: ``egraph`` is None and the snapshot is given;
+    ``nodes``/``classes`` are the stitched totals, ``history`` lists each
+    template's iterations (phase ``t<k>:...``) and a final ``stitched`` row,
+    ``firings`` counts matches in the templates (each distinct layer once).
     """
 
     egraph: Any
@@ -93,6 +109,8 @@ class SaturationResult:
 
     def snapshot(self) -> Snapshot:
         if self._snap is None:
+            if self.egraph is None:
+                raise SaturationError("this saturation result has neither an e-graph nor a snapshot")
             self._snap = snapshot(self.egraph, self.ctx)
         return self._snap
 

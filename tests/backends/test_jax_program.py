@@ -188,3 +188,24 @@ def test_index_pieces_reconstruct_the_index():
         assert [s + k * st for s, n, st in pieces for k in range(n)] == v
         assert all(st in (0, 1) and n >= 1 for _, n, st in pieces)
     assert index_pieces([0, 0, 1, 2, 3, 3]) == ((0, 2, 0), (1, 3, 1), (3, 1, 1))
+
+
+def _random_matmul_graph(rng):
+    """a @ b over random (broadcast, size-1, transposed, sliced) operands, in primitive form."""
+    b = GraphBuilder()
+    m, k, n = (int(v) for v in rng.integers(1, 6, size=3))
+    batch_a = tuple(int(v) for v in rng.choice([1, 2, 3], size=int(rng.integers(0, 3))))
+    batch_b = tuple(1 if (rng.random() < 0.3) else d for d in batch_a)[: int(rng.integers(0, len(batch_a) + 1))]
+    x = b.input("x", batch_a + (k + 1, m), "float32")  # stored transposed with an extra row
+    y = b.input("y", batch_b + (k, n), "float32")
+    a = x.slice(-2, 1, k + 1).transpose(-2, -1)  # [..., m, k], non-contiguous
+    c = y.flip(-1) if rng.random() < 0.5 else y
+    return b.build([a @ c])
+
+
+def test_random_matmul_shapes_through_the_peephole():
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    for t in range(12):
+        g = _random_matmul_graph(rng)
+        check_graph(g, seed + t, what=f"random matmul {g.input_types()} (case {t})")

@@ -119,6 +119,9 @@ add("aten.pow",
          [Uni(-2, 2, 3, 4)], half=True),
     case(lambda x, y: (x ** y, 2.0 ** y, x.abs() ** y), [Uni(-2, 2, 4, 5), Int(4, 5, lo=-3, hi=4)], [Pos(3, 4), Uni(-2, 2, 3, 4)]),
     case(lambda i: (i ** 2, i ** 3), [Int(6, lo=-5, hi=6)]))
+add("aten.copysign", case(lambda a, b: (torch.copysign(a, b), torch.copysign(a, -1.0)), [Fl(3, 4), Fl(4)]))
+add("aten.hypot", case(lambda a, b: torch.hypot(a, b), [Fl(3, 4), Fl(4)]))
+add("aten.signbit", case(lambda x, i: (torch.signbit(x), torch.signbit(i)), [Fl(3, 4), Int(5)]))
 add("aten.neg", case(lambda x, i: (-x, -i), [Fl(3, 4), Int(3)]))
 add("aten.abs", case(lambda x, i: (x.abs(), i.abs(), x.mT.abs()), [Fl(3, 4), Int(5)]))
 add("aten.sign", case(lambda x, i: (x.sign(), i.sign()), [Fl(3, 4), Int(6)]))
@@ -218,11 +221,19 @@ add("aten.std", case(lambda x: (x.std(), x.std(0)), [Fl(3, 4)], raw=True))
 add("aten.var_mean", case(lambda x: (*torch.var_mean(x, 0), *torch.var_mean(x, -1, correction=0, keepdim=True)), [Fl(3, 4)]))
 add("aten.cumsum", case(lambda x, i, b: (x.cumsum(0), x.cumsum(-1), x.mT.cumsum(1), i.cumsum(0), b.cumsum(1)),
                         [Fl(3, 4), Int(3, 4), Bool(3, 4)]))
+add("aten.cumprod", case(lambda x, i: (x.cumprod(0), x.cumprod(-1), x.mT.cumprod(1), i.cumprod(1)),
+                         [Uni(0.5, 1.5, 3, 5), Int(3, 4, lo=-2, hi=3)]))
 add("aten.logsumexp", case(lambda x: (x.logsumexp(0), x.logsumexp(-1, keepdim=True), (x * 30).logsumexp(1)), [Fl(3, 4)], raw=True))
 add("aten.linalg_vector_norm", case(lambda x: (torch.linalg.vector_norm(x), torch.linalg.vector_norm(x, 1, dim=0),
                                                torch.linalg.vector_norm(x, float("inf"), dim=1), torch.linalg.vector_norm(x, 3, dim=-1, keepdim=True),
                                                torch.linalg.vector_norm(x, 0, dim=1), torch.linalg.vector_norm(x, float("-inf"), dim=1)),
                                     [Fl(3, 4)]))
+
+add("aten.sort", case(lambda x, i: (*x.sort(-1), *x.sort(0, descending=True), *i.sort(dim=1, stable=True), *x.mT.sort(-1)),
+                      [Fl(4, 6), Int(3, 7, lo=0, hi=3)]))
+add("aten.topk", case(lambda x, i: (*x.topk(3), *x.topk(2, 0, largest=False), i.topk(2)[0]), [Fl(4, 6), Int(3, 7, lo=0, hi=3)]))
+add("aten.kthvalue", case(lambda x: (*x.kthvalue(2), *x.kthvalue(3, 0, keepdim=True)), [Fl(4, 6)]))
+add("aten.median", case(lambda x, i: (x.median(), *x.median(1), i.median(0)[0], i.median()), [Fl(4, 5), Int(4, 5, lo=0, hi=3)]))
 
 
 # --- matrix products -------------------------------------------------------------------------------
@@ -245,6 +256,11 @@ add("aten.linear", case(lambda x, w, b: (F.linear(x, w, b), F.linear(x, w)), [Fl
 
 add("aten.view", case(lambda x: (x.view(4, 3), x.view(-1), x.reshape(2, 6) + 1), [Fl(3, 4)]))
 add("aten._unsafe_view", case(lambda x: torch.ops.aten._unsafe_view(x * 2, [4, 3]), [Fl(3, 4)], raw=True))
+add("aten.view_copy", case(lambda x: torch.view_copy(x, (4, 3)), [Fl(3, 4)]))
+add("aten.permute_copy", case(lambda x: torch.permute_copy(x, (1, 0)), [Fl(3, 4)]))
+add("aten.unbind_copy", case(lambda x: torch.unbind_copy(x, 1), [Fl(3, 4)]))
+add("aten.as_strided_copy", case(lambda x: torch.as_strided_copy(x + 1, (2, 2), (1, 4)), [Fl(3, 4)]))
+add("aten.narrow_copy", case(lambda x: torch.narrow_copy(x, 1, 1, 2), [Fl(3, 4)]))
 add("aten.expand", case(lambda x: (x.expand(2, 3, 4), x[:, :1].expand(-1, 5)), [Fl(3, 4)]))
 add("aten.permute", case(lambda x: (x.permute(2, 0, 1), x.permute(1, 0, 2) * 2), [Fl(2, 3, 4)]))
 add("aten.transpose", case(lambda x: torch.ops.aten.transpose(x, 0, 2), [Fl(2, 3, 4)], raw=True))
@@ -339,10 +355,11 @@ add("aten.scatter_add", case(lambda x, i, s: (x.scatter_add(1, i, s), x.scatter_
                              [Fl(4, 6), Int(4, 3, lo=0, hi=4), Fl(4, 5)]))
 add("aten.scatter_reduce", case(lambda x, i, s: tuple(x.scatter_reduce(1, i, s, r) for r in ("sum", "prod", "amax", "amin")),
                                 [Fl(4, 6), Int(4, 3, lo=0, hi=4), Fl(4, 5)]))
-add("aten.index_add", case(lambda x, i, s: (x.index_add(0, i, s), x.index_add(1, i[:2], s.mT[:, :2], alpha=2)),
-                           [Fl(5, 4), Int(6, lo=0, hi=4), Fl(6, 4)]))
-add("aten.index_copy", case(lambda x, s: x.index_copy(0, torch.tensor([3, 0, 1]), s), [Fl(5, 4), Fl(3, 4)]))
-add("aten.index_fill", case(lambda x, i: (x.index_fill(1, i, -1.0), x.index_fill(0, i[:2], 2.0)), [Fl(4, 5), Int(3, lo=0, hi=4)]))
+add("aten.index_add", case(lambda x, i, s: (x.index_add(0, i, s), x.index_add(1, i[:2], s[:5, :2], alpha=2)),
+                           [Fl(5, 4), Int(6, lo=0, hi=4), Fl(6, 4)], raw=True))
+add("aten.index_copy", case(lambda x, s: x.index_copy(0, torch.tensor([3, 0, 1]), s), [Fl(5, 4), Fl(3, 4)], raw=True))
+add("aten.index_fill", case(lambda x, i: (x.index_fill(1, i, -1.0), x.index_fill(0, i[:2], 2.0)), [Fl(4, 5), Int(3, lo=0, hi=4)],
+                            raw=True))
 add("aten.embedding", case(lambda w, i: (F.embedding(i, w), F.embedding(i[0], w)), [Fl(10, 4), Int(2, 3, lo=0, hi=10)], half=True))
 
 
@@ -417,6 +434,11 @@ add("aten.avg_pool3d", case(lambda x: F.avg_pool3d(x, 2, 1, 1), [Fl(1, 2, 4, 4, 
 add("aten._adaptive_avg_pool2d", case(lambda x: (F.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(x, (3, 4))), [Fl(2, 3, 7, 6)]))
 add("aten._adaptive_avg_pool3d", case(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 1)), [Fl(1, 2, 4, 5, 3)]))
 add("aten.adaptive_avg_pool1d", case(lambda x: F.adaptive_avg_pool1d(x, 3), [Fl(2, 3, 7)], raw=True))
+add("aten.upsample_bilinear2d", case(lambda x: (F.interpolate(x, scale_factor=2, mode="bilinear"), F.interpolate(x, size=(5, 3), mode="bilinear"),
+                                                 F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True)), [Fl(1, 2, 3, 5)]))
+add("aten.upsample_linear1d", case(lambda x: (F.interpolate(x, scale_factor=2.5, mode="linear"), F.interpolate(x, size=3, mode="linear",
+                                                                                                             align_corners=True)), [Fl(2, 3, 5)], raw=True))
+add("aten.upsample_trilinear3d", case(lambda x: F.interpolate(x, scale_factor=2, mode="trilinear"), [Fl(1, 2, 3, 2, 2)], raw=True))
 add("aten.upsample_nearest1d", case(lambda x: F.interpolate(x, scale_factor=2), [Fl(2, 3, 5)], raw=True))
 add("aten.upsample_nearest2d", case(lambda x: (F.interpolate(x, scale_factor=2), F.interpolate(x, size=(7, 4))), [Fl(1, 2, 3, 5)]))
 add("aten.upsample_nearest3d", case(lambda x: F.interpolate(x, scale_factor=(2, 1, 3)), [Fl(1, 2, 3, 2, 2)], raw=True))
@@ -436,6 +458,8 @@ add("aten.new_ones", case(lambda x: x.new_ones((5,)), [Fl(3, 4)], raw=True))
 add("aten.empty", case(lambda x: torch.empty(3, 4).fill_(1.0) + x, [Fl(3, 4)], raw=True))
 add("aten.empty_like", case(lambda x: torch.empty_like(x).fill_(2.0) * x, [Fl(3, 4)], raw=True))
 add("aten.new_empty", case(lambda x: x.new_empty((3, 4)).fill_(3.0) * x, [Fl(3, 4)], raw=True))
+add("aten.new_empty_strided", case(lambda x: x.new_empty_strided((3, 4), (4, 1)).fill_(2.0) * x, [Fl(3, 4)], raw=True))
+add("aten.empty_permuted", case(lambda x: torch.empty_permuted((3, 4), (1, 0)).fill_(2.0) * x, [Fl(3, 4)], raw=True))
 add("aten.empty_strided", case(lambda x: torch.empty_strided((3, 4), (4, 1)).fill_(1.5) * x, [Fl(3, 4)], raw=True))
 add("aten.scalar_tensor", case(lambda x: torch.where(x > 0, x, torch.scalar_tensor(-1.0)), [Fl(3, 4)], raw=True),
     case(lambda x: torch.where(x > 0, x, -1.0), [Fl(3, 4)]))

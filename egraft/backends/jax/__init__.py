@@ -3,14 +3,17 @@
 Importing this package registers the backend as ``"jax"``; use it through
 ``egraft.backends.lower(graph, "jax", device, knobs)``.  Lowering rules are
 in :mod:`.rules` (one per op), views become XLA movement ops in
-:mod:`.views`, primitive matmul / index_select patterns become library ops
-in :mod:`.peephole`, and :mod:`.export` writes StableHLO for cpu/cuda/tpu.
+:mod:`.views`, primitive matmul / index_select / pad-and-cat patterns become
+library ops in :mod:`.peephole`, :mod:`.program` traces a graph into one
+function, :mod:`.executable` binds weights on the device and runs it, and
+:mod:`.export` writes StableHLO for cpu/cuda/tpu (and loads it back).
 """
 
 from __future__ import annotations
 
 from ..base import Backend, register
 from .executable import KNOBS, JaxExecutable, knobs, lower
+from .export import export_executable, load_exported
 from .rules import RULES
 
 
@@ -20,4 +23,5 @@ def rule_table():
 
 BACKEND = register(Backend(name="jax", devices=("cpu", "cuda", "tpu"), lower=lower, knobs=knobs, rule_table=rule_table))
 
-__all__ = ["BACKEND", "KNOBS", "JaxExecutable", "RULES", "knobs", "lower", "rule_table"]
+__all__ = ["BACKEND", "KNOBS", "JaxExecutable", "RULES", "export_executable", "knobs", "load_exported", "lower",
+           "rule_table"]

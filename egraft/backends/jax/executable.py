@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ...errors import BackendError, InputError
@@ -104,7 +103,7 @@ class JaxExecutable(Executable):
 
     @property
     def stats(self) -> dict:
-        """Counts from the last trace: views that needed a gather or a stack, peephole dots."""
+        """Counts from the last trace: views needing a gather or a stack, peephole rewrites applied."""
         return dict(self.program.ctx.stats)
 
     # -- running ------------------------------------------------------------------

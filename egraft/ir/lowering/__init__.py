@@ -5,7 +5,7 @@
 from the per-family modules below.  ``egraft.ir.from_torch`` drives them.
 """
 
-from . import creation, elementwise, index, inverse_trig, linalg, movement, nn, reduce  # noqa: F401  (fill the table)
+from . import creation, elementwise, index, inverse_trig, linalg, movement, nn, reduce, sort  # noqa: F401  (fill the table)
 from .registry import LOWERINGS, UNSUPPORTED_HINTS, Ctx, Missing, Rule, lookup, lowering, op_name
 
 __all__ = ["LOWERINGS", "UNSUPPORTED_HINTS", "Ctx", "Missing", "Rule", "lookup", "lowering", "op_name"]

@@ -31,7 +31,7 @@ def full_like(ctx, x, *args, **kwargs):
 
 
 @lowering("aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.empty", "aten.empty_like", "aten.new_empty",
-          "aten.empty_strided")
+          "aten.empty_strided", "aten.new_empty_strided", "aten.empty_permuted")
 def zeros(ctx, *args, **kwargs):
     """Zeros; ``empty`` is zeros too (its contents are unspecified, zeros are one valid choice)."""
     return _const(ctx, 0)

@@ -157,8 +157,8 @@ def expm1(ctx, x):
 
 @lowering("aten.tan", upcast=True)
 def tan(ctx, x):
-    x = x.cast(ctx.dtype)
-    return x.sin() / x.cos()
+    """sin/cos in float64: near odd multiples of pi/2, cos's float32 rounding becomes tan's relative error."""
+    return (x.cast("float64").sin() / x.cast("float64").cos()).cast(ctx.dtype)
 
 
 @lowering("aten.sinh", upcast=True)
@@ -176,6 +176,27 @@ def cosh(ctx, x):
 @lowering("aten.erfc", upcast=True)
 def erfc(ctx, x):
     return 1.0 - x.cast(ctx.dtype).erf()
+
+
+@lowering("aten.copysign")
+def copysign(ctx, a, b):
+    A, B = h.operands(ctx, a, b, kind="INT_TO_FLOAT")
+    mag = A.abs()
+    neg = (B < 0) | (h.eq(B, B.b.constant(0.0, B.dtype, B.shape)) & (B.recip() < 0))  # -0.0 has a sign too
+    return Tensor.where(neg, -mag, mag)
+
+
+@lowering("aten.hypot", upcast=True)
+def hypot(ctx, a, b):
+    A, B = h.operands(ctx, a, b)
+    return (A * A + B * B).sqrt()
+
+
+@lowering("aten.signbit")
+def signbit(ctx, x):
+    if not dtypes.is_float(x.dtype):
+        return x < 0
+    return (x < 0) | (h.eq(x, x.b.constant(0.0, x.dtype, x.shape)) & (x.recip() < 0))
 
 
 @lowering("aten.neg")

@@ -17,7 +17,7 @@ from ..builder import Tensor, cat as _cat, stack as _stack
 from .registry import lowering
 
 
-@lowering("aten.view", "aten._unsafe_view")
+@lowering("aten.view", "aten._unsafe_view", "aten.view_copy")
 def view(ctx, x, size, *_):
     return x.reshape(tuple(size))
 
@@ -30,7 +30,7 @@ def expand(ctx, x, size, implicit=False):
     return x.expand(tuple(size))
 
 
-@lowering("aten.permute")
+@lowering("aten.permute", "aten.permute_copy")
 def permute(ctx, x, dims):
     return x.permute(list(dims)) if x.ndim else x
 
@@ -73,6 +73,11 @@ def select(ctx, x, dim, index):
     return x.select(dim, index)
 
 
+@lowering("aten.narrow_copy")
+def narrow_copy(ctx, x, dim, start, length):
+    return x.slice(dim, start, start + length)
+
+
 @lowering("aten.split_with_sizes")
 def split_with_sizes(ctx, x, sizes, dim=0):
     out, start = [], 0
@@ -90,7 +95,7 @@ def split(ctx, x, size, dim=0):
     return tuple(x.slice(dim, s, min(s + size, n)) for s in range(0, max(n, 1), max(size, 1)))
 
 
-@lowering("aten.unbind")
+@lowering("aten.unbind", "aten.unbind_copy")
 def unbind(ctx, x, dim=0):
     return tuple(x.select(dim, i) for i in range(x.shape[shapes.normalize_axis(dim, x.ndim)]))
 
@@ -198,7 +203,7 @@ for _k in (1, 2, 3):
     lowering(f"aten.replication_pad{_k}d")(lambda ctx, x, pad: _index_pad(ctx, x, pad, lambda i, n: min(max(i, 0), n - 1)))
 
 
-@lowering("aten.as_strided")
+@lowering("aten.as_strided", "aten.as_strided_copy")
 def as_strided(ctx, x, size, stride, storage_offset=None):
     meta = ctx.arg_metas[0]
     if meta is None or not meta.is_contiguous() or meta.storage_offset() != 0:

@@ -311,3 +311,38 @@ def upsample_nearest(ctx, x, output_size=None, *scales):
         idx = np.minimum(np.floor(np.arange(n_out) * np.float32(scale)).astype(np.int64), n_in - 1)
         x = x.index_select(axis, ctx.b.tensor_constant(idx))
     return x
+
+
+def _linear_axis(ctx, x: Tensor, axis: int, n_out: int, align_corners: bool, scale_factor) -> Tensor:
+    """Linear interpolation along one axis: two Gathers and constant weights (torch's source-index rule)."""
+    n_in = x.shape[axis]
+    dst = np.arange(n_out, dtype=np.float64)
+    if align_corners:
+        src = dst * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    else:
+        scale = 1.0 / scale_factor if scale_factor else n_in / n_out
+        src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+    src = src.astype(np.float32)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    w1 = (src - i0).astype(np.float32)
+    shape = tuple(n_out if d == axis else 1 for d in range(x.ndim))
+    dt = dtypes.to_numpy(x.dtype)
+    a = x.index_select(axis, ctx.b.tensor_constant(i0))
+    b = x.index_select(axis, ctx.b.tensor_constant(i1))
+    lam1 = ctx.b.tensor_constant(w1.astype(dt).reshape(shape))
+    lam0 = ctx.b.tensor_constant((1.0 - w1).astype(dt).reshape(shape))
+    return a * lam0 + b * lam1
+
+
+@lowering("aten.upsample_linear1d", "aten.upsample_bilinear2d", "aten.upsample_trilinear3d", upcast=True)
+def upsample_linear(ctx, x, output_size, align_corners, *scales):
+    x = x.cast(ctx.dtype)
+    nd = len(ctx.shape) - 2
+    flat = []
+    for v in scales:
+        flat.extend(v if isinstance(v, (list, tuple)) else [v])
+    for i in range(nd):
+        given = flat[i] if len(flat) == nd else None
+        x = _linear_axis(ctx, x, 2 + i, ctx.shape[2 + i], bool(align_corners), given)
+    return x

@@ -214,6 +214,22 @@ def cumsum(ctx, x, dim, dtype=None):
     return x.cumsum(dim)
 
 
+@lowering("aten.cumprod", upcast=True)
+def cumprod(ctx, x, dim, dtype=None):
+    """Prefix product: a product tree over the masked [..., i, j<=i] square (O(n^2 log n))."""
+    x = _prep(ctx, x, dtype).cast(ctx.dtype)
+    if x.ndim == 0:
+        return x
+    axis = shapes.normalize_axis(dim, x.ndim)
+    n = x.shape[axis]
+    xm = x.movedim(axis, -1).unsqueeze(-2)
+    full = xm.expand(xm.shape[:-2] + (n, n))
+    i = x.b.iota(n, "int64")
+    keep = i.reshape((1, n)) <= i.reshape((n, 1))
+    masked = Tensor.where(keep, full, x.b.constant(1, x.dtype))
+    return _prod_axis(masked, masked.ndim - 1).movedim(-1, axis)
+
+
 @lowering("aten.logsumexp", upcast=True)
 def logsumexp(ctx, x, dim, keepdim=False):
     x = x.float_().cast(ctx.dtype)
