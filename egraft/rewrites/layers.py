@@ -51,6 +51,7 @@ by congruence (tests/rewrites/test_layers.py checks extractions numerically).
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -292,6 +293,28 @@ def saturate_layered(graph: Graph, rules, limits):
         iters = max(iters, it)
     t_templates = time.perf_counter() - t0
 
+    # the stitch allocates many small acyclic objects: keep them from triggering full collections
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        snap, st = _stitch(graph, blocks, templates)
+    finally:
+        if gc_was_on:
+            gc.enable()
+    seconds = time.perf_counter() - t0
+    stop = min(stops, key=STOP_ORDER.index) if stops else STOP_ORDER[-1]
+    nodes, classes = len(snap.nodes), snap.n_classes
+    firings = Counter(sess.firings) if sess is not None else Counter()
+    history.append(IterationStat("stitched", nodes, classes, seconds, 0))
+    info = {"blocks": len(blocks), "templates": sum(t is not None for t in templates.values()),
+            "period_segments": period, "repeats": count, "template_seconds": round(t_templates, 3),
+            "stitch_seconds": round(seconds - t_templates, 3), "stitch_unions": st.unions}
+    return SaturationResult(None, snap.ctx, graph, list(graph.outputs), list(graph.input_ids), stop, iters,
+                            nodes, classes, seconds, history, firings, layers=info, _snap=snap)
+
+
+def _stitch(graph: Graph, blocks: list[Block], templates: dict) -> tuple[Snapshot, Stitcher]:
+    """The whole graph's e-graph from its blocks' templates; handles are graph node ids."""
     ctx = E.Context.for_graph(graph)
     ctx.next_handle = len(graph.nodes)
     st = Stitcher()
@@ -306,17 +329,7 @@ def saturate_layered(graph: Graph, rules, limits):
         if tpl is not None:
             ctx.constants.update(tpl.snap.ctx.constants)
             _instantiate(st, tpl, b, base)
-    snap = st.snapshot(base, ctx)
-    seconds = time.perf_counter() - t0
-    stop = min(stops, key=STOP_ORDER.index) if stops else STOP_ORDER[-1]
-    nodes, classes = len(snap.nodes), snap.n_classes
-    firings = Counter(sess.firings) if sess is not None else Counter()
-    history.append(IterationStat("stitched", nodes, classes, seconds, 0))
-    info = {"blocks": len(blocks), "templates": sum(t is not None for t in templates.values()),
-            "period_segments": period, "repeats": count, "template_seconds": round(t_templates, 3),
-            "stitch_seconds": round(seconds - t_templates, 3), "stitch_unions": st.unions}
-    return SaturationResult(None, ctx, graph, list(graph.outputs), list(graph.input_ids), stop, iters,
-                            nodes, classes, seconds, history, firings, layers=info, _snap=snap)
+    return st.snapshot(base, ctx), st
 
 
 def _input_attrs(name: str, shape, dtype: str, role: str) -> Attrs:
