@@ -60,6 +60,8 @@ def _check_sample(op, sample):
             inp, args, kwargs = pytree.tree_unflatten(vals, spec)
             return op.op(inp, *args, **kwargs)
 
+    if "empty" in op.name:
+        return "skipped", "result contents unspecified (uninitialised memory)"
     model = Wrapped()
     try:
         with torch.no_grad():

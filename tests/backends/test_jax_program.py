@@ -195,7 +195,8 @@ def _random_matmul_graph(rng):
     b = GraphBuilder()
     m, k, n = (int(v) for v in rng.integers(1, 6, size=3))
     batch_a = tuple(int(v) for v in rng.choice([1, 2, 3], size=int(rng.integers(0, 3))))
-    batch_b = tuple(1 if (rng.random() < 0.3) else d for d in batch_a)[: int(rng.integers(0, len(batch_a) + 1))]
+    # a suffix of a's batch dims (broadcasting aligns trailing dims), some of them 1
+    batch_b = tuple(1 if (rng.random() < 0.3) else d for d in batch_a)[int(rng.integers(0, len(batch_a) + 1)):]
     x = b.input("x", batch_a + (k + 1, m), "float32")  # stored transposed with an extra row
     y = b.input("y", batch_b + (k, n), "float32")
     a = x.slice(-2, 1, k + 1).transpose(-2, -1)  # [..., m, k], non-contiguous

@@ -31,6 +31,8 @@ KNOBS = {
     "idioms": ["library", "primitive"],
     # recognise SumReduce(Mul(expand, expand)) as dot_general and index_select gathers as take
     "peephole": [True, False],
+    # (with peephole) sliding-window reductions as conv_general_dilated / reduce_window, not im2col
+    "windows": [True, False],
     # dot precision: 'highest' is exact float32 everywhere; 'default' lets TPUs use bf16 passes
     "precision": ["highest", "default"],
     # weights as jit arguments or as closed-over constants

@@ -21,7 +21,11 @@ recognises the pattern and emits ``lax.dot_general``:
   runs of consecutive positions it is a concatenation of static slices,
   which XLA fuses, instead of a gather.
 
-Both are exact rewrites (the same sums in float32 or wider), selected by the
+* ``conv`` / ``pool`` (module :mod:`.windows`): a reduction over the
+  window axes of a sliding-window view (with its constant pads) is
+  ``lax.conv_general_dilated`` / ``lax.reduce_window``; knob ``windows``.
+
+All are exact rewrites (the same sums in float32 or wider), selected by the
 knob ``peephole``.  The plans are pure graph analysis; :mod:`.program`
 emits them.
 """
@@ -34,6 +38,7 @@ import numpy as np
 
 from ...ir.graph import Graph
 from ..fold import FOLDED_PREFIX
+from . import windows
 
 
 @dataclass(frozen=True)
@@ -162,18 +167,27 @@ def _gather_plan(graph: Graph, nid: int):
     return _slices_plan(graph, take) or take
 
 
-PATTERNS = {"SumReduce": _dot_plan, "Gather": _gather_plan}
+# per op, the patterns tried in order (the first plan found wins); window patterns
+# (convolution, pooling: see .windows) only under the knob ``windows``
+PATTERNS = {
+    "SumReduce": (windows.conv_plan, windows.pool_plan, _dot_plan),
+    "MaxReduce": (windows.pool_plan,),
+    "Gather": (_gather_plan,),
+}
+WINDOW_PATTERNS = (windows.conv_plan, windows.pool_plan)
 
 
-def find(graph: Graph) -> dict[int, DotPlan | TakePlan | SlicesPlan]:
+def find(graph: Graph, use_windows: bool = True) -> dict:
     """Node id -> plan for every node a peephole applies to."""
     plans = {}
     for i, n in enumerate(graph.nodes):
-        fn = PATTERNS.get(n.op)
-        if fn is not None:
+        for fn in PATTERNS.get(n.op, ()):
+            if not use_windows and fn in WINDOW_PATTERNS:
+                continue
             p = fn(graph, i)
             if p is not None:
                 plans[i] = p
+                break
     return plans
 
 

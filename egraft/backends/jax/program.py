@@ -25,7 +25,7 @@ from ...ir import dtypes
 from ...ir.graph import Graph, Node
 from ...ir.idioms import DECOMPOSITIONS, IDIOMS
 from ...ir.ops import TensorValue
-from . import peephole
+from . import peephole, windows
 from .rules import RULES, STAT_ZERO, LowerCtx, realise_view
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -104,7 +104,7 @@ def _needed(graph: Graph, plans: dict) -> list[bool]:
 
 def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
     """Lower `graph` on traced values; returns its outputs."""
-    plans = peephole.find(graph) if ctx.knobs.get("peephole", True) else {}
+    plans = peephole.find(graph, ctx.knobs.get("windows", True)) if ctx.knobs.get("peephole", True) else {}
     need = _needed(graph, plans)
     pos = {nid: k for k, nid in enumerate(graph.input_ids)}
     vals: dict[int, object] = {}
@@ -119,11 +119,7 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
                 v = weights[n.attrs["name"]]
         elif i in plans:
             p = plans[i]
-            if isinstance(p, peephole.SlicesPlan):
-                v = peephole.emit_slices(ctx, p, vals[p.src])
-            else:
-                emit_plan = peephole.emit_dot if isinstance(p, peephole.DotPlan) else peephole.emit_take
-                v = emit_plan(ctx, p, vals[p.deps()[0]], vals[p.deps()[1]], view)
+            v = EMITTERS[type(p)](ctx, p, *[vals[j] for j in p.deps()], view)
         elif n.op in IDIOMS and ctx.knobs.get("idioms", "library") == "primitive":
             v = _decomposed(graph, n, [vals[j] for j in n.inputs], ctx)
         else:
@@ -133,6 +129,16 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
             v = v.astype(want)
         vals[i] = v
     return [vals[o] for o in graph.outputs]
+
+
+# plan type -> emitter(ctx, plan, *values of plan.deps(), view_fn)
+EMITTERS = {
+    peephole.DotPlan: peephole.emit_dot,
+    peephole.TakePlan: peephole.emit_take,
+    peephole.SlicesPlan: lambda ctx, p, x, view: peephole.emit_slices(ctx, p, x),
+    windows.ConvPlan: windows.emit_conv,
+    windows.PoolPlan: windows.emit_pool,
+}
 
 
 def _decomposed(graph: Graph, node: Node, args: list, ctx: LowerCtx):

@@ -23,7 +23,8 @@ from ...ir.ops import TensorValue
 from .views import StackPlan, apply_view, plan_view
 
 HALF = ("float16", "bfloat16")
-STAT_ZERO = {"view_gathers": 0, "view_stacks": 0, "peephole_dots": 0, "peephole_takes": 0, "peephole_slices": 0}
+STAT_ZERO = {"view_gathers": 0, "view_stacks": 0, "peephole_dots": 0, "peephole_takes": 0, "peephole_slices": 0,
+             "peephole_convs": 0, "peephole_pools": 0}
 
 
 @dataclass

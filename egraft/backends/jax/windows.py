@@ -110,23 +110,27 @@ def _decompose(axes, offset, shape):
     if digits is None:
         return None
     out = []
-    reach = list(digits)
+    hi, lo = list(digits), list(digits)
     for pieces in axes:
         mine = []
         for size, stride in pieces:
             if stride is None or size == 1:
                 mine.append((size, None, 0))
                 continue
-            if stride < 0:
-                return None
-            parts = _split(size, stride, shape, cs)
+            parts = _split(size, abs(stride), shape, cs)
             if parts is None:
                 return None
+            if stride < 0:  # walks backwards from the offset: the same digits, negated
+                parts = [(sz, j, -st) for sz, j, st in parts]
             for sz, j, st in parts:
-                reach[j] += (sz - 1) * st
+                if st > 0:
+                    hi[j] += (sz - 1) * st
+                else:
+                    lo[j] += (sz - 1) * st
             mine.extend(parts)
         out.append(mine)
-    if any(r >= n for r, n in zip(reach, shape)):  # a digit could carry: the map would not be affine
+    # every digit stays inside its dimension, so no position can carry: the map is exact
+    if any(h >= n for h, n in zip(hi, shape)) or any(v < 0 for v in lo):
         return None
     return out, digits
 
@@ -145,6 +149,9 @@ def axis_map(graph: Graph, nid: int) -> AxisMap | None:
         off, cur = 0, nid
     while True:
         c = graph.nodes[cur]
+        if c.op == "Cast" and _float_cast(graph, c):  # elementwise: commutes with views and zero pads
+            cur = c.inputs[0]
+            continue
         got = _decompose(axes, off, tuple(c.shape))
         if got is None:
             return None
@@ -154,9 +161,11 @@ def axis_map(graph: Graph, nid: int) -> AxisMap | None:
         t = c.attrs["strides"]
         off = c.attrs["offset"] + sum(d * s for d, s in zip(digits, t))
         axes = [[(sz, (st * t[j] if j is not None and t[j] != 0 else None)) for sz, j, st in p] for p in pieces]
-        if any(s is not None and s < 0 for p in axes for _, s in p):
-            return None
         cur = c.inputs[0]
+
+
+def _float_cast(graph: Graph, node) -> bool:
+    return dtypes.is_float(node.dtype) and dtypes.is_float(graph.nodes[node.inputs[0]].dtype)
 
 
 def _merge(pieces):
@@ -297,7 +306,10 @@ def peel_pads(graph: Graph, nid: int, kind: str):
         if mask is None or idx is None or mask.dtype != np.bool_:
             break
         src = gn.inputs[0]
-        total, length = n.shape[ax], graph.nodes[src].shape[ax]
+        sshape = graph.nodes[src].shape
+        if any(a != b for d, (a, b) in enumerate(zip(sshape, n.shape)) if d != ax):
+            break
+        total, length = n.shape[ax], sshape[ax]
         lo = int(np.argmax(mask)) if mask.any() else total
         hi = total - lo - length
         if hi < 0 or not mask[lo:lo + length].all() or mask[:lo].any() or mask[lo + length:].any():
@@ -316,7 +328,9 @@ def peel_pads(graph: Graph, nid: int, kind: str):
 @dataclass(frozen=True)
 class ConvPlan:
     x: int  # unpadded input node
-    w: int  # weight node
+    w: int  # weight source node
+    dtype: str  # the product's dtype (sources are cast to it: casts commute with views and zero pads)
+    w_view: tuple  # (shape, strides, offset): the weight as [groups, out/group, in/group, *kernel]
     strides: tuple[int, ...]
     padding: tuple[tuple[int, int], ...]
     dilation: tuple[int, ...]
@@ -331,6 +345,7 @@ class ConvPlan:
 @dataclass(frozen=True)
 class PoolPlan:
     x: int
+    dtype: str  # the window view's dtype (the source is cast to it)
     kind: str  # "sum" | "max"
     window: tuple[int, ...]
     strides: tuple[int, ...]
@@ -373,17 +388,20 @@ def _out_view(vaxes, reduced, base_shape, role_stride, offset):
     return (tuple(shape), tuple(strides), int(offset)), out_shape
 
 
-def _conv_roles(vaxes, reduced, nd):
+def _conv_roles(vaxes, reduced):
+    """Role of each virtual axis (by the input side's source dim; the weight side only needs coverage)."""
     roles: dict = {}
     for v in vaxes:
         red = v.owner in reduced
         a, b = v.a, v.b
+        if a is not None and a[1] <= 0:  # the input is read forwards only (a flipped input: not a conv)
+            return None
         if red:
             if a is None or b is None:
                 return None
-            if a[0] == 1 and b == (1, 1) and a[1] == 1:
+            if a == (1, 1):
                 key = ("ichan",)
-            elif a[0] >= 2 and b == (a[0], 1):
+            elif a[0] >= 2:
                 key = ("kern", a[0] - 2)
             else:
                 return None
@@ -397,10 +415,8 @@ def _conv_roles(vaxes, reduced, nd):
             else:
                 return None
         elif a is None:
-            if b[0] != 0 or b[1] != 1:
-                return None
             key = ("ochan",)
-        elif a[0] == 1 and b[0] == 0:
+        elif a[0] == 1:
             key = ("group",)
         else:
             return None
@@ -416,52 +432,56 @@ def _conv_plan_for(graph: Graph, mul_id: int, reduced, ia: int, ib: int) -> Conv
     if ma is None or mb is None:
         return None
     xshape, wshape = tuple(graph.nodes[ma.src].shape), tuple(graph.nodes[mb.src].shape)
-    rank = len(xshape)
-    nd = rank - 2
-    if nd < 1 or len(wshape) != rank:
+    nd = len(xshape) - 2
+    if nd < 1:
         return None
     vaxes = common_axes(tuple(mul.shape), (ma, mb))
     if vaxes is None:
         return None
-    roles = _conv_roles(vaxes, reduced, nd)
-    if roles is None:
+    roles = _conv_roles(vaxes, reduced)
+    if roles is None or not any(k[0] in ("ichan", "kern") for k in roles):
         return None
+    # with kernel taps, some window must slide along an output axis: taps over whole axes with nothing
+    # sliding are a matmul (batch-1 attention scores, a linear on one position): dot_general does better
+    kern = [k[1] for k in roles if k[0] == "kern"]
+    if kern and not any(("space", i) in roles for i in kern):
+        return None
+
+    def size(*key):
+        return roles[key].size if key in roles else 1
+
+    g, og, cg = size("group"), size("ochan"), size("ichan")
+    kernel = tuple(size("kern", i) for i in range(nd))
     n_, c_ = xshape[:2]
-    o_, cg = wshape[:2]
-    kernel = wshape[2:]
-    grp = roles.get(("group",))
-    g = grp.size if grp else 1
-    if c_ != g * cg or o_ % g:
+    if c_ != g * cg or ma.offset[1] != 0:
         return None
-    og = o_ // g
-    if grp and (grp.a[1] != cg or grp.b[1] != og):
-        return None
-    if (roles[("ochan",)].size if ("ochan",) in roles else 1) != og:
-        return None
-    if (roles[("ichan",)].size if ("ichan",) in roles else 1) != cg:
-        return None
-    if any(mb.offset) or ma.offset[1] != 0:
+    if g > 1 and roles[("group",)].a[1] != cg:
         return None
     strides, dilation = [], []
     for i in range(nd):
-        k = roles.get(("kern", i))
-        if (k.size if k else 1) != kernel[i]:
-            return None
-        sp = roles.get(("space", i))
+        k, sp = roles.get(("kern", i)), roles.get(("space", i))
         strides.append(sp.a[1] if sp else 1)
         dilation.append(k.a[1] if k else 1)
         if ma.offset[2 + i] % strides[i]:
             return None
-    # the pads the reduce reads through, folded into the convolution
+    # the weight as [O, Cg, *K]: a view of the weight source through the weight side's digits
+    wcs = contiguous_strides(wshape)
+
+    def wstride(*key):
+        return roles[key].b[1] * wcs[roles[key].b[0]] if key in roles else 0
+
+    w_view = ((g, og, cg) + kernel,
+              (wstride("group"), wstride("ochan"), wstride("ichan")) + tuple(wstride("kern", i) for i in range(nd)),
+              sum(o * c for o, c in zip(mb.offset, wcs)))
+    # the pads the input side reads through, folded into the convolution
     x, pads = peel_pads(graph, ma.src, "sum")
     if any(ax < 2 for ax in pads):
         x, pads = ma.src, {}
     padding = tuple(tuple(pads.get(2 + i, (0, 0))) for i in range(nd))
-    full = [xshape[2 + i] for i in range(nd)]
-    out_sp = [(full[i] - dilation[i] * (kernel[i] - 1) - 1) // strides[i] + 1 for i in range(nd)]
+    out_sp = [(xshape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // strides[i] + 1 for i in range(nd)]
     if any(n <= 0 for n in out_sp):
         return None
-    ocs = contiguous_strides((n_, o_, *out_sp))
+    ocs = contiguous_strides((n_, g * og, *out_sp))
 
     def role_stride(v):
         if v.a is None and v.b is None:
@@ -476,7 +496,7 @@ def _conv_plan_for(graph: Graph, mul_id: int, reduced, ia: int, ib: int) -> Conv
 
     offset = ma.offset[0] * ocs[0] + sum(ma.offset[2 + i] // strides[i] * ocs[2 + i] for i in range(nd))
     out_view, out_shape = _out_view(vaxes, reduced, tuple(mul.shape), role_stride, offset)
-    return ConvPlan(x, mb.src, tuple(strides), padding, tuple(dilation), g, out_view, out_shape)
+    return ConvPlan(x, mb.src, mul.dtype, w_view, tuple(strides), padding, tuple(dilation), g, out_view, out_shape)
 
 
 def conv_plan(graph: Graph, nid: int) -> ConvPlan | None:
@@ -514,6 +534,8 @@ def pool_plan(graph: Graph, nid: int) -> PoolPlan | None:
             if red:
                 return None
             continue
+        if v.a[1] <= 0:
+            return None
         table = win if red else keep
         if v.a[0] in table:
             return None
@@ -538,7 +560,7 @@ def pool_plan(graph: Graph, nid: int) -> PoolPlan | None:
 
     offset = sum(m.offset[j] // strides[j] * ocs[j] for j in range(rank))
     out_view, out_shape = _out_view(vaxes, reduced, tuple(bnode.shape), role_stride, offset)
-    return PoolPlan(x, kind, window, strides, padding, dilation, out_view, out_shape)
+    return PoolPlan(x, bnode.dtype, kind, window, strides, padding, dilation, out_view, out_shape)
 
 
 # --- emission ------------------------------------------------------------------------------------------
@@ -548,14 +570,16 @@ def emit_conv(ctx, plan: ConvPlan, x, w, view_fn):
 
     from .rules import compute_f32
 
-    half = x.dtype.name in ("float16", "bfloat16")
-    x, w = compute_f32(x), compute_f32(w)
+    dt = ctx.jdt(plan.dtype)
+    shape, strides, offset = plan.w_view
+    w = view_fn(w, shape, strides, offset)
+    w = w.reshape((shape[0] * shape[1],) + tuple(shape[2:]))
+    x, w = compute_f32(x.astype(dt)), compute_f32(w.astype(dt))
     r = x.ndim
     dn = lax.ConvDimensionNumbers(tuple(range(r)), tuple(range(r)), tuple(range(r)))
     y = lax.conv_general_dilated(
         x, w, window_strides=plan.strides, padding=plan.padding, rhs_dilation=plan.dilation,
         dimension_numbers=dn, feature_group_count=plan.groups, precision=ctx.precision)
-    del half
     ctx.stats["peephole_convs"] += 1
     return _finish(y, plan, view_fn)
 
@@ -566,6 +590,7 @@ def emit_pool(ctx, plan: PoolPlan, x, view_fn):
 
     from .rules import compute_f32
 
+    x = x.astype(ctx.jdt(plan.dtype))
     if plan.kind == "sum":
         x = compute_f32(x)
         init, op = np.array(0, x.dtype), lax.add
