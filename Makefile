@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test demo bench-trace
+.PHONY: install test demo bench-trace bench-saturation bench-cpu coverage fuzz-long
 
 # torch first, only if missing: `pip install torch==2.13.0` finds the CPU
 # wheel already on disk on our machines; any other torch spec would pull a
@@ -10,11 +10,26 @@ install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install torch==2.13.0
 	$(PYTHON) -m pip install -e '.[dev]'
 
+# the CI suite (tests marked slow or gpu are deselected in pyproject.toml)
 test: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider
 
+# trace -> saturate -> extract -> JAX/XLA, checked against eager PyTorch and timed
 demo: install
 	$(PYTHON) examples/demo.py
 
+# --- by hand: benchmarks, coverage, long fuzzers ---------------------------------
 bench-trace: install
-	$(PYTHON) bench/bench_trace.py
+	$(PYTHON) bench/trace_time.py
+
+bench-saturation: install
+	$(PYTHON) bench/saturation.py --reps 3
+
+bench-cpu: install
+	$(PYTHON) bench/cpu_backends.py --threads 1
+
+coverage: install
+	$(PYTHON) scripts/opinfo_coverage.py
+
+fuzz-long: install
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m slow tests/rewrites/test_fuzz.py
