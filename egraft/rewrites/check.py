@@ -18,6 +18,10 @@ from .encode import RuleSpec
 from .saturate import Limits, saturate
 
 TOL = 1e-9
+# Errors are relative to max(|output|, SCALE_FLOOR): a float64 rewrite that
+# reassociates a sum whose exact value is 0 (e.g. the sum over a layer norm's
+# row) changes rounding noise of ~1e-16 by 100%, which is not unsoundness.
+SCALE_FLOOR = 1.0
 RULE_LIMITS = Limits(iterations=6, nodes=20_000, seconds=30.0, explosive_iterations=1, repeated_layers=False)
 
 
@@ -52,7 +56,7 @@ def check_space(space: Space, graph, seed: int, samples: int = 16, per_class_cap
         seen.add(h)
         got = evaluate(g, inputs, np.float64)
         for k, (a, b) in enumerate(zip(got, want)):
-            e = rel_err(a, b)
+            e = rel_err(a, b, SCALE_FLOOR)
             assert e <= TOL, (f"{what}: extraction {label} differs from the original on output {k}: "
                               f"rel err {e:.3g} (seed {seed})\n{g.dump()}")
         count += 1
@@ -67,7 +71,7 @@ def check_rule(rule: RuleSpec, seed: int, samples: int = 8) -> int:
     if w.rhs is not None:
         inputs = random_inputs(w.lhs, seed)
         for k, (a, b) in enumerate(zip(evaluate(w.rhs, inputs, np.float64), evaluate(w.lhs, inputs, np.float64))):
-            e = rel_err(a, b)
+            e = rel_err(a, b, SCALE_FLOOR)
             assert e <= TOL, f"rule {rule.name}: witness rhs differs from lhs (rel err {e:.3g}, seed {seed})"
     res = saturate(w.lhs, rules=[rule], limits=RULE_LIMITS)
     assert res.firings.get(rule.name, 0) > 0, (
