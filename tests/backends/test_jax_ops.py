@@ -9,6 +9,7 @@ from jax_helpers import check_graph
 from egraft.backends import lower
 from egraft.errors import BackendError
 from egraft.ir import GraphBuilder
+from egraft.ir.builder import Tensor
 from egraft.ir.idioms import IDIOMS
 from egraft.testing import fresh_seed
 
@@ -66,7 +67,6 @@ def test_where_and_broadcast_views():
         c = b.input("c", (3, 1), "bool")
         x = b.input("x", (1, 5), dt)
         y = b.input("y", (3, 5), dt)
-        from egraft.ir import Tensor
         out = Tensor.where(c, x, y)  # c and x are broadcast with stride-0 views
         check_graph(b.build([out]), seed, what=f"Where {dt}")
 
@@ -251,3 +251,14 @@ def test_torch_in_torch_out():
         ex(torch.zeros(2, 4), it)
     with pytest.raises(InputError, match="dtype"):
         ex(xt.double(), it)
+    # bool and bfloat16 inputs (bfloat16 has no numpy view: it crosses by DLPack), a non-contiguous input
+    b2 = GraphBuilder()
+    m = b2.input("m", (3, 4), "bool")
+    hb = b2.input("h", (3, 4), "bfloat16")
+    xf = b2.input("xf", (3, 4), "float32")
+    ex2 = lower(b2.build([Tensor.where(m, hb.cast("float32") + xf, 0.0)]), "jax", "cpu")
+    mt = torch.rand(3, 4, generator=gen) < 0.5
+    ht = torch.randn(3, 4, generator=gen).to(torch.bfloat16)
+    xft = torch.randn(4, 3, generator=gen).t()
+    (got,) = ex2(mt, ht, xft)
+    torch.testing.assert_close(got, torch.where(mt, ht.float() + xft, torch.zeros(())), rtol=1e-6, atol=0)

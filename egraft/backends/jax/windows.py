@@ -508,6 +508,15 @@ def conv_plan(graph: Graph, nid: int) -> ConvPlan | None:
     return _conv_plan_for(graph, base, reduced, 0, 1) or _conv_plan_for(graph, base, reduced, 1, 0)
 
 
+def _view_is_cheap(graph: Graph, nid: int) -> bool:
+    """Whether a View realises as movement ops alone (see .views), not a stack of slices or a gather."""
+    from .views import SlicePlan, plan_view
+
+    n = graph.nodes[nid]
+    plan = plan_view(prod(graph.nodes[n.inputs[0]].shape), n.attrs["shape"], n.attrs["strides"], n.attrs["offset"])
+    return isinstance(plan, SlicePlan)
+
+
 def pool_plan(graph: Graph, nid: int) -> PoolPlan | None:
     """Max/SumReduce(s) over the window axes of a sliding-window view -> PoolPlan."""
     node = graph.nodes[nid]
@@ -540,7 +549,10 @@ def pool_plan(graph: Graph, nid: int) -> PoolPlan | None:
         if v.a[0] in table:
             return None
         table[v.a[0]] = v
-    if not any(j in keep for j in win):  # no sliding window: an ordinary reduction does better
+    # Non-overlapping windows (kernel == stride pools, reshaped reductions such as a per-head norm) are
+    # usually nesting views, i.e. free reshapes/slices before an ordinary reduction: keep those as they are.
+    overlap = any(j in keep and keep[j].a[1] < (win[j].size - 1) * win[j].a[1] + 1 for j in win)
+    if not overlap and _view_is_cheap(graph, base):
         return None
     window = tuple(win[j].size if j in win else 1 for j in range(rank))
     dilation = tuple(win[j].a[1] if j in win else 1 for j in range(rank))
