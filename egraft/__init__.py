@@ -5,13 +5,21 @@ __version__ = "0.1.0"
 from . import errors, ir  # noqa: E402
 
 
+_LAZY_MODULES = ("backends", "models", "rewrites", "search", "testing")
+
+
 def __getattr__(name):
-    # `trace` imports torch: load it on first use so `import egraft` (and the runtime) stays light
+    # `trace` and the stages import torch / egglog / jax: load them on first use
+    # so `import egraft` (and the runtime) stays light
     if name == "trace":
         from .ir.from_torch import trace
 
         return trace
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'egraft' has no attribute {name!r}")
 
 
-__all__ = ["errors", "ir", "trace", "__version__"]
+__all__ = ["backends", "errors", "ir", "models", "rewrites", "search", "testing", "trace", "__version__"]
