@@ -108,8 +108,9 @@ def main(argv=None) -> int:
             t_e.append(median_ms(eager_fn, 1))
             t_x.append(median_ms(egraft_fn, 1))
     me, mx = statistics.median(t_e), statistics.median(t_x)
-    print(f"\n== gained: torch eager {me:.3f} ms, egraft (greedy, JAX/XLA) {mx:.3f} ms "
-          f"-> {me / mx:.2f}x (median of {args.repeats} interleaved runs, 2 threads)")
+    verdict = "faster" if me > mx else "SLOWER"
+    print(f"\n== gained: torch eager {me:.3f} ms, egraft (greedy, JAX/XLA) {mx:.3f} ms -> speed-up "
+          f"{me / mx:.2f}x, egraft is {verdict} (median of {args.repeats} interleaved runs, 2 threads)")
     return 0
 
 
