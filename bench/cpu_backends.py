@@ -73,19 +73,16 @@ def _hf_workloads():
     import torch
 
     try:
-        import transformers as T
+        from egraft.models import hf
     except ImportError:
         return
-    torch.manual_seed(0)
-    ids = torch.randint(0, 1000, (2, 128))
-    yield "hf_gpt2", T.GPT2LMHeadModel(T.GPT2Config(
-        n_layer=4, n_embd=256, n_head=4, vocab_size=1000, n_positions=256, bos_token_id=0, eos_token_id=0)).eval(), (ids,), {"use_cache": False}
-    yield "hf_llama", T.LlamaForCausalLM(T.LlamaConfig(
-        hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
-        vocab_size=1000, max_position_embeddings=256, bos_token_id=0, eos_token_id=0)).eval(), (ids,), {"use_cache": False}
-    yield "hf_bert", T.BertModel(T.BertConfig(
-        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024, vocab_size=1000,
-        max_position_embeddings=256)).eval(), (ids,), {}
+    ids = torch.randint(0, 1000, (2, 128), generator=torch.Generator().manual_seed(0))
+    sizes = dict(layers=4, hidden=256, vocab=1000, positions=256)
+    for name, kind, extra in (("hf_gpt2", "gpt2", dict(heads=4, lm_head=True)),
+                              ("hf_llama", "llama", dict(heads=8, kv_heads=2, intermediate=704, lm_head=True)),
+                              ("hf_bert", "bert", dict(heads=4, intermediate=1024))):
+        model, kwargs = hf.build(kind, **sizes, **extra)
+        yield name, model, (ids,), kwargs
 
 
 def _block(out):
@@ -103,16 +100,6 @@ def _block(out):
     return out
 
 
-def _flat(out):
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if hasattr(out, "to_tuple"):
-        out = out.to_tuple()
-    return [t for t in out if isinstance(t, torch.Tensor)]
-
-
 def _median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2]
@@ -124,6 +111,7 @@ def run_one(name, model, args, kwargs, reps, use_compile, extra):
 
     import egraft
     from egraft.backends import lower
+    from egraft.models.hf import flat_outputs
     from egraft.testing import rel_err
 
     t0 = time.perf_counter()
@@ -134,7 +122,7 @@ def run_one(name, model, args, kwargs, reps, use_compile, extra):
     t_lower = time.perf_counter() - t0
     variants = {}
     with torch.no_grad():
-        want = _flat(model(*args, **kwargs))
+        want = flat_outputs(model(*args, **kwargs))
     got = ex(*args)
     err = max(rel_err(a.numpy(), b.numpy()) for a, b in zip(got, want))
 

@@ -64,23 +64,11 @@ def _unused_params(model, g):
 # --- Hugging Face transformers (tiny random configs, no downloads) ------------------------------
 
 transformers = pytest.importorskip("transformers")
+from egraft.models import hf  # noqa: E402
 
 
 def _hf(kind: str, impl: str, seed: int):
-    torch.manual_seed(seed)
-    common = dict(attn_implementation=impl)
-    if kind == "gpt2":
-        cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=97, n_positions=32, use_cache=False,
-                                      bos_token_id=0, eos_token_id=0, **common)
-        return transformers.GPT2Model(cfg).eval()
-    if kind == "llama":
-        cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                                       intermediate_size=64, vocab_size=97, max_position_embeddings=32, use_cache=False,
-                                       **common)
-        return transformers.LlamaModel(cfg).eval()
-    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
-                                  vocab_size=97, max_position_embeddings=32, **common)
-    return transformers.BertModel(cfg).eval()
+    return hf.build(kind, attn_implementation=impl, seed=seed)[0]
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
