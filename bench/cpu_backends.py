@@ -8,12 +8,25 @@ lower to JAX (default knobs), compile torch.compile; warm everything up
 each per round in a rotating order, and report medians and ratios to eager.
 
 Threads are fixed before torch or jax load: torch.set_num_threads(T), OMP/MKL
-at T; XLA's CPU pool is the machine's core count (T=1 sets
---xla_cpu_multi_thread_eigen=false); numpy/BLAS at 1 (unused in the timed
-loop).  On the 2-core CI machine T=2 gives both libraries both cores.  ``egraft(torch)`` is a call with torch tensors in and out
-(DLPack, what a user sees); ``egraft(jax)`` is ``run_jax`` on device arrays.
+at T; XLA's CPU pools follow the process's CPU affinity, so T below the core
+count pins the process to T cores (T=1 also sets
+--xla_cpu_multi_thread_eigen=false, which alone does not stop XLA's YNNPACK
+dots from using every core); numpy/BLAS at 1 (unused in the timed loop).  On
+the 2-core CI machine T=2 gives both libraries both cores.
 
-    python3 bench/cpu_backends.py [--threads 2] [--size mid|bench] [--reps 30] [--only NAME ...] [--no-compile]
+Interleaving torch and XLA calls on 2 cores makes them contend: torch's
+libgomp workers spin-wait (milliseconds) after each parallel op and hold the
+second core that XLA's pool needs next (measured T=2 mlp: egraft(jax) 4.1 ms
+interleaved, 2.5 ms with GOMP_SPINCOUNT=10000, ~2.3 ms alone).  ``--settle``
+runs each variant per round as one untimed call then SETTLE_BLOCK timed
+back-to-back calls, so most timed calls see their own library's steady state,
+as a loop calling one framework does (a sleep instead measured worse: idle
+vCPUs wake slowly).  Without it the numbers include the cross-library cost.
+
+``egraft(torch)`` is a call with torch tensors in and out (DLPack, what a
+user sees); ``egraft(jax)`` is ``run_jax`` on device arrays.
+
+    python3 bench/cpu_backends.py [--threads 2] [--size mid|bench] [--reps 30] [--only NAME ...] [--no-compile] [--settle]
 """
 
 from __future__ import annotations
@@ -24,17 +37,25 @@ import sys
 import time
 
 
+SETTLE_BLOCK = 4  # timed calls per variant per round with --settle (after one untimed call)
+
+
 def _set_threads(n: int) -> None:
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[k] = str(n)
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    # XLA's CPU client sizes its intra-op pool to the machine's cores; one thread = no eigen threading.
-    # With n >= the core count (2 on our CI machines) both libraries use every core.
     flags = os.environ.get("XLA_FLAGS", "")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if n == 1:
         flags += " --xla_cpu_multi_thread_eigen=false"
+    if cores and n < len(cores):
+        # XLA's CPU client sizes its pools to the schedulable cores, and the eigen flag does not
+        # reach YNNPACK, which runs XLA's dots on its own pool: with the flag alone a "1-thread"
+        # JAX dot still used both cores (measured: cpu/wall 1.97, 164 GFLOP/s vs 80 on one core).
+        # Pinning the process to n cores (before torch/jax start their pools) limits both libraries.
+        os.sched_setaffinity(0, cores[:n])
     elif n < (os.cpu_count() or n):
-        print(f"warning: XLA uses all {os.cpu_count()} cores; torch is limited to {n} threads", file=sys.stderr)
+        print(f"warning: cannot pin to {n} cores; XLA may use all {os.cpu_count()}", file=sys.stderr)
     os.environ["XLA_FLAGS"] = flags.strip()
 
 
@@ -105,7 +126,7 @@ def _median(xs):
     return xs[len(xs) // 2]
 
 
-def run_one(name, model, args, kwargs, reps, use_compile, extra):
+def run_one(name, model, args, kwargs, reps, use_compile, extra, settle=False):
     import jax
     import torch
 
@@ -161,9 +182,12 @@ def run_one(name, model, args, kwargs, reps, use_compile, extra):
         # (running right after torch eager costs any variant cache and allocator effects)
         for k in names[r % len(names):] + names[:r % len(names)]:
             fn = variants[k]
-            t0 = time.perf_counter()
-            _block(fn())
-            times[k].append(time.perf_counter() - t0)
+            if settle:  # a block of back-to-back calls; the first absorbs the switch from the other library
+                _block(fn())
+            for _ in range(SETTLE_BLOCK if settle else 1):
+                t0 = time.perf_counter()
+                _block(fn())
+                times[k].append(time.perf_counter() - t0)
         if r >= 5 and time.perf_counter() > deadline:
             break
     med = {k: _median(v) for k, v in times.items()}
@@ -180,6 +204,8 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take minutes)")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--constants", action="store_true", help="also time the weights-as-constants knob")
+    ap.add_argument("--settle", action="store_true",
+                    help="per round: one untimed then SETTLE_BLOCK timed calls per variant (less cross-library contention)")
     a = ap.parse_args()
     _set_threads(a.threads)
     import torch
@@ -187,14 +213,15 @@ def main():
     torch.set_num_threads(a.threads)
     import jax
 
-    print(f"threads={a.threads} cores={os.cpu_count()} torch={torch.__version__} jax={jax.__version__} XLA_FLAGS={os.environ['XLA_FLAGS']!r}")
+    print(f"threads={a.threads} cores={os.cpu_count()} pinned={len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'} settle={a.settle} torch={torch.__version__} jax={jax.__version__} XLA_FLAGS={os.environ['XLA_FLAGS']!r}")
     loads = list(_workloads(a.size)) + ([] if a.no_hf else list(_hf_workloads()))
     rows = []
     for name, model, args, kwargs in loads:
         if a.only and name not in a.only:
             continue
         try:
-            res = run_one(name, model, args, kwargs, a.reps, not a.no_compile, {"constants"} if a.constants else set())
+            res = run_one(name, model, args, kwargs, a.reps, not a.no_compile, {"constants"} if a.constants else set(),
+                          a.settle)
         except Exception as e:  # report and go on: one broken workload should not hide the rest
             print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue

@@ -9,6 +9,19 @@ weight crosses to the device again.
 Weights are either jit *arguments* (default: one compiled program that any
 weight values fit, small HLO) or closed-over *constants* (XLA may fold them
 into the code; big programs, slow compiles); the knob ``weights`` picks.
+
+CPU threads (measured, jax 0.10.2, 2-core machine).  XLA runs dots through
+YNNPACK on a pool sized to the process's CPU affinity;
+``--xla_cpu_multi_thread_eigen=false`` does not reach it, so to limit XLA to
+N cores restrict the affinity (``taskset``, ``os.sched_setaffinity`` before
+the first JAX call).  Per-call dispatch (~15 us) and weight layout (torch's
+[out, in] vs pre-transposed) measured no difference.  When torch ops and
+these calls alternate on few cores, torch's libgomp workers spin-wait for
+milliseconds after each op and hold the cores XLA's pool needs: a 2-core
+mlp call went from ~2.3 ms alone to ~4 ms interleaved.  Setting
+``GOMP_SPINCOUNT`` low (e.g. 10000) or ``OMP_WAIT_POLICY=PASSIVE`` before
+torch is imported removes most of that, at some cost to torch's own ops;
+it is process-wide, so this backend leaves it to the user.
 """
 
 from __future__ import annotations
