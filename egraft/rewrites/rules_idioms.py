@@ -208,33 +208,37 @@ def _untranspose(ix, kt):
         yield view(src, ix.shape(src), ksh, st, v.attrs["offset"])
 
 
-def _apply_attention(snap):
-    """softmax(q kT * scale [+ bias] [causal mask]) @ v -> Attention(q, k, v[, bias])."""
-    ix = Index.of(snap)
+def _softmax_matmuls(ix):
+    """(matmul node, softmax input, v) for every ``Softmax(s, last axis) @ v`` in the snapshot."""
     for n in ix.by_op["MatMul"]:
         p, v = n.children
         r = len(ix.shape(p))
         for sm in ix.nodes(p, "Softmax"):
-            if sm.attrs["axis"] != r - 1:
-                continue
-            sx = sm.children[0]
-            cands = [(sx, False)]
-            for w in ix.nodes(sx, "Where"):
-                c, s1, fill = w.children
-                f = ix.scalar(fill)
-                if f is None and ix.nodes(fill, "View"):
-                    f = _opaque_scalar(ix, fill)
-                if f == float("-inf") and ix.is_float(s1) and _causal(ix, c):
-                    cands.append((s1, True))
-            for s, causal in cands:
-                forms = [(q, kt, sc, None) for q, kt, sc in _scores(ix, s)]
-                for ad in ix.nodes(s, "Add"):
-                    for s2, bias in (ad.children, ad.children[::-1]):
-                        forms += [(q, kt, sc, bias) for q, kt, sc in _scores(ix, s2)]
-                for q, kt, sc, bias in forms:
-                    for k in _untranspose(ix, kt):
-                        kids = (q, k, v) if bias is None else (q, k, v, bias)
-                        yield n.cls, T("Attention", *kids, scale=sc, causal=causal)
+            if sm.attrs["axis"] == r - 1:
+                yield n, sm.children[0], v
+
+
+def _apply_attention(snap):
+    """softmax(q kT * scale [+ bias] [causal mask]) @ v -> Attention(q, k, v[, bias])."""
+    ix = Index.of(snap)
+    for n, sx, v in _softmax_matmuls(ix):
+        cands = [(sx, False)]
+        for w in ix.nodes(sx, "Where"):
+            c, s1, fill = w.children
+            f = ix.scalar(fill)
+            if f is None and ix.nodes(fill, "View"):
+                f = _opaque_scalar(ix, fill)
+            if f == float("-inf") and ix.is_float(s1) and _causal(ix, c):
+                cands.append((s1, True))
+        for s, causal in cands:
+            forms = [(q, kt, sc, None) for q, kt, sc in _scores(ix, s)]
+            for ad in ix.nodes(s, "Add"):
+                for s2, bias in (ad.children, ad.children[::-1]):
+                    forms += [(q, kt, sc, bias) for q, kt, sc in _scores(ix, s2)]
+            for q, kt, sc, bias in forms:
+                for k in _untranspose(ix, kt):
+                    kids = (q, k, v) if bias is None else (q, k, v, bias)
+                    yield n.cls, T("Attention", *kids, scale=sc, causal=causal)
 
 
 def _opaque_scalar(ix, c):
@@ -320,16 +324,10 @@ def tile_for(sk: int) -> int | None:
 
 def _apply_online_softmax(snap):
     ix = Index.of(snap)
-    for n in ix.by_op["MatMul"]:
-        p, v = n.children
-        r = len(ix.shape(p))
-        for sm in ix.nodes(p, "Softmax"):
-            s = sm.children[0]
-            if sm.attrs["axis"] != r - 1 or not ix.is_float(s):
-                continue
-            t = tile_for(ix.shape(s)[-1])
-            if t is not None:
-                yield n.cls, online_softmax_terms(ix, s, v, t)
+    for n, s, v in _softmax_matmuls(ix):
+        t = tile_for(ix.shape(s)[-1]) if ix.is_float(s) else None
+        if t is not None:
+            yield n.cls, online_softmax_terms(ix, s, v, t)
 
 
 def _wit_online(rng):

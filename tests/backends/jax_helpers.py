@@ -34,3 +34,18 @@ def check_graph(graph, seed, knobs=None, tol=None, positive=(), index_ranges=Non
         assert g.dtype == w.dtype and g.shape == w.shape, f"{what} seed={seed}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
     assert_close(got, want, [d for _, d in graph.output_types()], tol=tol, what=f"{what} (seed={seed}, knobs={knobs})")
     return ex
+
+
+def jaxpr_primitives(ex) -> set:
+    """Names of every primitive in an executable's jaxpr, nested jaxprs included."""
+    names = set()
+
+    def walk(jaxpr):
+        for e in jaxpr.eqns:
+            names.add(e.primitive.name)
+            for p in e.params.values():
+                if hasattr(p, "jaxpr"):
+                    walk(p.jaxpr if hasattr(p.jaxpr, "eqns") else p.jaxpr.jaxpr)
+
+    walk(ex.jaxpr().jaxpr)
+    return names

@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from jax_helpers import check_graph
+from jax_helpers import check_graph, jaxpr_primitives
 
 from egraft.backends import get_backend, lower
 from egraft.backends.jax import KNOBS
 from egraft.errors import InputError
 from egraft.ir import GraphBuilder, evaluate
 from egraft.testing import assert_close, fresh_seed
-
-
-def _prims(ex):
-    names = set()
-
-    def walk(jaxpr):
-        for e in jaxpr.eqns:
-            names.add(e.primitive.name)
-            for p in e.params.values():
-                if hasattr(p, "jaxpr"):
-                    walk(p.jaxpr if hasattr(p.jaxpr, "eqns") else p.jaxpr.jaxpr)
-    walk(ex.jaxpr().jaxpr)
-    return names
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [((5, 7), (7, 3)), ((2, 5, 7), (2, 7, 3)), ((2, 5, 7), (7, 3)),
@@ -39,9 +26,9 @@ def test_primitive_matmul_becomes_dot_general(a_shape, b_shape, dt):
     assert "MatMul" not in g.op_counts() and g.op_counts()["SumReduce"] == 1
     ex = check_graph(g, seed, what=f"matmul {a_shape}@{b_shape} {dt}")
     assert ex.stats["peephole_dots"] == 1
-    assert "dot_general" in _prims(ex) and "reduce_sum" not in _prims(ex)
+    assert "dot_general" in jaxpr_primitives(ex) and "reduce_sum" not in jaxpr_primitives(ex)
     off = check_graph(g, seed, knobs={"peephole": False}, what="no peephole")
-    assert off.stats["peephole_dots"] == 0 and "dot_general" not in _prims(off)
+    assert off.stats["peephole_dots"] == 0 and "dot_general" not in jaxpr_primitives(off)
 
 
 def test_peephole_on_transposed_weight_and_int_operands():
@@ -78,7 +65,7 @@ def test_weight_only_subgraph_runs_once_at_build():
     g = b.build([x @ merged])
     ex = check_graph(g, seed, what="fold")
     assert list(ex.folded) == ["__folded_0"] and ex.folded["__folded_0"].shape == (8, 6)
-    prims = _prims(ex)
+    prims = jaxpr_primitives(ex)
     assert "exp2" not in prims, "the weight-only exp ran per call"
     assert ex.stats["peephole_dots"] == 1  # only x @ merged is left
     assert ex.program.graph.weight_names() == ["__folded_0"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from jax_helpers import check_graph
+from jax_helpers import check_graph, jaxpr_primitives
 
 from egraft.backends import lower
 from egraft.backends.jax import windows
@@ -31,20 +31,6 @@ def _trace(model, *shapes, dtype=torch.float32):
     if not hasattr(egraft, "trace"):
         pytest.skip("egraft.trace is not available")
     return egraft.trace(model.eval(), tuple(torch.randn(*s).to(dtype) for s in shapes))
-
-
-def _prims(ex) -> set:
-    names = set()
-
-    def walk(jaxpr):
-        for e in jaxpr.eqns:
-            names.add(e.primitive.name)
-            for p in e.params.values():
-                if hasattr(p, "jaxpr"):
-                    walk(p.jaxpr if hasattr(p.jaxpr, "eqns") else p.jaxpr.jaxpr)
-
-    walk(ex.jaxpr().jaxpr)
-    return names
 
 
 def _randomise_bn(bn, gen):
@@ -83,12 +69,12 @@ def test_conv2d_is_one_conv_general_dilated(cfg):
     ex = check_graph(graph, seed, what=f"conv2d {cfg}")
     assert ex.stats["peephole_convs"] == 1 and ex.stats["peephole_dots"] == 0, (cfg, ex.stats)
     assert ex.stats["view_stacks"] == 0 and ex.stats["view_gathers"] == 0, ex.stats
-    assert "conv_general_dilated" in _prims(ex)
+    assert "conv_general_dilated" in jaxpr_primitives(ex)
     if p and not isinstance(p, tuple):
         # the zero pad folded into the convolution: no pad gathers or slices are left
         assert ex.stats["peephole_slices"] == 0 and ex.stats["peephole_takes"] == 0, ex.stats
     off = check_graph(graph, seed, knobs={"windows": False}, what=f"conv2d {cfg}, windows off")
-    assert off.stats["peephole_convs"] == 0 and "conv_general_dilated" not in _prims(off)
+    assert off.stats["peephole_convs"] == 0 and "conv_general_dilated" not in jaxpr_primitives(off)
 
 
 @pytest.mark.parametrize("dim", [1, 3])
@@ -156,7 +142,7 @@ def test_resnet_block_runs_as_convolutions():
     assert e <= 1e-4, f"resnet_block relative error {e:.3g} (seed={seed})"
     n_convs = sum(isinstance(m, nn.Conv2d) for m in model.modules())
     assert ex.stats["peephole_convs"] == n_convs and ex.stats["peephole_dots"] == 0, ex.stats
-    assert "conv_general_dilated" in _prims(ex)
+    assert "conv_general_dilated" in jaxpr_primitives(ex)
     check_graph(graph, seed, what="resnet_block vs ir.evaluate")
 
 
@@ -182,7 +168,7 @@ def test_pooling_is_reduce_window(k):
     # (kernel == stride windows over a 9-row input do not nest in views.py's flat digit box either,
     # so every pool here is a window op; test_plain_reductions_are_not_pools has the nesting cases)
     assert ex.stats["peephole_pools"] == 1 and ex.stats["view_stacks"] == 0, (model, ex.stats)
-    assert {"reduce_window_max", "reduce_window_sum", "reduce_window"} & _prims(ex)
+    assert {"reduce_window_max", "reduce_window_sum", "reduce_window"} & jaxpr_primitives(ex)
     off = check_graph(graph, seed, knobs={"windows": False}, what=f"{model}, windows off")
     assert off.stats["peephole_pools"] == 0
 
