@@ -71,7 +71,7 @@ def bench(names, size: str):
 
     trace = getattr(egraft, "trace", None)
     if trace is None:
-        from egraft.ir.from_torch import trace
+        from egraft.frontend.tracer import trace
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     rows = []

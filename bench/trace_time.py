@@ -25,7 +25,7 @@ def main():
 
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
-    from egraft.ir.from_torch import export_program, lower_program
+    from egraft.frontend.tracer import export_program, lower_program
 
     try:
         from egraft.models import make

@@ -12,7 +12,7 @@ def __getattr__(name):
     # `trace` and the stages import torch / egglog / jax: load them on first use
     # so `import egraft` (and the runtime) stays light
     if name == "trace":
-        from .ir.from_torch import trace
+        from .frontend import trace
 
         return trace
     if name in _LAZY_MODULES:

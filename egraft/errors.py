@@ -33,7 +33,7 @@ class UnsupportedOpError(EgraftError):
         todo = hint or (
             "Replace it in the model with supported operations, run that part "
             "outside the compiled region, or add a lowering rule to "
-            "egraft/ir/lowering/ (one entry per ATen op)."
+            "egraft/frontend/lowering/ (one entry per ATen op)."
         )
         super().__init__(f"egraft cannot lower operator '{op}'.{where}\n  what to do: {todo}")
 

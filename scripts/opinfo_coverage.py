@@ -40,7 +40,7 @@ def _check_sample(op, sample):
     from egraft.errors import EgraftError, TraceError, UnsupportedOpError
     from egraft.ir import evaluate
     from egraft.ir.evaluate import to_numpy
-    from egraft.ir.from_torch import export_program, lower_program
+    from egraft.frontend.tracer import export_program, lower_program
     from egraft.testing import rel_err
 
     structure = (sample.input, tuple(sample.args), dict(sample.kwargs))

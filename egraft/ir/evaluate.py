@@ -17,7 +17,6 @@ import numpy as np
 from ..errors import InputError, IRError
 from . import dtypes
 from .graph import Graph
-from .ops import constant_array
 from .registry import get_op
 
 
@@ -119,17 +118,6 @@ def _eval_node(graph, i, n, vals, wmap, oracle):
                 f"(e.g. w.astype('{n.dtype}'))"
             )
         return w.astype(store, copy=False)
-    if n.op == "Constant":
-        return constant_array(n.attrs, n.shape, store)
-    if n.op == "Iota":
-        return np.arange(n.attrs["n"]).astype(store)
-    if n.op == "Cast":
-        x = vals[n.inputs[0]]
-        if n.dtype == "bool":
-            return (x != 0).astype(store)
-        if dtypes.is_int(n.dtype) and np.issubdtype(x.dtype, np.floating):
-            x = np.trunc(x)
-        return x.astype(store)
     d = get_op(n.op)
     ins = []
     for j in n.inputs:

@@ -123,7 +123,7 @@ def infer_node(op: str, input_types: Sequence[tuple[tuple[int, ...], str]], attr
     d = get_op(op)
     if len(input_types) not in d.arity:
         raise IRError(f"{op} takes {' or '.join(map(str, d.arity))} inputs, got {len(input_types)}")
-    missing = [a for a in d.attrs if a not in attrs]
+    missing = [a for a in d.attr_names if a not in attrs]
     if missing:
         raise IRError(f"{op} is missing attribute(s) {missing}")
     shape, dt = d.infer([(tuple(s), t) for s, t in input_types], attrs)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import IRError
 from . import dtypes
-from .ops import OpDef
+from .ops import OpDef, attrs_of
 
 IDIOMS: dict[str, OpDef] = {}
 
@@ -95,15 +95,17 @@ def _rmsnorm(x, attrs, *_):
     return x / np.sqrt(np.mean(x * x, axis=ax, keepdims=True) + attrs["eps"])
 
 
-def _def(name, arity, attrs, infer, compute, doc):
-    IDIOMS[name] = OpDef(name, "idiom", arity, attrs, infer, compute, doc)
+def _def(name, kind, arity, attrs, infer, compute, doc):
+    IDIOMS[name] = OpDef(name, kind, arity, attrs_of(attrs), infer, compute, doc)
 
 
-_def("MatMul", (2,), (), _infer_matmul, lambda a, b, *_: np.matmul(a, b), "batched matrix product")
-_def("Softmax", (1,), ("axis",), _infer_rowwise("Softmax"), lambda x, attrs, *_: _softmax(x, attrs["axis"]), "softmax")
-_def("LayerNorm", (1,), ("axis", "eps"), _infer_rowwise("LayerNorm"), _layernorm, "layer norm, no affine")
-_def("RMSNorm", (1,), ("axis", "eps"), _infer_rowwise("RMSNorm"), _rmsnorm, "RMS norm, no affine")
-_def("Attention", (3, 4), ("scale", "causal"), _infer_attention, _attention, "scaled dot-product attention")
+_def("MatMul", "contraction", (2,), "", _infer_matmul, lambda a, b, *_: np.matmul(a, b), "batched matrix product")
+_def("Softmax", "row", (1,), "axis:int", _infer_rowwise("Softmax"), lambda x, attrs, *_: _softmax(x, attrs["axis"]),
+     "softmax")
+_def("LayerNorm", "row", (1,), "axis:int eps:float", _infer_rowwise("LayerNorm"), _layernorm, "layer norm, no affine")
+_def("RMSNorm", "row", (1,), "axis:int eps:float", _infer_rowwise("RMSNorm"), _rmsnorm, "RMS norm, no affine")
+_def("Attention", "attention", (3, 4), "scale:float causal:bool", _infer_attention, _attention,
+     "scaled dot-product attention")
 
 
 # --- primitive forms, written with the builder's Tensor -------------------------

@@ -38,15 +38,43 @@ from . import dtypes, shapes
 Type = tuple[tuple[int, ...], str]  # (shape, dtype)
 
 
+ATTR_TYPES = ("int", "float", "bool", "dtype", "name", "role", "shape", "value")
+"""What an attribute holds: an integer (axis, n, offset), a float (eps, scale), a
+bool, a dtype name, an input name, an input role, a shape/stride tuple, or a
+Constant's value (a scalar or a :class:`TensorValue`)."""
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One typed attribute of an op (the e-graph encoding and the checks key off ``type``)."""
+
+    name: str
+    type: str
+
+    def __post_init__(self):
+        if self.type not in ATTR_TYPES:
+            raise ValueError(f"attribute {self.name!r} has unknown type {self.type!r}; use one of {ATTR_TYPES}")
+
+
+def attrs_of(spec: str) -> tuple[Attr, ...]:
+    """``"axis:int eps:float"`` -> typed attributes, in argument order."""
+    return tuple(Attr(*item.split(":")) for item in spec.split())
+
+
 @dataclass(frozen=True)
 class OpDef:
     name: str
-    kind: str  # leaf | unary | binary | select | reduce | index | type | movement | idiom
+    kind: str  # leaf | movement | unary | binary | select | type | reduce | index | contraction | row | attention
     arity: tuple[int, ...]  # allowed input counts
-    attrs: tuple[str, ...]  # required attribute names
+    attrs: tuple[Attr, ...]  # required attributes, in the order the e-graph encodes them
     infer: Callable[[list[Type], Mapping[str, Any]], Type]
-    compute: Callable[..., np.ndarray] | None  # (inputs, attrs, out_shape, np_dtype) -> array
+    # (*inputs, attrs, out_shape, np_dtype) -> array; None only for Input, whose value is bound outside the graph
+    compute: Callable[..., np.ndarray] | None
     doc: str = ""
+
+    @property
+    def attr_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attrs)
 
 
 # --- type rules -------------------------------------------------------------
@@ -203,10 +231,34 @@ def _mod(a, b, *_):
     return np.fmod(a, b)
 
 
+def _rounded(x, dtype: str, dt) -> np.ndarray:
+    """``x`` converted to ``dtype`` with one rounding, held in the compute dtype ``dt``.
+
+    A half type computes in float32: going value -> float32 -> half would round
+    twice, so round to the half type first (exact when widened back).
+    """
+    if np.dtype(dt) == np.float32 and dtypes.is_float(dtype) and dtypes.to_numpy(dtype).itemsize < 4:
+        return np.asarray(x).astype(dtypes.to_numpy(dtype)).astype(dt)
+    return np.asarray(x).astype(dt)
+
+
 def _constant(attrs, shape, dt):
     v = attrs["value"]
     arr = v.array if isinstance(v, TensorValue) else np.asarray(v)
-    return np.broadcast_to(arr.astype(dt), shape).copy()
+    return np.broadcast_to(_rounded(arr, attrs["dtype"], dt), shape).copy()
+
+
+def _iota(attrs, shape, dt):
+    return np.arange(attrs["n"]).astype(dt)
+
+
+def _cast(x, attrs, shape, dt):
+    """Nonzero is True; float to int truncates toward zero (C, torch and XLA agree)."""
+    if attrs["dtype"] == "bool":
+        return x != 0
+    if dtypes.is_int(attrs["dtype"]) and np.issubdtype(x.dtype, np.floating):
+        x = np.trunc(x)
+    return _rounded(x, attrs["dtype"], dt)
 
 
 class TensorValue:
@@ -257,32 +309,32 @@ LEAVES: dict[str, OpDef] = {}
 
 
 def _def(table, name, kind, arity, attrs, infer, compute, doc=""):
-    table[name] = OpDef(name, kind, arity, attrs, infer, compute, doc)
+    table[name] = OpDef(name, kind, arity, attrs_of(attrs), infer, compute, doc)
 
 
-_def(PRIMITIVES, "Exp2", "unary", (1,), (), _unary_float("Exp2"), _unary(np.exp2), "2**x")
-_def(PRIMITIVES, "Log2", "unary", (1,), (), _unary_float("Log2"), _unary(np.log2), "log base 2")
-_def(PRIMITIVES, "Sin", "unary", (1,), (), _unary_float("Sin"), _unary(np.sin), "sine")
-_def(PRIMITIVES, "Sqrt", "unary", (1,), (), _unary_float("Sqrt"), _unary(np.sqrt), "square root")
-_def(PRIMITIVES, "Recip", "unary", (1,), (), _unary_float("Recip"), _unary(lambda x: np.reciprocal(x)), "1/x")
-_def(PRIMITIVES, "Add", "binary", (2,), (), _binary("Add"), _add, "a+b (bool: or)")
-_def(PRIMITIVES, "Mul", "binary", (2,), (), _binary("Mul"), _mul, "a*b (bool: and)")
-_def(PRIMITIVES, "Mod", "binary", (2,), (), _binary("Mod", allow_bool=False), _mod, "truncated remainder")
-_def(PRIMITIVES, "LessThan", "binary", (2,), (), _binary("LessThan", result="bool"), lambda a, b, *_: a < b, "a<b")
-_def(PRIMITIVES, "Where", "select", (3,), (), _infer_where, lambda c, a, b, *_: np.where(c, a, b), "IEEE-safe select")
-_def(PRIMITIVES, "SumReduce", "reduce", (1,), ("axis",), _infer_reduce("SumReduce", False), _sum_reduce, "sum over one axis")
-_def(PRIMITIVES, "MaxReduce", "reduce", (1,), ("axis",), _infer_reduce("MaxReduce", True), _max_reduce, "max over one axis")
-_def(PRIMITIVES, "Iota", "index", (0,), ("n", "dtype"), _infer_iota, None, "0..n-1")
-_def(PRIMITIVES, "Gather", "index", (2,), ("axis",), _infer_gather, _gather, "take_along_axis")
-_def(PRIMITIVES, "Cast", "type", (1,), ("dtype",), _infer_cast, None, "dtype conversion")
+_def(PRIMITIVES, "Exp2", "unary", (1,), "", _unary_float("Exp2"), _unary(np.exp2), "2**x")
+_def(PRIMITIVES, "Log2", "unary", (1,), "", _unary_float("Log2"), _unary(np.log2), "log base 2")
+_def(PRIMITIVES, "Sin", "unary", (1,), "", _unary_float("Sin"), _unary(np.sin), "sine")
+_def(PRIMITIVES, "Sqrt", "unary", (1,), "", _unary_float("Sqrt"), _unary(np.sqrt), "square root")
+_def(PRIMITIVES, "Recip", "unary", (1,), "", _unary_float("Recip"), _unary(np.reciprocal), "1/x")
+_def(PRIMITIVES, "Add", "binary", (2,), "", _binary("Add"), _add, "a+b (bool: or)")
+_def(PRIMITIVES, "Mul", "binary", (2,), "", _binary("Mul"), _mul, "a*b (bool: and)")
+_def(PRIMITIVES, "Mod", "binary", (2,), "", _binary("Mod", allow_bool=False), _mod, "truncated remainder")
+_def(PRIMITIVES, "LessThan", "binary", (2,), "", _binary("LessThan", result="bool"), lambda a, b, *_: a < b, "a<b")
+_def(PRIMITIVES, "Where", "select", (3,), "", _infer_where, lambda c, a, b, *_: np.where(c, a, b), "IEEE-safe select")
+_def(PRIMITIVES, "SumReduce", "reduce", (1,), "axis:int", _infer_reduce("SumReduce", False), _sum_reduce, "sum over one axis")
+_def(PRIMITIVES, "MaxReduce", "reduce", (1,), "axis:int", _infer_reduce("MaxReduce", True), _max_reduce, "max over one axis")
+_def(PRIMITIVES, "Iota", "index", (0,), "n:int dtype:dtype", _infer_iota, _iota, "0..n-1")
+_def(PRIMITIVES, "Gather", "index", (2,), "axis:int", _infer_gather, _gather, "take_along_axis")
+_def(PRIMITIVES, "Cast", "type", (1,), "dtype:dtype", _infer_cast, _cast, "dtype conversion")
 
-_def(LEAVES, "Input", "leaf", (0,), ("name", "shape", "dtype", "role"), _leaf_check("Input"), None, "a model input or weight")
-_def(LEAVES, "Constant", "leaf", (0,), ("value", "shape", "dtype"), _leaf_check("Constant"), None, "a literal")
-_def(LEAVES, "View", "movement", (1,), ("shape", "strides", "offset"), _infer_view, _view, "as_strided view")
+_def(LEAVES, "Input", "leaf", (0,), "name:name shape:shape dtype:dtype role:role", _leaf_check("Input"), None,
+     "a model input or weight")
+_def(LEAVES, "Constant", "leaf", (0,), "value:value shape:shape dtype:dtype", _leaf_check("Constant"), _constant,
+     "a literal")
+_def(LEAVES, "View", "movement", (1,), "shape:shape strides:shape offset:int", _infer_view, _view, "as_strided view")
 
 BASE_OPS: dict[str, OpDef] = {**PRIMITIVES, **LEAVES}
-
-ELEMENTWISE_KINDS = ("unary", "binary", "select", "type")
 
 
 def constant_array(attrs, shape, np_dtype):

@@ -7,7 +7,7 @@ consecutive views into one.  So the matchers here reason about *what a view
 means* (a broadcast along one axis, a keepdim reshape, a batch broadcast of a
 2-D matrix), never about how many view nodes spell it.
 
-:class:`Index` wraps one :class:`~egraft.rewrites.export.Snapshot` with the
+:class:`Index` wraps one :class:`~egraft.egraph.Snapshot` with the
 lookups the rules need (e-nodes by op, parents, scalar constants), and the
 ``view``/``contig`` helpers build the right-hand-side terms.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from ..ir import shapes
 from .encode import T, Term
-from .export import ENode, Snapshot
+from ..egraph import ENode, Snapshot
 
 Shape = tuple[int, ...]
 

@@ -29,7 +29,7 @@ small graph; blocks that are the same up to input names share one saturation.
    previous block's output, its own weights); a hashcons and congruence
    rebuild merge what occurrences share (model inputs, constants,
    constant-only subterms).  The result is a ready
-   :class:`~egraft.rewrites.export.Snapshot`; nothing is replayed into
+   :class:`~egraft.egraph.Snapshot`; nothing is replayed into
    egglog, so the cost after the templates is a few microseconds per
    stitched e-node instead of one parsed egglog command per e-node.
 
@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 
 from ..ir.graph import Attrs, Graph, Node
 from . import encode as E
-from .export import Snapshot, best_by_cost
+from ..egraph import Snapshot, best_by_cost
 from .stitch import Stitcher
 
 MIN_NODES = 120  # below this, plain saturation is cheap enough

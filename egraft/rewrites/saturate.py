@@ -11,7 +11,7 @@ time limit, and one iteration of comm/assoc can grow an e-graph 100x.  So:
   over-limit rule forever) and caps every rule at ``match_limit`` matches
   per iteration (doubling after each ban), so the step's growth is bounded;
 * procedural rules (Python, ``RuleSpec.apply``) run between egglog
-  iterations on a fresh :class:`~egraft.rewrites.export.Snapshot`.
+  iterations on a fresh :class:`~egraft.egraph.Snapshot`.
 
 Schedule: safe rules to a fixed point, the explosive step, safe rules to a
 fixed point again.
@@ -40,7 +40,8 @@ import egglog.bindings as eb
 from ..errors import SaturationError
 from ..ir.graph import Graph
 from . import encode as E
-from .export import Snapshot, best_by_cost, snapshot
+from ..egraph import Snapshot, best_by_cost
+from .export import snapshot
 
 SATURATED = "saturated"
 ITERATION_LIMIT = "iteration limit"

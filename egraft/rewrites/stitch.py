@@ -25,7 +25,7 @@ from typing import Sequence
 from ..errors import SaturationError
 from ..ir.graph import Attrs
 from .encode import Context
-from .export import ENode, Snapshot
+from ..egraph import ENode, Snapshot
 
 
 class Stitcher:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import IRError
 from ..ir.graph import Graph, Node
-from ..rewrites.export import ENode, Snapshot, best_by_cost
+from ..egraph import ENode, Snapshot, best_by_cost
 
 
 @dataclass

@@ -25,7 +25,7 @@ def _trace():
     fn = getattr(egraft, "trace", None)
     if fn is None:
         try:
-            from egraft.ir.from_torch import trace as fn
+            from egraft.frontend.tracer import trace as fn
         except ImportError:
             pytest.skip("egraft.trace is not available yet (the torch front end is being written)")
     return fn

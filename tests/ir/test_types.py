@@ -107,7 +107,7 @@ def test_every_op_has_a_rejection_case():
 
 def _good_attrs(op):
     return {a: {"axis": 0, "dtype": F, "n": 3, "shape": (3,), "strides": (1,), "offset": 0, "name": "x",
-                "role": "input", "value": 0.0, "eps": 1e-5, "scale": 1.0, "causal": False}[a] for a in OPS[op].attrs}
+                "role": "input", "value": 0.0, "eps": 1e-5, "scale": 1.0, "causal": False}[a] for a in OPS[op].attr_names}
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -117,10 +117,10 @@ def test_bad_arity(op):
         infer_node(op, [_t((3,))] * n, _good_attrs(op))
 
 
-@pytest.mark.parametrize("op", sorted(o for o in OPS if OPS[o].attrs))
+@pytest.mark.parametrize("op", sorted(o for o in OPS if OPS[o].attr_names))
 def test_missing_attribute(op):
     attrs = _good_attrs(op)
-    attrs.pop(OPS[op].attrs[0])
+    attrs.pop(OPS[op].attr_names[0])
     with pytest.raises(IRError, match=rf"{op} is missing attribute"):
         infer_node(op, [_t((3,))] * min(OPS[op].arity), attrs)
 

@@ -6,7 +6,7 @@ import pytest
 from egraft.ir import GraphBuilder, TensorValue
 from egraft.rewrites import Limits, saturate
 from egraft.rewrites.encode import PRELUDE, SIGS, Context, encode_op, lit_f64, split_commands
-from egraft.rewrites.fuzz import random_program
+from egraft.testing.fuzz import random_program
 from egraft.search import Space
 
 from rewrites_testlib import model_names, traced

@@ -11,8 +11,8 @@ import os
 import pytest
 
 from egraft.rewrites import Limits, saturate
-from egraft.rewrites.check import check_space
-from egraft.rewrites.fuzz import random_program
+from egraft.testing.equivalence import check_space
+from egraft.testing.fuzz import random_program
 from egraft.search import Space
 from egraft.testing import fresh_seed
 

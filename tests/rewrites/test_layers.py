@@ -4,7 +4,7 @@ import numpy as np
 
 from egraft.ir import GraphBuilder
 from egraft.rewrites import Limits, saturate
-from egraft.rewrites.check import check_space
+from egraft.testing.equivalence import check_space
 from egraft.rewrites.layers import cut_points, find_period, layer_blocks
 from egraft.search import Space
 from egraft.testing import fresh_seed

@@ -7,7 +7,7 @@ random inputs, for several random shapes.  A rule without a witness fails.
 
 import pytest
 
-from egraft.rewrites.check import check_rule
+from egraft.testing.equivalence import check_rule
 from egraft.rewrites.registry import all_rules
 from egraft.testing import fresh_seed
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ...errors import BackendError
 from ...ir.graph import Graph
-from ...ir.ops import ELEMENTWISE_KINDS, PRIMITIVES
+from ...ir.registry import Group
 from .emitter import ZERO, Ix, Val
 
 DOT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -58,7 +58,7 @@ def _invariant(graph: Graph, nid: int, axis: int) -> bool:
         return True
     if n.op == "View":
         return n.attrs["strides"][axis] == 0
-    if n.op in PRIMITIVES and PRIMITIVES[n.op].kind in ELEMENTWISE_KINDS:
+    if n.op in Group.ELEMENTWISE:
         return all(_invariant(graph, j, axis) for j in n.inputs)
     return False
 

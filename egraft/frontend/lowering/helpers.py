@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .. import dtypes, shapes
-from ..builder import Tensor
+from ...ir import dtypes, shapes
+from ...ir.builder import Tensor
 
 
 def operands(ctx, a, b, kind: str = "DEFAULT", dtype: str | None = None) -> tuple[Tensor, Tensor]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from .. import dtypes
-from ..builder import Tensor
+from ...ir import dtypes
+from ...ir.builder import Tensor
 from . import helpers as h
 from .registry import lowering
 

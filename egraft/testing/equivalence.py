@@ -13,9 +13,9 @@ import numpy as np
 
 from ..ir.evaluate import evaluate
 from ..search.space import Space
-from ..testing import random_inputs, rel_err
-from .encode import RuleSpec
-from .saturate import Limits, saturate
+from . import random_inputs, rel_err
+from ..rewrites.encode import RuleSpec
+from ..rewrites.saturate import Limits, saturate
 
 TOL = 1e-9
 # Errors are relative to max(|output|, SCALE_FLOOR): a float64 rewrite that

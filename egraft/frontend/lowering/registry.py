@@ -5,7 +5,7 @@ A rule turns one exported ATen node into IR, written with the builder's
 by its lowered value (a ``Tensor``, a tuple of them for multi-output ops, or a
 python scalar), plus a :class:`Ctx` that knows the node's expected output
 type (``meta['val']``) and torch's type promotion.  The driver
-(``egraft.ir.from_torch``) checks every result against ``meta['val']``, so a
+(``egraft.frontend.tracer``) checks every result against ``meta['val']``, so a
 rule only has to get the *values* right; it may leave the final dtype to the
 driver's cast.
 
@@ -22,8 +22,8 @@ from typing import Any, Callable
 import torch
 
 from ...errors import UnsupportedOpError
-from .. import dtypes
-from ..builder import GraphBuilder, Tensor
+from ...ir import dtypes
+from ...ir.builder import GraphBuilder, Tensor
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .export import Snapshot
+from ..egraph import Snapshot
 
 
 def firing_table(result, top: int | None = None) -> str:

@@ -1,6 +1,6 @@
 """Neural-network ATen ops: softmax family, norms, attention, convolution, pooling.
 
-These are the ops the decomposition table keeps whole (``from_torch``) so that
+These are the ops the decomposition table keeps whole (``frontend.tracer``) so that
 their lowering is the *primitive form the e-graph's idiom rules recognise*
 (``softmax_decomposed``, ``layernorm_decomposed``, ``attention_decomposed``,
 a sliding-window View feeding a matmul for convolution) rather than whatever
@@ -14,9 +14,9 @@ import math
 import numpy as np
 import torch
 
-from .. import dtypes, shapes
-from ..builder import Tensor
-from ..idioms import attention_decomposed
+from ...ir import dtypes, shapes
+from ...ir.builder import Tensor
+from ...ir.idioms import attention_decomposed
 from .registry import Missing, lowering
 
 

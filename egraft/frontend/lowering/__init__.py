@@ -2,7 +2,7 @@
 
 ``LOWERINGS`` maps an ATen op name (``"aten.add"``, or an overload such as
 ``"aten.max.dim"``) to its :class:`Rule`; importing this package fills it
-from the per-family modules below.  ``egraft.ir.from_torch`` drives them.
+from the per-family modules below.  ``egraft.frontend.tracer`` drives them.
 """
 
 from . import creation, elementwise, index, inverse_trig, linalg, movement, nn, reduce, sort  # noqa: F401  (fill the table)

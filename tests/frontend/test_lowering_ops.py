@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from egraft.ir import evaluate
-from egraft.ir.from_torch import export_program, lower_program
-from egraft.ir.lowering import LOWERINGS, lookup
+from egraft.frontend.tracer import export_program, lower_program
+from egraft.frontend.lowering import LOWERINGS, lookup
 from egraft.testing import TOLERANCE, fresh_seed, rel_err
 
 from opcases import CASES

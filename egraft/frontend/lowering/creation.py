@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
+from ...ir import dtypes
 from .registry import lowering
 
 

@@ -10,8 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .ir import dtypes
-from .ir.graph import Graph
+from ..ir import dtypes
+from ..ir.graph import Graph
 
 # max |a - b| / max |b| allowed, by dtype of the output
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}

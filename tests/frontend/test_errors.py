@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import egraft
 from egraft.errors import InputError, IRError, TraceError, UnsupportedOpError
-from egraft.ir import lowering
+from egraft.frontend import lowering
 
 
 class FFTModel(torch.nn.Module):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from .. import shapes
-from ..builder import Tensor
+from ...ir import shapes
+from ...ir.builder import Tensor
 from .registry import lowering
 
 

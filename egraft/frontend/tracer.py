@@ -8,7 +8,7 @@ Two stages, each usable alone:
    softmax, GELU/SiLU), which stay one node so their lowering is the exact
    primitive form the e-graph's idiom rules recognise.
 2. :func:`lower_program` — one rule per ATen op from
-   ``egraft.ir.lowering.LOWERINGS``, run node by node on a ``GraphBuilder``.
+   ``egraft.frontend.lowering.LOWERINGS``, run node by node on a ``GraphBuilder``.
    Each result is checked against the node's ``meta['val']`` (shape; dtype
    is cast to torch's where promotion differs), so a wrong rule fails at the
    node that is wrong, not somewhere downstream.
@@ -40,9 +40,9 @@ import numpy as np
 import torch
 
 from ..errors import EgraftError, InputError, IRError, TraceError, UnsupportedOpError
-from . import dtypes
-from .builder import GraphBuilder, Tensor
-from .graph import Graph
+from ..ir import dtypes
+from ..ir.builder import GraphBuilder, Tensor
+from ..ir.graph import Graph
 from .lowering import UNSUPPORTED_HINTS, Ctx, Missing, lookup, op_name
 
 aten = torch.ops.aten

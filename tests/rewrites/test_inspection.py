@@ -1,5 +1,5 @@
 from egraft.rewrites import Limits, saturate
-from egraft.rewrites.inspect import firing_table, size_table, to_dot
+from egraft.rewrites.inspection import firing_table, size_table, to_dot
 from egraft.rewrites.witnesses import program
 
 

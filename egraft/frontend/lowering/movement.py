@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import shapes
-from ..builder import Tensor, cat as _cat, stack as _stack
+from ...ir import shapes
+from ...ir.builder import Tensor, cat as _cat, stack as _stack
 from .registry import lowering
 
 

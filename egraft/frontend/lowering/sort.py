@@ -11,8 +11,8 @@ indices differently, but the values agree.
 
 from __future__ import annotations
 
-from .. import dtypes, shapes
-from ..builder import Tensor
+from ...ir import dtypes, shapes
+from ...ir.builder import Tensor
 from . import helpers as h
 from .registry import lowering
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from .. import dtypes, shapes
-from ..builder import Tensor
+from ...ir import dtypes, shapes
+from ...ir.builder import Tensor
 from . import helpers as h
 from .registry import lowering
 
@@ -69,7 +69,7 @@ def _prod_axis(x: Tensor, axis: int) -> Tensor:
 
 
 def _cat2(a, b, axis):
-    from ..builder import cat
+    from ...ir.builder import cat
 
     return cat([a, b], axis)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ..builder import Tensor
+from ...ir.builder import Tensor
 from . import helpers as h
 from .registry import lowering
 
