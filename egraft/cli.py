@@ -10,7 +10,7 @@ Verbs available now:
   callable returning an ``nn.Module``; then ``--input`` is required).
 
 ``compile``, ``inspect``, ``run`` and ``bench`` arrive with the search and
-artifact stages (see DESIGN.md §3); until then they are not offered.
+artifact stages; until then they are not offered.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ What it shows, stage by stage (each checked against eager PyTorch):
 4. ``egraft.backends.lower(..., "jax", "cpu")``: that program as one XLA executable,
    timed against torch eager (median of interleaved runs, 2 threads each).
 
-The genetic search that times many candidates (DESIGN.md §5) is a later stage;
+The genetic search that times many candidates is a later stage;
 this demo reports the greedy extraction honestly as what it is.
 """
 

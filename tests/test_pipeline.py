@@ -1,4 +1,4 @@
-"""The DESIGN.md §3 stage contract, end to end, by its public names.
+"""The public stage contract (docs/architecture.md), end to end, by its public names.
 
 trace -> evaluate -> saturate -> Space (greedy / sample / extract) -> backends.lower,
 each checked against eager PyTorch or the float64 reference on fresh random inputs.

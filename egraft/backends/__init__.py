@@ -13,6 +13,7 @@ from ..ir.graph import Graph
 from .base import BACKENDS, Backend, Executable, default_knobs, device_kind
 
 _MODULES = {"jax": "egraft.backends.jax", "triton": "egraft.backends.triton"}
+NAMES = tuple(_MODULES)  # every backend (importing one registers it in BACKENDS)
 
 
 def get_backend(name: str) -> Backend:
@@ -45,4 +46,4 @@ def lower(graph: Graph, backend: str = "auto", device: str = "cpu", knobs: dict 
     return b.lower(graph, device, chosen)
 
 
-__all__ = ["BACKENDS", "Backend", "Executable", "get_backend", "lower", "resolve"]
+__all__ = ["BACKENDS", "NAMES", "Backend", "Executable", "get_backend", "lower", "resolve"]

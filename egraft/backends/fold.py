@@ -1,11 +1,12 @@
 """Weight-only work runs once: split a graph into a fold part and a per-call part.
 
-A node is *weight-only* when everything it depends on is a weight, a
-constant or an ``Iota``.  Weight-only compute that the per-call program
-needs (concatenated QKV weights, a LoRA adapter merged into its weight, a
-batch norm folded into a convolution, a transposed weight, a causal mask) is
-evaluated once, when an executable is built or loaded, and enters the
-per-call graph as a new weight named ``__folded_<k>``.  Views over a folded
+A node is *weight-only* (:func:`egraft.ir.analysis.weight_only`) when
+everything it depends on is a weight, a constant or an ``Iota``.
+Weight-only compute that the per-call program needs (concatenated QKV
+weights, a LoRA adapter merged into its weight, a batch norm folded into a
+convolution, a transposed weight, a causal mask) is evaluated once, when
+an executable is built or loaded, and enters the per-call graph as a new
+weight named ``__folded_<k>``.  Views over a folded
 value stay views (folding an expanded weight would materialise copies), and
 plain weights are never copied.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import dtypes
+from ..ir.analysis import weight_only
 from ..ir.evaluate import evaluate
 from ..ir.graph import Attrs, Graph, Node
 
@@ -30,21 +32,9 @@ class FoldPlan:
     folded_names: tuple[str, ...]
 
 
-def weight_only_mask(graph: Graph) -> list[bool]:
-    mask = []
-    for n in graph.nodes:
-        if n.op == "Input":
-            mask.append(n.attrs["role"] == "weight")
-        elif n.op in ("Constant", "Iota"):
-            mask.append(True)
-        else:
-            mask.append(all(mask[j] for j in n.inputs))
-    return mask
-
-
 def plan(graph: Graph) -> FoldPlan:
     """Find the weight-only values the per-call graph needs and cut them out."""
-    wo = weight_only_mask(graph)
+    wo = weight_only(graph)
     alive = graph.live()
     targets: list[int] = []  # weight-only compute nodes to materialise, in topological order
     seen = set()

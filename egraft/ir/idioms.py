@@ -1,9 +1,10 @@
 """Idioms: named compositions of primitives that a backend can run as one kernel.
 
 Each idiom has a direct numpy semantics (``compute``) and a primitive form
-(``*_decomposed``, written with the builder).  The torch lowering writes the
-primitive form; the e-graph's idiom rules put the idiom node in the same
-e-class; a test checks that both agree.  Shapes are explicit: no implicit
+(``egraft.ir.idiom_forms``, written with the builder, which sits above this
+table: the op registry and so every type check need the table, not the
+builder).  The torch lowering writes the primitive form; the e-graph's idiom
+rules put the idiom node in the same e-class; a test checks that both agree.  Shapes are explicit: no implicit
 broadcasting between operands (a batch dimension is expanded with a View).
 
 * ``MatMul(a, b)``: ``a [..., M, K] @ b [..., K, N]``, equal batch dims.
@@ -106,95 +107,3 @@ _def("LayerNorm", "row", (1,), "axis:int eps:float", _infer_rowwise("LayerNorm")
 _def("RMSNorm", "row", (1,), "axis:int eps:float", _infer_rowwise("RMSNorm"), _rmsnorm, "RMS norm, no affine")
 _def("Attention", "attention", (3, 4), "scale:float causal:bool", _infer_attention, _attention,
      "scaled dot-product attention")
-
-
-# --- primitive forms, written with the builder's Tensor -------------------------
-
-def _in_float32(fn):
-    """Half inputs run in float32 and round once, as the idiom's own ``compute`` does (builder.in_float32)."""
-    def wrapper(x, *args, **kwargs):
-        from .builder import in_float32
-
-        return in_float32(fn)(x, *args, **kwargs)
-
-    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
-    return wrapper
-
-
-def matmul_decomposed(a, b):
-    """``a @ b`` with numpy broadcasting of batch dims, as SumReduce(Mul(expand a, expand b)).
-
-    Half-precision operands are multiplied and accumulated in float32 and the
-    result rounded once, as the MatMul idiom (and every GPU matmul) does;
-    rounding each product to half first would drift from it.
-    """
-    from .shapes import broadcast_shapes
-
-    from .builder import promote
-
-    dt = promote(a.dtype, b.dtype)
-    a, b = a.cast(dt), b.cast(dt)
-    if dt in ("float16", "bfloat16"):
-        return matmul_decomposed(a.cast("float32"), b.cast("float32")).cast(dt)
-    squeeze_m = squeeze_n = False
-    if a.ndim == 1:
-        a, squeeze_m = a.unsqueeze(0), True
-    if b.ndim == 1:
-        b, squeeze_n = b.unsqueeze(-1), True
-    if a.shape[-1] != b.shape[-2]:
-        raise IRError(f"matmul shapes {a.shape} and {b.shape} do not line up")
-    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    a3 = a.expand(batch + (m, k)).unsqueeze(-1).expand(batch + (m, k, n))
-    b3 = b.expand(batch + (k, n)).unsqueeze(-3).expand(batch + (m, k, n))
-    out = (a3 * b3).sum(-2)
-    if squeeze_m:
-        out = out.squeeze(-2)
-    if squeeze_n:
-        out = out.squeeze(-1)
-    return out
-
-
-@_in_float32
-def softmax_decomposed(x, axis):
-    x = x.float_()
-    e = (x - x.max(axis, keepdim=True)).exp()
-    return e * e.sum(axis, keepdim=True).recip()
-
-
-@_in_float32
-def layernorm_decomposed(x, axis, eps):
-    x = x.float_()
-    d = x - x.mean(axis, keepdim=True)
-    return d * ((d * d).mean(axis, keepdim=True) + eps).rsqrt()
-
-
-@_in_float32
-def rmsnorm_decomposed(x, axis, eps):
-    x = x.float_()
-    return x * ((x * x).mean(axis, keepdim=True) + eps).rsqrt()
-
-
-def attention_decomposed(q, k, v, bias=None, scale=None, causal=False):
-    """softmax(q k^T * scale + bias [+ causal mask]) v, in primitives."""
-    from .builder import Tensor
-
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    s = q.matmul(k.transpose(-2, -1)) * scale
-    if bias is not None:
-        s = s + bias
-    if causal:
-        sq, sk = s.shape[-2], s.shape[-1]
-        i = q.b.iota(sq, "int64").reshape((sq, 1))
-        j = q.b.iota(sk, "int64").reshape((1, sk))
-        s = Tensor.where(j <= i, s, float("-inf"))
-    return s.softmax(-1).matmul(v)
-
-
-DECOMPOSITIONS = {
-    "MatMul": lambda a, b: matmul_decomposed(a, b),
-    "Softmax": lambda x, axis: softmax_decomposed(x, axis),
-    "LayerNorm": lambda x, axis, eps: layernorm_decomposed(x, axis, eps),
-    "RMSNorm": lambda x, axis, eps: rmsnorm_decomposed(x, axis, eps),
-    "Attention": lambda q, k, v, bias=None, scale=None, causal=False: attention_decomposed(q, k, v, bias, scale, causal),
-}

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import IRError
-from . import dtypes, shapes
+from . import dtypes, shapes, strided
 
 Type = tuple[tuple[int, ...], str]  # (shape, dtype)
 
@@ -199,14 +199,10 @@ def _gather(x, idx, attrs, *_):
 
 def _view(x, attrs, *_):
     flat = np.ascontiguousarray(x).reshape(-1)
-    shape, strides = tuple(attrs["shape"]), tuple(attrs["strides"])
+    shape = tuple(attrs["shape"])
     if shapes.numel(shape) == 0:
         return np.zeros(shape, x.dtype)
-    index = np.full(shape, attrs["offset"], dtype=np.int64)
-    for d, (n, s) in enumerate(zip(shape, strides)):
-        if s:
-            index += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(shape) - d - 1))
-    return flat[index]
+    return flat[strided.gather_index(shape, attrs["strides"], attrs["offset"])]
 
 
 def _max_reduce(x, attrs, *_):

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..egraph import ENode, Snapshot
-from .encode import HANDLE, SIGS, Context, Decoder
+from .codec import Context, Decoder
+from .schema import HANDLE, I64, SIGS, STR, VEC
 
 
 def snapshot(egraph, ctx: Context) -> Snapshot:
@@ -46,14 +47,14 @@ def snapshot(egraph, ctx: Context) -> Snapshot:
     class_of_handle = {}
     hf = frozen.functions.get(HANDLE)
     for row in (hf.rows if hf else []):
-        class_of_handle[dec.prim("i64", row.inputs[0])] = cid(row.output)
+        class_of_handle[dec.prim(I64, row.inputs[0])] = cid(row.output)
     n = len(values)
     classes: list[list[int]] = [[] for _ in range(n)]
     for i, node in enumerate(nodes):
         classes[node.cls].append(i)
     shape: list = [None] * n
     dtype: list = [None] * n
-    for fname, store, kind in (("shape", shape, "IVec"), ("dtype", dtype, "String")):
+    for fname, store, kind in (("shape", shape, VEC), ("dtype", dtype, STR)):
         fn = frozen.functions.get(fname)
         for row in (fn.rows if fn else []):
             c = ids.get(row.inputs[0])

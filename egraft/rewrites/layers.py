@@ -5,18 +5,9 @@ costs N times one layer (and the explosive step grows with the graph).
 Here the graph is cut into *blocks* and every block is saturated as its own
 small graph; blocks that are the same up to input names share one saturation.
 
-1. Cut points: a node v on the activation path ("stream": depends on a model
-   input) is a cut when no stream edge jumps over it in the graph's
-   topological order (edges from weights and constant-only subgraphs don't
-   count).  The residual stream between layers is such a point.  Two
-   readings are tried -- model inputs are stream nodes themselves (so the
-   first layer, whose residual edge starts at the model input, cuts like the
-   others) or they are ignored like weights (so an input every layer reads,
-   such as a mask, does not hide the cuts) -- and the one whose repeated
-   blocks cover more of the graph wins.
-2. The fine segments between cuts get a hash of their structure with input
-   names anonymised; the longest run of a repeating period in that sequence
-   gives the layers: prefix, P-segment blocks repeated `count` times, suffix.
+1.-2. :mod:`egraft.rewrites.blocks` finds the cut points on the activation
+   path and the longest repeating period of the segments between them:
+   prefix, repeated layer blocks, suffix.
 3. Each block becomes a standalone graph (canonical DFS order, the previous
    cut as a placeholder input ``__in__``, other inputs renamed ``__i<k>``); one
    egglog saturation per distinct block (*template*), all in one egglog
@@ -56,176 +47,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from ..ir.graph import Attrs, Graph, Node
-from . import encode as E
 from ..egraph import Snapshot, best_by_cost
+from ..ir.graph import Graph
+from .blocks import Block, block_graph, layer_blocks
+from .codec import Context, encode_graph, input_attrs
+from .session import STOP_ORDER, IterationStat, SaturationResult, Session, run_schedule
 from .stitch import Stitcher
-
-MIN_NODES = 120  # below this, plain saturation is cheap enough
-
-
-def _is_model_input(n: Node) -> bool:
-    return n.op == "Input" and n.attrs["role"] == "input"
-
-
-def _stream(graph: Graph, inputs: bool = False) -> list[bool]:
-    """Per node: does it depend on a model input (with `inputs`, model inputs count themselves)?"""
-    flag = [False] * len(graph.nodes)
-    for i, n in enumerate(graph.nodes):
-        if n.op == "Input":
-            flag[i] = inputs and _is_model_input(n)
-            continue
-        flag[i] = any(flag[j] or (graph.nodes[j].op == "Input" and graph.nodes[j].attrs["role"] == "input")
-                      for j in n.inputs)
-    return flag
-
-
-def dfs_order(graph: Graph) -> list[int]:
-    """Post-order DFS from the outputs (arguments left to right): layer after layer."""
-    seen, order = set(), []
-    for root in graph.outputs:
-        stack = [(root, False)]
-        while stack:
-            v, done = stack.pop()
-            if done:
-                order.append(v)
-                continue
-            if v in seen:
-                continue
-            seen.add(v)
-            stack.append((v, True))
-            for j in reversed(graph.nodes[v].inputs):
-                if j not in seen:
-                    stack.append((j, False))
-    return order
-
-
-def cut_points(graph: Graph, inputs: bool = False) -> list[int]:
-    """Stream nodes no stream edge jumps over, in DFS order (graph outputs reach the end).
-
-    With `inputs`, model inputs are stream nodes (their edges count and they can be cuts).
-    """
-    stream = _stream(graph, inputs)
-    order = dfs_order(graph)
-    pos = {v: k for k, v in enumerate(order)}
-    reach = {}
-    for v in order:
-        for j in graph.nodes[v].inputs:
-            if stream[j]:
-                reach[j] = max(reach.get(j, -1), pos[v])
-    for o in graph.outputs:
-        reach[o] = len(order)
-    cuts, far = [], -1
-    for k, v in enumerate(order):
-        if not stream[v]:
-            continue
-        if far <= k:
-            cuts.append(v)
-        far = max(far, reach.get(v, -1))
-    return cuts
-
-
-@dataclass
-class Block:
-    graph: Graph  # anonymised standalone graph
-    order: list[int]  # original node id per block-graph node (entry for the placeholder)
-    names: dict[str, str]  # anonymised input name -> real name
-    key: str  # structural hash of the anonymised graph
-
-
-def block_graph(graph: Graph, outputs: list[int], entry: int | None) -> Block:
-    """A standalone graph of what `outputs` compute above `entry`, in canonical DFS order."""
-    ids: dict[int, int] = {}
-    nodes: list[Node] = []
-    order: list[int] = []
-    names: dict[str, str] = {}
-    input_ids: list[int] = []
-    for root in outputs:
-        stack = [(root, False)]
-        while stack:
-            v, done = stack.pop()
-            if v in ids:
-                continue
-            n = graph.nodes[v]
-            if v == entry or n.op == "Input":
-                if v == entry:
-                    name, role = "__in__", "input"
-                else:
-                    name, role = f"__i{len(names)}", n.attrs["role"]
-                names[name] = n.attrs["name"] if v != entry else ""
-                attrs = Attrs({"name": name, "shape": n.shape, "dtype": n.dtype, "role": role})
-                ids[v] = len(nodes)
-                nodes.append(Node("Input", (), attrs, n.shape, n.dtype))
-                order.append(v)
-                if role == "input":
-                    input_ids.append(ids[v])
-                continue
-            if done:
-                ids[v] = len(nodes)
-                nodes.append(Node(n.op, tuple(ids[j] for j in n.inputs), n.attrs, n.shape, n.dtype))
-                order.append(v)
-                continue
-            stack.append((v, True))
-            for j in reversed(n.inputs):
-                if j not in ids:
-                    stack.append((j, False))
-    g = Graph(nodes, [ids[o] for o in outputs], input_ids)
-    return Block(g, order, names, g.structural_hash())
-
-
-def find_period(seq: list[str]) -> tuple[int, int, int] | None:
-    """(start, period, count) of the longest run of a repeating block (count >= 2), or None."""
-    m = len(seq)
-    best = None
-    for p in range(1, m // 2 + 1):
-        run = 0
-        for i in range(m - p - 1, -1, -1):
-            run = run + 1 if seq[i] == seq[i + p] else 0
-            count = run // p + 1
-            if count >= 2:
-                cover = count * p
-                if best is None or cover > best[1] * best[2] or (cover == best[1] * best[2] and p < best[1]):
-                    best = (i, p, count)
-    return best
-
-
-def _blocks_from_cuts(graph: Graph, cuts: list[int]):
-    """(blocks, (start, period, count), covered nodes) for one reading of the cut points, or None."""
-    if len(cuts) < 3:
-        return None
-    segs = [block_graph(graph, [c], cuts[k - 1] if k else None) for k, c in enumerate(cuts)]
-    per = find_period([b.key for b in segs])
-    if per is None:
-        return None
-    start, p, count = per
-    covered = count * sum(len(b.graph.nodes) for b in segs[start:start + p])
-    bounds = []  # (entry, exit) per block
-    if start > 0:
-        bounds.append((None, cuts[start - 1]))
-    for j in range(count):
-        lo = start + j * p
-        bounds.append((cuts[lo - 1] if lo > 0 else None, cuts[lo + p - 1]))
-    last = start + count * p - 1
-    tail_outputs = list(graph.outputs) if list(graph.outputs) != [cuts[last]] else None
-    blocks = [([exit_], entry) for entry, exit_ in bounds]
-    if tail_outputs is not None:
-        blocks.append((tail_outputs, cuts[last]))
-    return blocks, (start, p, count), covered
-
-
-def layer_blocks(graph: Graph):
-    """[(outputs, entry)] per block: prefix, repeated layers, suffix; None when nothing repeats."""
-    if len(graph.nodes) < MIN_NODES:
-        return None
-    stream = _stream(graph)
-    if any(not stream[o] for o in graph.outputs):
-        return None
-    best = None
-    for inputs in (True, False):
-        found = _blocks_from_cuts(graph, cut_points(graph, inputs))
-        if found is not None and (best is None or found[2] > best[2]):
-            best = found
-    return None if best is None else best[:2]
 
 
 @dataclass
@@ -239,13 +66,11 @@ class Template:
 
 def _template(sess, block: Block, limits, t0: float):
     """Saturate one distinct block inside `sess` (between push and pop); (Template, schedule result)."""
-    from .saturate import run_schedule
-
-    ctx = E.Context.for_graph(block.graph)
+    ctx = Context.for_graph(block.graph)
     sess.ctx = ctx
     sess.run("(push)", "starting a layer")
     try:
-        text, hs = E.encode_graph(block.graph, ctx)
+        text, hs = encode_graph(block.graph, ctx)
         sess.run(text, "encoding a layer")
         sess.analysis()
         res = run_schedule(sess, limits, t0)
@@ -260,12 +85,10 @@ def _template(sess, block: Block, limits, t0: float):
 def saturate_layered(graph: Graph, rules, limits):
     """Saturation with one egglog run per distinct block, stitched in Python; None when nothing repeats.
 
-    Returns a :class:`~egraft.rewrites.saturate.SaturationResult` whose ``egraph``
+    Returns a :class:`~egraft.rewrites.session.SaturationResult` whose ``egraph``
     is None (there is no egglog e-graph of the whole model) and whose snapshot
     is the stitched e-graph; its handles are the graph's node ids.
     """
-    from .saturate import STOP_ORDER, IterationStat, SaturationResult, Session
-
     t0 = time.perf_counter()
     found = layer_blocks(graph)
     if found is None:
@@ -283,14 +106,15 @@ def saturate_layered(graph: Graph, rules, limits):
             templates[b.key] = None  # nothing to saturate: its inputs are added as they are
             continue
         if sess is None:
-            sess = Session(rules, E.Context())
+            sess = Session(rules, Context())
         share = max(int(limits.nodes * len(b.graph.nodes) / total), 1)
-        tpl, (stop, it, _, _, _, hist) = _template(sess, b, replace(limits, nodes=share), t0)
+        tpl, sched = _template(sess, b, replace(limits, nodes=share), t0)
         templates[b.key] = tpl
         label = f"t{len(templates) - 1}"
-        history += [IterationStat(f"{label}:{h.phase}", h.nodes, h.classes, h.seconds, h.matches) for h in hist]
-        stops.append(stop)
-        iters = max(iters, it)
+        history += [IterationStat(f"{label}:{h.phase}", h.nodes, h.classes, h.seconds, h.matches)
+                    for h in sched.history]
+        stops.append(sched.stop_reason)
+        iters = max(iters, sched.iterations)
     t_templates = time.perf_counter() - t0
 
     # the stitch allocates many small acyclic objects: keep them from triggering full collections
@@ -309,13 +133,14 @@ def saturate_layered(graph: Graph, rules, limits):
     info = {"blocks": len(blocks), "templates": sum(t is not None for t in templates.values()),
             "period_segments": period, "repeats": count, "template_seconds": round(t_templates, 3),
             "stitch_seconds": round(seconds - t_templates, 3), "stitch_unions": st.unions}
-    return SaturationResult(None, snap.ctx, graph, list(graph.outputs), list(graph.input_ids), stop, iters,
-                            nodes, classes, seconds, history, firings, layers=info, _snap=snap)
+    return SaturationResult(egraph=None, ctx=snap.ctx, graph=graph, output_handles=list(graph.outputs),
+                            input_handles=list(graph.input_ids), stop_reason=stop, iterations=iters, nodes=nodes,
+                            classes=classes, seconds=seconds, history=history, firings=firings, layers=info, snap=snap)
 
 
 def _stitch(graph: Graph, blocks: list[Block], templates: dict) -> tuple[Snapshot, Stitcher]:
     """The whole graph's e-graph from its blocks' templates; handles are graph node ids."""
-    ctx = E.Context.for_graph(graph)
+    ctx = Context.for_graph(graph)
     ctx.next_handle = len(graph.nodes)
     st = Stitcher()
     base: dict[int, int] = {}  # graph node -> stitched class
@@ -323,18 +148,13 @@ def _stitch(graph: Graph, blocks: list[Block], templates: dict) -> tuple[Snapsho
         if v not in base:
             n = graph.nodes[v]
             base[v] = st.new_class(n.shape, n.dtype)
-            st.add("Input", _input_attrs(n.attrs["name"], n.shape, n.dtype, n.attrs["role"]), (), base[v])
+            st.add("Input", input_attrs(n.attrs["name"], n.shape, n.dtype, n.attrs["role"]), (), base[v])
     for b in blocks:
         tpl = templates[b.key]
         if tpl is not None:
             ctx.constants.update(tpl.snap.ctx.constants)
             _instantiate(st, tpl, b, base)
     return st.snapshot(base, ctx), st
-
-
-def _input_attrs(name: str, shape, dtype: str, role: str) -> Attrs:
-    """An Input's attrs as the e-graph decoder returns them (see encode.Decoder.row)."""
-    return Attrs({"name": name, "shape": tuple(int(x) for x in shape), "dtype": dtype, "role": role})
 
 
 def _instantiate(st: Stitcher, tpl: Template, block: Block, base: dict[int, int]) -> None:
@@ -362,5 +182,5 @@ def _instantiate(st: Stitcher, tpl: Template, block: Block, base: dict[int, int]
             real = block.names[attrs["name"]]
             if not real:
                 continue  # the placeholder: its class is the previous block's output
-            attrs = _input_attrs(real, attrs["shape"], attrs["dtype"], attrs["role"])
+            attrs = input_attrs(real, attrs["shape"], attrs["dtype"], attrs["role"])
         st.add(n.op, attrs, [cls(c) for c in n.children], cls(n.cls))

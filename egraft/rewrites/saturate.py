@@ -1,20 +1,9 @@
-"""Equality saturation under hard limits.
+"""Equality saturation under hard limits: the strategy (whole graph or layer by layer).
 
-egglog itself has iteration counts and a back-off scheduler but no e-node or
-time limit, and one iteration of comm/assoc can grow an e-graph 100x.  So:
-
-* the *safe* rules run one iteration per ``run`` call, and the limits
-  (iterations, e-nodes, seconds) are checked between iterations;
-* the *explosive* rules (``RuleSpec.explosive``) run as one bounded step:
-  ``explosive_iterations`` iterations inside ONE ``run-schedule`` whose
-  back-off scheduler spans them (a fresh scheduler per call would ban an
-  over-limit rule forever) and caps every rule at ``match_limit`` matches
-  per iteration (doubling after each ban), so the step's growth is bounded;
-* procedural rules (Python, ``RuleSpec.apply``) run between egglog
-  iterations on a fresh :class:`~egraft.egraph.Snapshot`.
-
-Schedule: safe rules to a fixed point, the explosive step, safe rules to a
-fixed point again.
+``saturate(graph, rules=None, limits=None) -> SaturationResult`` grows an
+e-graph of programs equal to ``graph`` with the engine of
+:mod:`egraft.rewrites.session` (safe rules to a fixed point, one bounded
+explosive step, safe rules again; limits checked between iterations).
 
 Repeated layers (transformer stacks) are on by default
 (``Limits.repeated_layers``): :mod:`egraft.rewrites.layers` saturates each
@@ -23,7 +12,7 @@ the cost grows with the number of *distinct* layers, not the layer count.
 The price is that rewrites spanning a layer boundary (e.g. fusing one
 layer's residual add with the next layer's norm) are not tried; see that
 module for why this is acceptable.  Graphs without repeated blocks (and
-graphs under ``layers.MIN_NODES`` nodes) are saturated whole, as is every
+graphs under ``blocks.MIN_NODES`` nodes) are saturated whole, as is every
 graph with ``repeated_layers=False``.  A stitched result has no live egglog
 e-graph (``egraph`` is None); its snapshot is the stitched e-graph.
 """
@@ -31,342 +20,34 @@ e-graph (``egraph`` is None); its snapshot is the stitched e-graph.
 from __future__ import annotations
 
 import time
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
-import egglog.bindings as eb
-
-from ..errors import SaturationError
 from ..ir.graph import Graph
-from . import encode as E
-from ..egraph import Snapshot, best_by_cost
-from .export import snapshot
-
-SATURATED = "saturated"
-ITERATION_LIMIT = "iteration limit"
-NODE_LIMIT = "node limit"
-TIME_LIMIT = "time limit"
-STOP_ORDER = (TIME_LIMIT, NODE_LIMIT, ITERATION_LIMIT, SATURATED)  # most severe first
+from .codec import Context, encode_graph
+from .layers import saturate_layered
+from .registry import all_rules
+from .rule import RuleSpec
+from .session import Limits, SaturationResult, Session, run_schedule
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Hard limits for one saturation.
-
-    ``iterations`` caps rewrite iterations in total (the explosive step counts
-    as ``explosive_iterations``); ``nodes`` and ``seconds`` are checked after
-    every iteration, so the overshoot is at most one (bounded) iteration.
-    """
-
-    iterations: int = 10
-    nodes: int = 200_000
-    seconds: float = 60.0
-    explosive_iterations: int = 1
-    match_limit: int = 500
-    ban_length: int = 2
-    proc_cap: int = 20_000  # unions one procedural rule may add per iteration
-    repeated_layers: bool = True  # saturate each distinct layer once, stitch the copies (layers.py)
-
-
-@dataclass
-class IterationStat:
-    phase: str
-    nodes: int
-    classes: int
-    seconds: float  # wall time since saturation started
-    matches: int
-
-
-@dataclass
-class SaturationResult:
-    """The grown e-graph and how it got there.
-
-    ``egraph`` is the live egglog EGraph; ``ctx`` the facts kept outside it
-    (constants, input roles, weights); ``output_handles`` / ``input_handles``
-    name the e-classes of the graph's outputs / model inputs.
-
-    A repeated-layer result (``layers`` non-empty) was stitched in Python from
-    per-layer saturations: ``egraph`` is None and the snapshot is given;
-    ``nodes``/``classes`` are the stitched totals, ``history`` lists each
-    template's iterations (phase ``t<k>:...``) and a final ``stitched`` row,
-    ``firings`` counts matches in the templates (each distinct layer once).
-    """
-
-    egraph: Any
-    ctx: E.Context
-    graph: Graph
-    output_handles: list[int]
-    input_handles: list[int]
-    stop_reason: str
-    iterations: int
-    nodes: int
-    classes: int
-    seconds: float
-    history: list[IterationStat]
-    firings: Counter
-    layers: dict = field(default_factory=dict)  # what repeated-layer reuse did
-    _snap: Snapshot | None = field(default=None, repr=False)
-
-    def snapshot(self) -> Snapshot:
-        if self._snap is None:
-            if self.egraph is None:
-                raise SaturationError("this saturation result has neither an e-graph nor a snapshot")
-            self._snap = snapshot(self.egraph, self.ctx)
-        return self._snap
-
-    def output_classes(self) -> list[int]:
-        s = self.snapshot()
-        return [s.class_of_handle[h] for h in self.output_handles]
-
-    def summary(self) -> str:
-        return (f"{self.stop_reason} after {self.iterations} iterations: {self.nodes} e-nodes, "
-                f"{self.classes} e-classes, {self.seconds:.2f} s")
-
-
-class Session:
-    """One egglog e-graph with the prelude and a rule set loaded."""
-
-    def __init__(self, rules: Sequence[E.RuleSpec], ctx: E.Context):
-        self.eg = eb.EGraph()
-        self.ctx = ctx
-        self.firings: Counter = Counter()
-        self.safe_proc = [r for r in rules if r.apply and not r.explosive]
-        self.expl_proc = [r for r in rules if r.apply and r.explosive]
-        self.owner: dict[str, str] = {}
-        texts = [E.PRELUDE, "(ruleset safe)", "(ruleset explosive)"]
-        self.has = {"safe": False, "explosive": False}
-        for r in rules:
-            if r.egglog is None:
-                continue
-            rs = "explosive" if r.explosive else "safe"
-            txt, names = E.scheduled_text(r, rs)
-            texts.append(txt)
-            self.has[rs] = True
-            for n in names:
-                self.owner[n] = r.name
-        self.run("\n".join(texts), what="loading the rules")
-
-    # -- egglog calls -----------------------------------------------------------------
-    CHUNK_CHARS = 20_000
-
-    def run(self, text: str, what: str = "saturating"):
-        """Run egglog commands.  Long programs go in chunks: egglog keeps a copy of the
-        source per command, so one 250 KB program of 5k unions took > 6 GB."""
-        if len(text) <= self.CHUNK_CHARS:
-            return self._run(text, what)
-        out, buf, size = [], [], 0
-        for cmd in E.split_commands(text):
-            buf.append(cmd)
-            size += len(cmd)
-            if size >= self.CHUNK_CHARS:
-                out += self._run("\n".join(buf), what)
-                buf, size = [], 0
-        if buf:
-            out += self._run("\n".join(buf), what)
-        return out
-
-    def _run(self, text: str, what: str):
-        try:
-            return self.eg.run_program(*self.eg.parse_program(text))
-        except BaseException as e:  # pyo3 PanicException derives from BaseException
-            if isinstance(e, (KeyboardInterrupt, SystemExit)):
-                raise
-            msg = str(e)
-            if "Illegal merge" in msg:
-                raise SaturationError(
-                    "conflicting facts while " + what + ": a rule equated terms whose shape or dtype "
-                    "differ (egglog: " + msg.strip()[:300] + "). Find the unsound rule with "
-                    "tests/rewrites (per-rule soundness) or run saturate(rules=[...]) on a subset."
-                ) from None
-            raise SaturationError(f"egglog failed while {what}: {msg.strip()[:500]}") from None
-
-    def _count(self, outputs) -> int:
-        total = 0
-        for o in outputs:
-            rep = getattr(o, "report", None)
-            if rep is None:
-                continue
-            for name, n in rep.num_matches_per_rule.items():
-                rule = self.owner.get(name.rstrip("=><"))
-                if rule is None:
-                    base = name.split("#")[0]
-                    rule = base if "#" in name else None
-                if rule is not None and n:
-                    self.firings[rule] += n
-                    total += n
-        return total
-
-    def analysis(self):
-        self.run("(run-schedule (saturate (run analysis)))", "computing shapes")
-
-    def sizes(self) -> tuple[int, int]:
-        out = self.run("(print-size)")
-        sizes = dict(out[-1].sizes)
-        nodes = sum(sizes.get(c, 0) for c in E.SIGS)
-        return nodes, sizes.get("shape", 0)
-
-    def safe_iteration(self) -> tuple[bool, int]:
-        """One iteration of the safe egglog rules: (whether the e-graph changed, matches)."""
-        if not self.has["safe"]:
-            return False, 0
-        outs = self.run("(run-schedule (saturate (run analysis)) (repeat 1 (run safe)) (saturate (run analysis)))")
-        return bool(outs[-1].report.updated), self._count(outs)
-
-    def explosive_step(self, iterations: int, match_limit: int, ban_length: int) -> int:
-        if not self.has["explosive"] or iterations <= 0:
-            return 0
-        outs = self.run(
-            f"(run-schedule (let-scheduler bo (back-off :match-limit {match_limit} :ban-length {ban_length}))"
-            f" (repeat {iterations} (seq (saturate (run analysis)) (run-with bo explosive)))"
-            " (saturate (run analysis)))"
-        )
-        return self._count(outs)
-
-    # -- procedural rules ---------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
-        return snapshot(self.eg, self.ctx)
-
-    def apply_proc(self, rules, cap: int) -> int:
-        if not rules:
-            return 0
-        snap = self.snapshot()
-        lines: list[str] = []
-        ranks = None
-        made: dict[int, int] = {}
-
-        def ref(cls: int) -> str:
-            nonlocal ranks
-            h = snap.handle_of(cls)
-            if h is None:
-                h = made.get(cls)
-            if h is None:
-                if ranks is None:
-                    ranks = best_by_cost(snap, [1.0] * len(snap.nodes), "max")[1]
-                node = snap.nodes[ranks[cls]]
-                kids = [ref(c) for c in node.children]
-                h = made[cls] = self.ctx.new_handle()
-                lines.append(f"(union {E.handle(h)} {E.encode_op(node.op, node.attrs, kids, self.ctx)})")
-            return E.handle(h)
-
-        total = 0
-        for rule in rules:
-            n = 0
-            for cls, term in rule.apply(snap):
-                if isinstance(term, int):  # "these two classes are equal"
-                    if term != cls:
-                        lines.append(f"(union {ref(cls)} {ref(term)})")
-                        n += 1
-                    continue
-                if resolve(snap, term, self.ctx) == cls:
-                    continue  # already there: nothing to add
-                lines.append(f"(union {ref(cls)} {term.text(ref, self.ctx)})")
-                n += 1
-                if n >= cap:
-                    break
-            if n:
-                self.firings[rule.name] += n
-                total += n
-        if lines:
-            self.run("\n".join(lines), "adding procedural rewrites")
-            self.analysis()
-        return total
-
-
-def resolve(snap: Snapshot, term, ctx: E.Context) -> int | None:
-    """The class already holding `term` (a class id or a Term), or None if some node is new."""
-    if isinstance(term, int):
-        return term
-    kids = []
-    for c in term.children:
-        k = resolve(snap, c, ctx)
-        if k is None:
-            return None
-        kids.append(k)
-    attrs = term.attrs
-    if term.op == "Constant":
-        attrs = E.constant_attrs(term.attrs, ctx)
-    return snap.lookup(term.op, attrs, tuple(kids))
-
-
-def _rules(rules) -> list[E.RuleSpec]:
-    if rules is None:
-        from .registry import all_rules
-
-        return all_rules()
-    return list(rules)
-
-
-def saturate(graph: Graph, rules: Sequence[E.RuleSpec] | None = None, limits: Limits | None = None) -> SaturationResult:
-    """Grow an e-graph of programs equal to `graph` under `limits`; see the module docstring."""
+def saturate(graph: Graph, rules: Sequence[RuleSpec] | None = None, limits: Limits | None = None) -> SaturationResult:
+    """Grow an e-graph of programs equal to `graph` under `limits` (every registered rule by default)."""
     limits = limits or Limits()
-    rules = _rules(rules)
+    rules = all_rules() if rules is None else list(rules)
     if limits.repeated_layers:
-        from .layers import saturate_layered
-
         res = saturate_layered(graph, rules, limits)
         if res is not None:
             return res
     t0 = time.perf_counter()
-    ctx = E.Context.for_graph(graph)
+    ctx = Context.for_graph(graph)
     sess = Session(rules, ctx)
-    text, hs = E.encode_graph(graph, ctx)
+    text, hs = encode_graph(graph, ctx)
     sess.run(text, "encoding the graph")
     sess.analysis()
-    res = run_schedule(sess, limits, t0)
+    sched = run_schedule(sess, limits, t0)
     return SaturationResult(
-        sess.eg, ctx, graph, [hs[o] for o in graph.outputs], [hs[i] for i in graph.input_ids],
-        *res, firings=sess.firings,
+        egraph=sess.eg, ctx=ctx, graph=graph, output_handles=[hs[o] for o in graph.outputs],
+        input_handles=[hs[i] for i in graph.input_ids], stop_reason=sched.stop_reason,
+        iterations=sched.iterations, nodes=sched.nodes, classes=sched.classes, seconds=sched.seconds,
+        history=sched.history, firings=sess.firings,
     )
-
-
-def run_schedule(sess: Session, limits: Limits, t0: float, iterations_used: int = 0):
-    """Safe phase, explosive step, safe phase; returns (stop, iterations, nodes, classes, seconds, history)."""
-    history: list[IterationStat] = []
-    it = iterations_used
-    nodes, classes = sess.sizes()
-    history.append(IterationStat("start", nodes, classes, time.perf_counter() - t0, 0))
-
-    def check() -> str | None:
-        if nodes > limits.nodes:
-            return NODE_LIMIT
-        if time.perf_counter() - t0 > limits.seconds:
-            return TIME_LIMIT
-        return None
-
-    def safe_phase() -> str:
-        nonlocal it, nodes, classes
-        while True:
-            if it >= limits.iterations:
-                return ITERATION_LIMIT
-            before = (nodes, classes)
-            changed, m = sess.safe_iteration()
-            p = sess.apply_proc(sess.safe_proc, limits.proc_cap)
-            it += 1
-            nodes, classes = sess.sizes()
-            history.append(IterationStat("safe", nodes, classes, time.perf_counter() - t0, m + p))
-            stop = check()
-            if stop:
-                return stop
-            if (not changed and p == 0) or (nodes, classes) == before:
-                return SATURATED
-
-    stop = check() or safe_phase()
-    if stop == SATURATED and (sess.has["explosive"] or sess.expl_proc) and limits.explosive_iterations > 0:
-        k = min(limits.explosive_iterations, limits.iterations - it)
-        if k <= 0:
-            stop = ITERATION_LIMIT
-        else:
-            before = (nodes, classes)
-            m = sess.explosive_step(k, limits.match_limit, limits.ban_length)
-            m += sess.apply_proc(sess.expl_proc, limits.match_limit)
-            it += k
-            nodes, classes = sess.sizes()
-            history.append(IterationStat("explosive", nodes, classes, time.perf_counter() - t0, m))
-            stop = check()
-            if stop is None:
-                grew = (nodes, classes) != before
-                stop = safe_phase()
-                if stop == SATURATED and grew:
-                    stop = ITERATION_LIMIT  # explosive rules were cut off by their iteration budget
-    return stop, it, nodes, classes, time.perf_counter() - t0, history

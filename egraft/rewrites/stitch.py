@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ..errors import SaturationError
 from ..ir.graph import Attrs
-from .encode import Context
+from .codec import Context
 from ..egraph import ENode, Snapshot
 
 

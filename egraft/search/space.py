@@ -12,12 +12,13 @@ extract as that ``Input``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import IRError
+from ..ir import Group
 from ..ir.graph import Graph, Node
 from ..egraph import ENode, Snapshot, best_by_cost
 
@@ -32,6 +33,11 @@ class Space:
     inputs: list[int]  # class per model input, in the model's order
     input_names: list[str]
     weights: Mapping[str, np.ndarray]
+    # derived in __post_init__: extraction rank, safe e-node and extractable e-nodes per class
+    rank: list[float] = field(init=False, repr=False)
+    safe: list[int] = field(init=False, repr=False)
+    usable: list[list[int]] = field(init=False, repr=False)
+    _snap: Snapshot = field(init=False, repr=False)
 
     # -- construction ---------------------------------------------------------------
     @classmethod
@@ -44,13 +50,12 @@ class Space:
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot, roots, inputs, input_names, weights) -> "Space":
-        sp = cls(snap.nodes, snap.classes, snap.shape, snap.dtype, list(roots), list(inputs),
-                 list(input_names), weights)
-        sp._prepare()
-        return sp
+        return cls(nodes=snap.nodes, classes=snap.classes, shape=snap.shape, dtype=snap.dtype, roots=list(roots),
+                   inputs=list(inputs), input_names=list(input_names), weights=weights)
 
-    def _prepare(self):
-        snap = Snapshot(self.nodes, self.classes, self.shape, self.dtype, {}, None)
+    def __post_init__(self):
+        snap = Snapshot(nodes=self.nodes, classes=self.classes, shape=self.shape, dtype=self.dtype,
+                        class_of_handle={}, ctx=None)
         self._snap = snap
         rank, safe = best_by_cost(snap, [1.0] * len(self.nodes), "max")
         for c, members in enumerate(self.classes):
@@ -130,9 +135,10 @@ class Space:
 
     def extract(self, choices: Mapping[int, int] | Sequence[int] | None = None) -> Graph:
         """The program picked by `choices` (class -> e-node index within the class) as an ir.Graph."""
-        return self._build(self._node_choice(choices))
+        return self.build(self._node_choice(choices))
 
-    def _build(self, ch: list[int]) -> Graph:
+    def build(self, ch: list[int]) -> Graph:
+        """The program of one e-node id per class (`ch[c]`), repaired to be acyclic (in place)."""
         order = self._acyclic(ch)
         ids: dict[int, int] = {}
         out_nodes: list[Node] = []
@@ -147,7 +153,7 @@ class Space:
 
     def sample(self, rng: np.random.Generator | int | None = None) -> Graph:
         """A random acyclic extraction: a uniform e-node choice per class, then repaired."""
-        return self._build(self.random_choices(rng))
+        return self.build(self.random_choices(rng))
 
     def random_choices(self, rng=None) -> list[int]:
         rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
@@ -165,10 +171,11 @@ class Space:
             if n.op == "Input":
                 costs[i] = 1e-12
         _, ch = best_by_cost(self._snap, costs, "sum")
-        return self._build([x if x >= 0 else s for x, s in zip(ch, self.safe)])
+        return self.build([x if x >= 0 else s for x, s in zip(ch, self.safe)])
 
 
-_FLOP_WEIGHT = {"View": 0.0, "Input": 0.0, "Constant": 0.0, "Iota": 0.5, "Cast": 0.5}
+
+_FLOP_WEIGHT = {"Iota": 0.5, "Cast": 0.5}  # ops cheaper than one FLOP per element
 
 
 def default_cost(node: ENode, space: Space) -> float:
@@ -178,17 +185,17 @@ def default_cost(node: ENode, space: Space) -> float:
     reductions, idioms and elementwise ops pay for the elements they read.
     """
     out = math.prod(space.shape[node.cls] or ())
-    if node.op in ("Input", "Constant"):
+    if node.op in Group.LEAF:
         return 1e-6
-    if node.op == "View":
+    if node.op in Group.MOVEMENT:
         return 1e-3 * (1 + out / 1e6)
     ins = sum(math.prod(space.shape[c] or ()) for c in node.children)
-    if node.op == "MatMul":
+    if node.op in Group.CONTRACTION:
         a, b = space.shape[node.children[0]], space.shape[node.children[1]]
         flops = 2 * math.prod(a) * b[-1] / 8  # idiom kernels run on matrix units
-    elif node.op in ("Softmax", "LayerNorm", "RMSNorm"):
+    elif node.op in Group.ROW_IDIOM:
         flops = 5 * out / 4  # one fused kernel instead of ~8 primitive passes
-    elif node.op == "Attention":
+    elif node.op in Group.ATTENTION:
         q, k, v = (space.shape[c] for c in node.children[:3])
         flops = 2 * math.prod(q) * k[-2] * (1 + v[-1] / q[-1]) / 8
     else:

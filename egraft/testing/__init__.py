@@ -6,6 +6,7 @@ so "matches the reference" means one thing everywhere.
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import numpy as np
@@ -80,5 +81,12 @@ def random_inputs(graph: Graph, seed: int | None = None) -> list[np.ndarray]:
 
 
 def fresh_seed() -> int:
-    """A new seed per run (printed by failing tests so a failure can be replayed)."""
+    """A new seed per run, printed by failing tests; ``EGRAFT_SEED=<n>`` replays that run.
+
+    Every randomised test takes its seed from here, so one variable replays
+    any of them.
+    """
+    replay = os.environ.get("EGRAFT_SEED")
+    if replay:
+        return int(replay)
     return int(np.random.SeedSequence().entropy % (2**31))

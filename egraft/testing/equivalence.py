@@ -14,8 +14,7 @@ import numpy as np
 from ..ir.evaluate import evaluate
 from ..search.space import Space
 from . import random_inputs, rel_err
-from ..rewrites.encode import RuleSpec
-from ..rewrites.saturate import Limits, saturate
+from ..rewrites import Limits, RuleSpec, saturate
 
 TOL = 1e-9
 # Errors are relative to max(|output|, SCALE_FLOOR): a float64 rewrite that
@@ -40,7 +39,7 @@ def variants(space: Space, rng: np.random.Generator, samples: int = 16, per_clas
             ch = list(space.safe)
             ch[c] = ni
             n += 1
-            yield f"class{c}:node{ni}({space.nodes[ni].op})", space._build(ch)
+            yield f"class{c}:node{ni}({space.nodes[ni].op})", space.build(ch)
 
 
 def check_space(space: Space, graph, seed: int, samples: int = 16, per_class_cap: int = 200, what: str = "") -> int:

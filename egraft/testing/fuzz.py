@@ -25,7 +25,7 @@ def _pos(t: Tensor) -> Tensor:
 class _Gen:
     def __init__(self, seed: int, max_nodes: int, idioms: bool):
         self.rng = np.random.default_rng(seed)
-        self.b = GraphBuilder()
+        self.builder = GraphBuilder()
         self.max_nodes = max_nodes
         self.idioms = idioms
         self.pool: list[Tensor] = []
@@ -61,10 +61,10 @@ class _Gen:
         return self.new_leaf(t.shape, weight=False)
 
     def new_leaf(self, shape, weight=False) -> Tensor:
-        n = len(self.b.nodes)
+        n = len(self.builder.nodes)
         if weight:
-            return self.b.weight(f"w{n}", (self.rng.standard_normal(shape) * 0.5).astype(np.float32))
-        return self.b.input(f"x{n}", shape, "float32")
+            return self.builder.weight(f"w{n}", (self.rng.standard_normal(shape) * 0.5).astype(np.float32))
+        return self.builder.input(f"x{n}", shape, "float32")
 
     # -- op families --------------------------------------------------------------------
     def unary(self, t):
@@ -126,7 +126,7 @@ class _Gen:
         ax = int(self.rng.integers(t.ndim))
         n = t.shape[ax]
         k = self.dim()
-        i = self.b.iota(k, "int64")
+        i = self.builder.iota(k, "int64")
         idx = (i * int(self.rng.integers(1, 4)) + int(self.rng.integers(0, 3))) % n
         shape = list(t.shape)
         shape[ax] = k
@@ -136,7 +136,7 @@ class _Gen:
     def int_path(self, t):
         """Float path mixed with integers: Iota, Mod, Cast int->float."""
         n = t.shape[-1] if t.ndim else 1
-        i = self.b.iota(n, "int64")
+        i = self.builder.iota(n, "int64")
         m = (i * 3 + 1) % int(self.rng.integers(1, 4))
         f = m.cast("float32")
         if t.ndim:
@@ -151,7 +151,7 @@ class _Gen:
         if self.idioms and t.ndim >= 2 and self.rng.random() < 0.5:
             a = t
             bw = w.expand(a.shape[:-2] + w.shape)
-            return self.b.add("MatMul", (a, bw))
+            return self.builder.add("MatMul", (a, bw))
         return t @ w
 
     def idiom(self, t):
@@ -162,10 +162,10 @@ class _Gen:
         if not self.idioms:
             return t.softmax(-1) if k == 0 else (t.layer_norm(1e-5) if k == 1 else t.rms_norm(1e-6))
         if k == 0:
-            return self.b.add("Softmax", (t,), axis=ax)
+            return self.builder.add("Softmax", (t,), axis=ax)
         if k == 1:
-            return self.b.add("LayerNorm", (t,), axis=ax, eps=1e-5)
-        return self.b.add("RMSNorm", (t,), axis=ax, eps=1e-6)
+            return self.builder.add("LayerNorm", (t,), axis=ax, eps=1e-5)
+        return self.builder.add("RMSNorm", (t,), axis=ax, eps=1e-6)
 
     def cast(self, t):
         return t.cast("float64").sin().cast("float32")
@@ -176,7 +176,7 @@ class _Gen:
             self.pool.append(self.new_leaf(self.shape()))
         families = [self.unary, self.binary, self.binary, self.reduce, self.view, self.view,
                     self.gather, self.int_path, self.matmul, self.idiom, self.cast]
-        while len(self.b.nodes) < self.max_nodes:
+        while len(self.builder.nodes) < self.max_nodes:
             t = self.pick()
             f = families[int(self.rng.integers(len(families)))]
             out = f(t)
@@ -186,7 +186,7 @@ class _Gen:
         outs = [self.pool[-1]]
         if len(self.pool) > 3 and self.rng.random() < 0.5:
             outs.append(self.pool[int(self.rng.integers(1, len(self.pool) - 1))])
-        return self.b.build(outs)
+        return self.builder.build(outs)
 
 
 def random_program(seed: int, max_nodes: int = 24, idioms: bool = True) -> Graph:

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
+from conformance import draw
 
 from egraft.backends import lower
 from egraft.ir import evaluate
-from egraft.testing import assert_close, random_array
+from egraft.testing import assert_close
 
 
 def inputs_for(graph, rng, positive=(), index_ranges=None):
     """Random inputs; names in `positive` get |x| + 0.5, `index_ranges[name] = n` draws from [0, n)."""
-    out = []
-    for name, (shape, dt) in zip(graph.input_names(), graph.input_types()):
-        if index_ranges and name in index_ranges:
-            a = rng.integers(0, index_ranges[name], size=shape).astype(dt)
-        else:
-            a = random_array(shape, dt, rng)
-            if name in positive:
-                a = (np.abs(a.astype(np.float32)) + 0.5).astype(a.dtype)
-        out.append(a)
-    return out
+    domains = {**{n: "positive" for n in positive}, **(index_ranges or {})}
+    return [draw(shape, dt, rng, domains.get(name))
+            for name, (shape, dt) in zip(graph.input_names(), graph.input_types())]
 
 
 def check_graph(graph, seed, knobs=None, tol=None, positive=(), index_ranges=None, what=""):

@@ -1,112 +1,44 @@
-"""Every primitive and idiom through the JAX backend matches ir.evaluate on random inputs."""
+"""JAX-specific op tests: knob variants of the conformance cases, jaxpr shapes, errors, torch in/out.
+
+The per-op checks (every primitive, View form and idiom against
+``ir.evaluate``) are in ``test_conformance.py``, run on every backend.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from conformance import all_cases, case
 from jax_helpers import check_graph
 
 from egraft.backends import lower
 from egraft.errors import BackendError
-from egraft.ir import GraphBuilder
+from egraft.ir import GraphBuilder, Group, evaluate
 from egraft.ir.builder import Tensor
-from egraft.ir.idioms import IDIOMS
-from egraft.testing import fresh_seed
-
-SHAPES = [(7,), (3, 5), (2, 3, 4)]
-UNARY = ["Exp2", "Log2", "Sin", "Sqrt", "Recip"]
-POSITIVE = {"Log2", "Sqrt", "Recip"}
+from egraft.testing import assert_close, fresh_seed
 
 
-@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("op", UNARY)
-def test_unary(op, dt):
+def _ops(c):
+    return {n.op for n in c.graph().nodes}
+
+
+# knob settings that change how the JAX backend lowers a case, and the cases they matter for
+KNOB_VARIANTS = [
+    ({"idioms": "primitive"}, lambda ops: bool(ops & Group.IDIOM)),  # idioms as their primitive forms
+    ({"peephole": False}, lambda ops: bool(ops & Group.INDEX)),  # Gather as take_along_axis, no jnp.take
+]
+VARIANT_CASES = [pytest.param(k, c, id=f"{'-'.join(f'{a}={v}' for a, v in k.items())}-{c.name}")
+                 for k, wants in KNOB_VARIANTS for c in all_cases() if wants(_ops(c))]
+
+
+@pytest.mark.parametrize("knobs,c", VARIANT_CASES)
+def test_conformance_case_under_knobs(knobs, c):
     seed = fresh_seed()
-    for shape in SHAPES:
-        b = GraphBuilder()
-        x = b.input("x", shape, dt)
-        g = b.build([b.add(op, (x,))])
-        check_graph(g, seed, positive={"x"} if op in POSITIVE else (), what=f"{op} {shape} {dt}")
-
-
-@pytest.mark.parametrize("dt", ["float32", "float16", "int32", "int64"])
-@pytest.mark.parametrize("op", ["Add", "Mul", "Mod", "LessThan"])
-def test_binary(op, dt):
-    seed = fresh_seed()
-    for shape in SHAPES:
-        b = GraphBuilder()
-        x = b.input("x", shape, dt)
-        y = b.input("y", shape, dt)
-        g = b.build([b.add(op, (x, y))])
-        if op == "Mod":  # divisor away from zero, both signs (truncated remainder)
-            rng = np.random.default_rng(seed)
-            xs = (rng.standard_normal(shape) * 10).astype(dt) if dt.startswith("float") else \
-                rng.integers(-50, 50, size=shape).astype(dt)
-            ys = (rng.choice([-1, 1], size=shape) * rng.uniform(0.5, 3, size=shape)).astype(dt) if dt.startswith("float") \
-                else (rng.choice([-1, 1], size=shape) * rng.integers(1, 7, size=shape)).astype(dt)
-            ex = lower(g, "jax", "cpu")
-            from egraft.ir import evaluate
-            from egraft.testing import assert_close
-            assert_close(ex(xs, ys), evaluate(g, [xs, ys]), what=f"Mod {shape} {dt} seed={seed}")
-        else:
-            check_graph(g, seed, what=f"{op} {shape} {dt}")
-
-
-@pytest.mark.parametrize("op", ["Add", "Mul"])
-def test_bool_add_mul_are_or_and(op):
-    seed = fresh_seed()
-    b = GraphBuilder()
-    x, y = b.input("x", (4, 6), "bool"), b.input("y", (4, 6), "bool")
-    check_graph(b.build([b.add(op, (x, y))]), seed, what=f"bool {op}")
-
-
-def test_where_and_broadcast_views():
-    seed = fresh_seed()
-    for dt in ["float32", "int64", "float16"]:
-        b = GraphBuilder()
-        c = b.input("c", (3, 1), "bool")
-        x = b.input("x", (1, 5), dt)
-        y = b.input("y", (3, 5), dt)
-        out = Tensor.where(c, x, y)  # c and x are broadcast with stride-0 views
-        check_graph(b.build([out]), seed, what=f"Where {dt}")
-
-
-@pytest.mark.parametrize("op", ["SumReduce", "MaxReduce"])
-@pytest.mark.parametrize("dt", ["float32", "float16", "int32", "int64"])
-def test_reductions(op, dt):
-    seed = fresh_seed()
-    for shape in SHAPES:
-        for axis in range(len(shape)):
-            b = GraphBuilder()
-            x = b.input("x", shape, dt)
-            check_graph(b.build([b.add(op, (x,), axis=axis)]), seed, what=f"{op} {shape} axis={axis} {dt}")
-
-
-def test_max_reduce_bool_is_any():
-    seed = fresh_seed()
-    b = GraphBuilder()
-    x = b.input("x", (5, 4), "bool")
-    check_graph(b.build([b.add("MaxReduce", (x,), axis=1), b.add("MaxReduce", (x,), axis=0)]), seed)
-
-
-@pytest.mark.parametrize("dt", ["int32", "int64", "float32"])
-def test_iota(dt):
-    b = GraphBuilder()
-    x = b.input("x", (6,), dt)
-    check_graph(b.build([b.iota(6, dt) + x, b.iota(1, dt)]), fresh_seed(), what=f"Iota {dt}")
-
-
-@pytest.mark.parametrize("idt", ["int32", "int64"])
-def test_gather_take_along_axis(idt):
-    seed = fresh_seed()
-    for xshape, ishape, axis in [((5,), (8,), 0), ((4, 6), (4, 3), 1), ((4, 6), (9, 6), 0), ((2, 3, 4), (2, 5, 4), 1)]:
-        b = GraphBuilder()
-        x = b.input("x", xshape, "float32")
-        i = b.input("i", ishape, idt)
-        g = b.build([b.add("Gather", (x, i), axis=axis)])
-        for peep in (True, False):
-            check_graph(g, seed, knobs={"peephole": peep}, index_ranges={"i": xshape[axis]},
-                        what=f"Gather {xshape} {ishape} axis={axis}")
+    g = c.graph()
+    ins = c.inputs(g, np.random.default_rng(seed))
+    got = lower(g, "jax", "cpu", knobs)(*ins)
+    assert_close(got, evaluate(g, ins), [d for _, d in g.output_types()], tol=c.tol,
+                 what=f"{c.name} knobs={knobs} (seed={seed})")
 
 
 def test_index_select_pattern_uses_take():
@@ -124,77 +56,9 @@ def test_index_select_pattern_uses_take():
     assert ex2.stats["peephole_takes"] == 0 and "take_along_axis" in str(ex2.jaxpr())
 
 
-@pytest.mark.parametrize("src,dst", [("float32", "int32"), ("float32", "int64"), ("float32", "bool"),
-                                     ("int64", "float32"), ("bool", "float32"), ("float32", "float16"),
-                                     ("float16", "float32"), ("float32", "bfloat16"), ("int32", "int64"),
-                                     ("int64", "bool"), ("bool", "int64")])
-def test_cast(src, dst):
-    seed = fresh_seed()
-    b = GraphBuilder()
-    x = b.input("x", (4, 5), src)
-    g = b.build([x.cast(dst)])
-    rng = np.random.default_rng(seed)
-    from egraft.ir import evaluate
-    from egraft.testing import assert_close, random_array
-    xs = random_array((4, 5), src, rng)
-    if src == "float32":
-        xs = (xs * 7).astype(np.float32)
-        xs[0, :2] = [0.0, -0.0]  # zero stays false / 0
-    assert_close(lower(g, "jax", "cpu")(xs), evaluate(g, [xs]), what=f"Cast {src}->{dst} seed={seed}")
-
-
-def test_constants_scalar_and_tensor():
-    seed = fresh_seed()
-    rng = np.random.default_rng(seed)
-    b = GraphBuilder()
-    x = b.input("x", (3, 4), "float32")
-    t = b.tensor_constant(rng.standard_normal((3, 4)).astype(np.float32))
-    k = b.tensor_constant(np.array([[1, -2, 3, 4]], dtype=np.int64))
-    out = x * 2.5 + t + k.cast("float32").expand((3, 4))
-    check_graph(b.build([out, b.constant(True, "bool", (2,)), b.constant(7, "int64")]), seed)
-
-
-# --- idioms --------------------------------------------------------------------
-
-def _idiom_graphs(dt, rng):
-    """One small graph per idiom, several shapes each."""
-    out = []
-    for bs in [(), (2,), (2, 3)]:
-        b = GraphBuilder()
-        a = b.input("a", bs + (5, 7), dt)
-        c = b.input("c", bs + (7, 4), dt)
-        out.append(("MatMul", b.build([b.add("MatMul", (a, c))])))
-    for shape, axis in [((6,), 0), ((3, 8), 1), ((3, 8), 0), ((2, 3, 5), 1)]:
-        for op, attrs in [("Softmax", {}), ("LayerNorm", {"eps": 1e-5}), ("RMSNorm", {"eps": 1e-6})]:
-            b = GraphBuilder()
-            x = b.input("x", shape, dt)
-            out.append((op, b.build([b.add(op, (x,), axis=axis, **attrs)])))
-    for bs, sq, sk, causal, bias in [((2,), 4, 4, True, False), ((2, 3), 3, 5, False, True),
-                                     ((1,), 6, 6, True, True), ((), 2, 3, False, False)]:
-        b = GraphBuilder()
-        q = b.input("q", bs + (sq, 8), dt)
-        k = b.input("k", bs + (sk, 8), dt)
-        v = b.input("v", bs + (sk, 4), dt)
-        args = (q, k, v) + ((b.input("bias", bs + (sq, sk), dt),) if bias else ())
-        out.append(("Attention", b.build([b.add("Attention", args, scale=0.35, causal=causal)])))
-    return out
-
-
-@pytest.mark.parametrize("dt", ["float32", "float16"])
-@pytest.mark.parametrize("idioms", ["library", "primitive"])
-def test_idioms(dt, idioms):
-    seed = fresh_seed()
-    graphs = _idiom_graphs(dt, np.random.default_rng(seed))
-    assert {op for op, _ in graphs} == set(IDIOMS), "add the new idiom to _idiom_graphs"
-    for op, g in graphs:
-        check_graph(g, seed, knobs={"idioms": idioms}, what=f"{op} {g.input_types()} {idioms}")
-
-
 def test_matmul_library_call_is_dot_general():
-    b = GraphBuilder()
-    a = b.input("a", (2, 5, 7), "float32")
-    c = b.input("c", (2, 7, 4), "float32")
-    ex = check_graph(b.build([b.add("MatMul", (a, c))]), fresh_seed())
+    g = case("matmul_float32").graph()
+    ex = check_graph(g, fresh_seed())
     assert "dot_general" in {e.primitive.name for e in ex.jaxpr().jaxpr.eqns}
 
 

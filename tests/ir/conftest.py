@@ -5,8 +5,6 @@ Set ``EGRAFT_SEED=<n>`` to replay a failing run with the seed it printed.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -24,6 +22,6 @@ class Seeded:
 
 @pytest.fixture
 def rng() -> Seeded:
-    seed = int(os.environ.get("EGRAFT_SEED", fresh_seed()))
+    seed = fresh_seed()
     print(f"egraft test seed={seed}")
     return Seeded(seed)

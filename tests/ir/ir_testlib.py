@@ -39,8 +39,12 @@ def positive(shape, dtype, rng):
     return random_array(shape, dtype, rng.gen, 0.1, 4.0)
 
 
-def assert_elementwise(got, want, dtype: str, tag: str, what: str = ""):
-    """Exact for ints/bools; for floats nan/inf where the reference has them, else relative error <= RTOL."""
+def assert_elementwise(got, want, dtype: str, tag: str, what: str = "", scale=None):
+    """Exact for ints/bools; for floats nan/inf where the reference has them, else relative error <= RTOL.
+
+    The error is relative to ``|want|``, or to ``scale`` where given: a sum's rounding error is bounded
+    relative to the sum of its terms' magnitudes, not to a result that cancelled to near zero.
+    """
     got = np.asarray(got)
     want = np.asarray(want)
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}; {tag}"
@@ -57,7 +61,8 @@ def assert_elementwise(got, want, dtype: str, tag: str, what: str = ""):
     fin = np.isfinite(w)
     tiny = float(np.finfo(dtypes.to_numpy(dtype)).smallest_normal) if dtype != "bfloat16" else 1.2e-38
     err = np.abs(g[fin] - w[fin])
-    bound = RTOL[dtype] * np.abs(w[fin]) + tiny
+    ref = np.abs(w) if scale is None else np.broadcast_to(np.asarray(scale, np.float64), w.shape)
+    bound = RTOL[dtype] * ref[fin] + tiny
     bad = err > bound
     assert not bad.any(), (
         f"{what} ({dtype}): got {g[fin][bad][:4]} want {w[fin][bad][:4]}; {tag}"

@@ -390,3 +390,11 @@ def test_half_composites_match_torch_half(name, dt, rng):
         assert str(a.dtype) == dt
         e = rel_err(a.astype(np.float32), w.float().numpy())
         assert e <= {"float16": 2e-3, "bfloat16": 1.6e-2}[dt], f"{name} {dt}: {e:.3g}; {rng.tag}"
+
+
+def test_tensor_knows_its_builder_and_is_one_class():
+    """Every handle is a Tensor (all mixins) whatever method made it; ``b`` is the old name of ``builder``."""
+    b = GraphBuilder()
+    x = b.input("x", (2, 3), "float32")
+    made = [x, x + 1, x.exp(), x.T, x @ x.T, x.softmax(), cat([x, x], 0), Tensor.where(x < 0, x, 0.0)]
+    assert all(type(t) is Tensor and t.builder is b for t in made)

@@ -132,11 +132,14 @@ def _reduce_case(op, fn, dts):
             for axis in range(len(shape)):
                 x = rand(shape, dt, rng)
                 got = run1(one_op(op, [(shape, dt)], axis=axis), [x])
+                scale = None
                 if dtypes.is_float(dt):
                     want = round_to(_reduce_ref(_as_float(x), axis, fn).astype(np.float64), dt)
+                    if op == "SumReduce":  # a sum's error bound: the sum of |terms|
+                        scale = np.abs(_as_float(x)).sum(axis=axis)
                 else:
                     want = _reduce_ref(x, axis, fn).astype(dtypes.to_numpy(dt))
-                assert_elementwise(got, want, dt, rng.tag, f"{op} {shape} axis={axis} {dt}")
+                assert_elementwise(got, want, dt, rng.tag, f"{op} {shape} axis={axis} {dt}", scale=scale)
     return case
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from egraft.ir import GraphBuilder, TensorValue
 from egraft.rewrites import Limits, saturate
-from egraft.rewrites.encode import PRELUDE, SIGS, Context, encode_op, lit_f64, split_commands
+from egraft.rewrites.codec import Context, encode_op, lit_f64, split_commands
+from egraft.rewrites.schema import PRELUDE, SIGS
 from egraft.testing.fuzz import random_program
 from egraft.search import Space
 

@@ -1,6 +1,6 @@
 from egraft.rewrites import Limits, saturate
 from egraft.rewrites.inspection import firing_table, size_table, to_dot
-from egraft.rewrites.witnesses import program
+from egraft.rewrites.rule import program
 
 
 def test_tables_and_dot():

@@ -5,7 +5,7 @@ import numpy as np
 from egraft.ir import GraphBuilder
 from egraft.rewrites import Limits, saturate
 from egraft.testing.equivalence import check_space
-from egraft.rewrites.layers import cut_points, find_period, layer_blocks
+from egraft.rewrites.blocks import cut_points, find_period, layer_blocks
 from egraft.search import Space
 from egraft.testing import fresh_seed
 
@@ -60,7 +60,8 @@ import pytest  # noqa: E402
 
 from egraft.errors import SaturationError  # noqa: E402
 from egraft.ir.graph import Attrs  # noqa: E402
-from egraft.rewrites import encode as E  # noqa: E402
+from egraft.rewrites.codec import Context, constant_attrs  # noqa: E402
+from egraft.rewrites.schema import SIGS, ctor_for  # noqa: E402
 from egraft.rewrites.stitch import Stitcher  # noqa: E402
 
 GPT2_LIMITS = Limits(iterations=8, seconds=30.0)
@@ -124,9 +125,9 @@ def _original_choice(g, res, sp):
         c = snap.class_of_handle[v]
         kids = tuple(snap.class_of_handle[j] for j in n.inputs)
         if n.op == "Constant":
-            attrs = E.constant_attrs(n.attrs, ctx)
+            attrs = constant_attrs(n.attrs, ctx)
         else:
-            sig = E.SIGS[E.ctor_for(n.op, n.attrs, len(n.inputs))]
+            sig = SIGS[ctor_for(n.op, len(n.inputs))]
             attrs = Attrs({k: n.attrs[k] for k, _ in sig.attrs})
         hit = [k for k, ni in enumerate(sp.classes[c])
                if sp.nodes[ni].op == n.op and sp.nodes[ni].children == kids and sp.nodes[ni].attrs == attrs]
@@ -180,7 +181,7 @@ def test_stitcher_merges_by_congruence_and_rejects_mismatched_types():
     st.add("Exp2", Attrs({}), (a,), fa)
     st.add("Exp2", Attrs({}), (b,), fb)
     st.union(a, b)
-    snap = st.snapshot({0: fa, 1: fb}, E.Context())
+    snap = st.snapshot({0: fa, 1: fb}, Context())
     assert snap.class_of_handle[0] == snap.class_of_handle[1]  # exp2(a) == exp2(b) once a == b
     assert snap.n_classes == 2 and len(snap.nodes) == 3
     c = st.new_class((4,), "float32")

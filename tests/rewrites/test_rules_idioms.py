@@ -10,15 +10,15 @@ import pytest
 
 from egraft.ir.builder import GraphBuilder, Tensor
 from egraft.ir.evaluate import evaluate
-from egraft.ir.idioms import attention_decomposed
+from egraft.ir.decompose import attention_decomposed
 from egraft.rewrites import saturate
 from egraft.rewrites.registry import all_rules
-from egraft.rewrites.rules_models import RULES as MODEL_RULES
 from egraft.rewrites.saturate import Limits
 from egraft.search.space import Space
 from egraft.testing import fresh_seed, random_inputs, rel_err
 
 IDIOMS = all_rules(families=["idioms"])
+MODEL_RULES = all_rules(families=["models"])
 LIMITS = Limits(iterations=12, seconds=30, repeated_layers=False)
 
 
@@ -150,7 +150,7 @@ def test_online_softmax_with_fully_masked_tiles_and_rows():
     keep = (j <= i) & (i > 0)  # row 0 fully masked
     p = b.add("Softmax", [Tensor.where(keep, s, float("-inf"))], axis=2)
     g = b.build([b.add("MatMul", [p, v])])
-    res, snap, sp = _grow(g, [r for r in IDIOMS if r.name == "idioms/online_softmax"])
+    res, snap, sp = _grow(g, [r for r in IDIOMS if r.name == "idioms.online-softmax"])
     got = _pick(snap, sp, sp.roots[0], "Mul")
     assert got is not None and "Softmax" not in got.op_counts()
     ins = random_inputs(g, seed)
@@ -181,7 +181,7 @@ def test_batchnorm_folds_into_the_conv_weights():
     per-call work after the product is only bias additions."""
     seed = fresh_seed()
     rng = np.random.default_rng(seed)
-    rule = next(r for r in MODEL_RULES if r.name == "models/affine_fold")
+    rule = next(r for r in MODEL_RULES if r.name == "models.affine-fold")
     g = rule.witness(rng).lhs
     res, snap, sp = _grow(g, IDIOMS + MODEL_RULES)
     root = sp.roots[0]

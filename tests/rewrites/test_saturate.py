@@ -1,14 +1,13 @@
 """Saturation limits, stop reasons, stats and loud failures."""
 
-import numpy as np
 import pytest
 
 from egraft.errors import SaturationError
 from egraft.ir import GraphBuilder
 from egraft.rewrites import Limits, RuleSpec, saturate
 from egraft.rewrites.registry import all_rules
-from egraft.rewrites.rules_algebra import RULES as ALGEBRA
-from egraft.rewrites.witnesses import program
+from egraft.rewrites.rule import program
+from egraft.rewrites.rules.algebra import RULES as ALGEBRA
 
 COMM_ASSOC = [r for r in ALGEBRA if r.name in ("algebra.comm", "algebra.assoc")]
 
@@ -65,14 +64,14 @@ def test_explosive_phase_runs_after_safe_fixpoint_and_counts_firings():
 
 
 def test_conflicting_shape_facts_raise_saturation_error():
-    bad = RuleSpec("bad.drop-reduce", "test", "(rewrite (SumReduce x a) x)")
+    bad = RuleSpec("bad.drop-reduce", "(rewrite (SumReduce x a) x)")
     g = program(lambda x: x.sum(0).sin(), (3, 4))
     with pytest.raises(SaturationError, match="shape or dtype"):
         saturate(g, rules=[bad], limits=Limits(repeated_layers=False))
 
 
 def test_conflicting_dtype_facts_raise_saturation_error():
-    bad = RuleSpec("bad.drop-cast", "test", "(rewrite (Cast x d) x)")
+    bad = RuleSpec("bad.drop-cast", "(rewrite (Cast x d) x)")
     g = program(lambda x: x.cast("float64").sin(), (3,))
     with pytest.raises(SaturationError):
         saturate(g, rules=[bad], limits=Limits(repeated_layers=False))
@@ -80,13 +79,23 @@ def test_conflicting_dtype_facts_raise_saturation_error():
 
 def test_bad_rule_text_is_reported():
     with pytest.raises(ValueError, match="ruleset"):
-        saturate(program(lambda x: x, (2,)), rules=[RuleSpec("bad.named", "t", "(rewrite (Sin x) x :ruleset safe)")])
+        saturate(program(lambda x: x, (2,)), rules=[RuleSpec("bad.named", "(rewrite (Sin x) x :ruleset safe)")])
     with pytest.raises(SaturationError, match="egglog failed"):
-        saturate(program(lambda x: x, (2,)), rules=[RuleSpec("bad.syntax", "t", "(rewrite (NoSuchOp x) x)")])
+        saturate(program(lambda x: x, (2,)), rules=[RuleSpec("bad.syntax", "(rewrite (NoSuchOp x) x)")])
 
 
 def test_rule_spec_requires_one_body():
-    with pytest.raises(ValueError):
-        RuleSpec("x", "t")
-    with pytest.raises(ValueError):
-        RuleSpec("x y", "t", "(rewrite (Sin x) x)")
+    with pytest.raises(ValueError, match="exactly one"):
+        RuleSpec("bad.no-body")
+    with pytest.raises(ValueError, match="exactly one"):
+        RuleSpec("bad.two-bodies", "(rewrite (Sin x) x)", apply=lambda snap: [])
+
+
+@pytest.mark.parametrize("name", ["x y", "x", "models/row_scale", "idioms.online_softmax", "Algebra.comm", "a.builder.c"])
+def test_rule_names_are_family_dot_kebab_name(name):
+    with pytest.raises(ValueError, match="family.kebab-name"):
+        RuleSpec(name, "(rewrite (Sin x) x)")
+
+
+def test_rule_family_is_the_name_prefix():
+    assert RuleSpec("models.row-scale", apply=lambda snap: []).family == "models"

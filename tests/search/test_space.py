@@ -6,7 +6,7 @@ import pytest
 from egraft.ir import GraphBuilder, evaluate
 from egraft.rewrites import Limits, RuleSpec, saturate
 from egraft.rewrites.registry import all_rules
-from egraft.rewrites.witnesses import program
+from egraft.rewrites.rule import program
 from egraft.search import Space
 from egraft.testing import assert_close, fresh_seed, random_inputs
 
@@ -97,7 +97,7 @@ def test_extracted_program_keeps_input_order_when_an_input_is_unused():
 
 
 def test_unsound_rule_is_caught_at_extraction_or_evaluation():
-    bad = RuleSpec("bad.sin-is-id", "test", "(rewrite (Sin x) x)")
+    bad = RuleSpec("bad.sin-is-id", "(rewrite (Sin x) x)")
     g = program(lambda x: x.sin() + 1.0, (4,))
     sp = Space.from_egraph(saturate(g, rules=[bad], limits=NO_LAYERS))
     inputs = random_inputs(g, 3)

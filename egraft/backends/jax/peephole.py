@@ -6,12 +6,13 @@ Lowered literally, XLA materialises the ``[..., M, K, N]`` product before
 reducing it: orders of magnitude slower than a dot.  So the lowering itself
 recognises the pattern and emits ``lax.dot_general``:
 
-* ``matmul``: ``SumReduce(axis=r)(Mul(x, y))`` where ``x`` and ``y`` are
-  each a ``View`` (or any node) and axis ``r`` moves through memory in both
-  (non-zero stride, size > 1), while at least one operand is broadcast
-  (stride 0) along some axis.  Each operand is replaced by its *compact*
-  view (the broadcast axes dropped); axes both cover are batch dims, ``r`` is
-  contracted, and axes neither covers are broadcast back afterwards.
+* ``matmul``: ``SumReduce(axis=r)(Mul(x, y))`` as the IR's
+  :func:`~egraft.ir.patterns.matmul_form` recognises it, where axis ``r``
+  has size > 1 and at least one operand is broadcast (stride 0) along some
+  axis (an un-broadcast product and sum fuse well as they are).  Each
+  operand is replaced by its *compact* view (the broadcast axes dropped);
+  axes both cover are batch dims, ``r`` is contracted, and axes neither
+  covers are broadcast back afterwards.
 * ``take``: ``Gather(x, View(i))`` whose index is broadcast (stride 0) along
   every axis but the gather axis is ``index_select``: ``jnp.take`` of the
   1-D index along that axis instead of a full ``take_along_axis``.
@@ -37,26 +38,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...ir.graph import Graph
+from ...ir.patterns import Factor, matmul_form
 from ..fold import FOLDED_PREFIX
 from . import windows
 
 
 @dataclass(frozen=True)
-class Operand:
-    src: int  # node id the operand reads
-    view: tuple | None  # (shape, strides, offset) of the compact view of src, or None: src as is
-    axes: tuple[int, ...]  # the Mul-output axes this operand's dims stand for, in order
-
-
-@dataclass(frozen=True)
 class DotPlan:
-    a: Operand
-    b: Operand
+    lhs: Factor  # read as its compact view: lhs.view of lhs.src (or lhs.src as is), dims = Mul-output axes lhs.axes
+    rhs: Factor
     axis: int  # the contracted axis of the Mul output
     mul_shape: tuple[int, ...]
 
     def deps(self) -> tuple[int, ...]:
-        return (self.a.src, self.b.src)
+        return (self.lhs.src, self.rhs.src)
 
 
 @dataclass(frozen=True)
@@ -70,36 +65,13 @@ class TakePlan:
         return (self.src, self.index)
 
 
-def _operand(graph: Graph, nid: int) -> Operand:
-    n = graph.nodes[nid]
-    if n.op != "View":
-        return Operand(nid, None, tuple(range(len(n.shape))))
-    shape, strides, off = n.attrs["shape"], n.attrs["strides"], n.attrs["offset"]
-    axes = tuple(d for d, (sz, st) in enumerate(zip(shape, strides)) if sz > 1 and st != 0)
-    if len(axes) == len(shape):
-        return Operand(n.inputs[0], (tuple(shape), tuple(strides), off), axes)
-    return Operand(
-        n.inputs[0],
-        (tuple(shape[d] for d in axes), tuple(strides[d] for d in axes), off),
-        axes,
-    )
-
-
 def _dot_plan(graph: Graph, nid: int) -> DotPlan | None:
-    n = graph.nodes[nid]
-    mul = graph.nodes[n.inputs[0]]
-    if mul.op != "Mul" or mul.dtype == "bool":
+    form = matmul_form(graph, nid)
+    if form is None or form.K <= 1:
         return None
-    r = n.attrs["axis"]
-    if mul.shape[r] <= 1:
+    if not (form.lhs.broadcast or form.rhs.broadcast):  # nothing broadcast: mul+reduce fuses fine
         return None
-    a, b = _operand(graph, mul.inputs[0]), _operand(graph, mul.inputs[1])
-    if r not in a.axes or r not in b.axes:
-        return None
-    full = tuple(d for d, sz in enumerate(mul.shape) if sz > 1)
-    if set(full) <= set(a.axes) and set(full) <= set(b.axes):  # nothing broadcast: mul+reduce fuses fine
-        return None
-    return DotPlan(a, b, r, tuple(mul.shape))
+    return DotPlan(form.lhs, form.rhs, form.k, form.shape)
 
 
 def _take_plan(graph: Graph, nid: int) -> TakePlan | None:
@@ -198,17 +170,17 @@ def emit_dot(ctx, plan: DotPlan, a, b, view_fn):
 
     from .rules import compute_f32
 
-    if plan.a.view is not None:
-        a = view_fn(a, *plan.a.view)
-    if plan.b.view is not None:
-        b = view_fn(b, *plan.b.view)
+    if plan.lhs.view is not None:
+        a = view_fn(a, *plan.lhs.view)
+    if plan.rhs.view is not None:
+        b = view_fn(b, *plan.rhs.view)
     r = plan.axis
-    batch = [d for d in plan.a.axes if d in plan.b.axes and d != r]
-    a_free = [d for d in plan.a.axes if d not in plan.b.axes]
-    b_free = [d for d in plan.b.axes if d not in plan.a.axes]
+    batch = [d for d in plan.lhs.axes if d in plan.rhs.axes and d != r]
+    a_free = [d for d in plan.lhs.axes if d not in plan.rhs.axes]
+    b_free = [d for d in plan.rhs.axes if d not in plan.lhs.axes]
     dims = (
-        ((plan.a.axes.index(r),), (plan.b.axes.index(r),)),
-        (tuple(plan.a.axes.index(d) for d in batch), tuple(plan.b.axes.index(d) for d in batch)),
+        ((plan.lhs.axes.index(r),), (plan.rhs.axes.index(r),)),
+        (tuple(plan.lhs.axes.index(d) for d in batch), tuple(plan.rhs.axes.index(d) for d in batch)),
     )
     half = a.dtype in (jnp.float16, jnp.bfloat16)
     kw = {"preferred_element_type": jnp.float32} if half else {}

@@ -22,8 +22,8 @@ import numpy as np
 
 from ...errors import BackendError, InputError
 from ...ir import dtypes
-from ...ir.graph import Graph, Node
-from ...ir.idioms import DECOMPOSITIONS, IDIOMS
+from ...ir.decompose import decompose
+from ...ir.graph import Graph
 from ...ir.ops import TensorValue
 from . import peephole, windows
 from .rules import RULES, STAT_ZERO, LowerCtx, realise_view
@@ -103,7 +103,14 @@ def _needed(graph: Graph, plans: dict) -> list[bool]:
 
 
 def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
-    """Lower `graph` on traced values; returns its outputs."""
+    """Lower `graph` on traced values; returns its outputs.
+
+    Under the knob ``idioms="primitive"`` every idiom node is first rewritten
+    into its primitive form (:func:`egraft.ir.decompose.decompose`), which the
+    rules and peepholes below then lower like any primitive graph.
+    """
+    if ctx.knobs.get("idioms", "library") == "primitive":
+        graph = decompose(graph)
     plans = peephole.find(graph, ctx.knobs.get("windows", True)) if ctx.knobs.get("peephole", True) else {}
     need = _needed(graph, plans)
     pos = {nid: k for k, nid in enumerate(graph.input_ids)}
@@ -120,8 +127,6 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
         elif i in plans:
             p = plans[i]
             v = EMITTERS[type(p)](ctx, p, *[vals[j] for j in p.deps()], view)
-        elif n.op in IDIOMS and ctx.knobs.get("idioms", "library") == "primitive":
-            v = _decomposed(graph, n, [vals[j] for j in n.inputs], ctx)
         else:
             v = RULES[n.op](ctx, n, *[vals[j] for j in n.inputs])
         want = ctx.jdt(n.dtype)
@@ -139,17 +144,6 @@ EMITTERS = {
     windows.ConvPlan: windows.emit_conv,
     windows.PoolPlan: windows.emit_pool,
 }
-
-
-def _decomposed(graph: Graph, node: Node, args: list, ctx: LowerCtx):
-    """An idiom through its primitive form (idioms.DECOMPOSITIONS), lowered with the same rules."""
-    from ...ir.builder import GraphBuilder
-
-    b = GraphBuilder()
-    ts = [b.input(f"arg{k}", graph.nodes[j].shape, graph.nodes[j].dtype) for k, j in enumerate(node.inputs)]
-    out = DECOMPOSITIONS[node.op](*ts, **node.attrs.as_dict())
-    sub = b.build([out])
-    return emit(sub, args, {}, ctx)[0]
 
 
 def program_dtype(dt: str, x64: bool) -> np.dtype:

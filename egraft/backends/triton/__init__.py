@@ -15,7 +15,8 @@ Triton's interpreter, which must be chosen *before triton is first imported*
 (``TRITON_INTERPRET=1`` in the environment: triton decides when its own
 library functions are defined); lowering for ``cpu`` without it, or for
 ``cuda`` with it, raises a ``BackendError`` that says so.  ``ptx.py``
-cross-compiles generated kernels for sm_80 / sm_90 without a GPU.
+cross-compiles generated kernels (``generate_kernels(graph)``) for sm_80 /
+sm_90 without a GPU.
 """
 
 from __future__ import annotations
@@ -25,14 +26,11 @@ import sys
 
 from ...errors import BackendError
 from ...ir.graph import Graph
-from ..base import Backend, device_kind, register
+from ..base import Backend, default_knobs, device_kind, register
 from ..fold import fold_weights, plan as fold_plan
 from .expand import expand_idioms
 from .partition import anchors, partition
 from .rules import RULES
-
-GENERATED: list = []  # every KernelSpec generated in this process (the PTX tests compile them all)
-
 
 def interpreter_active() -> bool:
     """Whether triton was imported in interpreter mode (TRITON_INTERPRET=1 at import)."""
@@ -96,6 +94,20 @@ def build(graph: Graph, knobs: dict):
     return main, folded, specs
 
 
+def generate_kernels(graph: Graph, knobs: dict | None = None) -> list:
+    """The kernels (KernelSpecs, sources written and loaded) `graph` lowers to under `knobs`.
+
+    The defaults fill in the knobs not given.  Loading needs no device: under
+    the interpreter it only imports the source; ``ptx.compile_in_subprocess``
+    cross-compiles the result for a GPU.
+    """
+    from .kernel import load
+
+    chosen = {**default_knobs(BACKEND.knobs(graph)), **(knobs or {})}
+    _, _, specs = build(graph, chosen)
+    return [load(s) for s in specs]
+
+
 def _numel(shape) -> int:
     out = 1
     for d in shape:
@@ -111,11 +123,11 @@ def lower(graph: Graph, device: str, knobs: dict):
     main, folded, specs = build(graph, knobs)
     for s in specs:
         load(s)
-        GENERATED.append(s)
     dev = "cpu" if device_kind(device) == "cpu" else device
-    return TritonExecutable(graph, "triton", dev, dict(knobs), kernels=specs, main=main, folded=folded)
+    return TritonExecutable(graph=graph, backend="triton", device=dev, knobs=dict(knobs), kernels=specs, main=main,
+                            folded=folded)
 
 
 BACKEND = register(Backend(name="triton", devices=("cuda", "cpu"), lower=lower, knobs=knobs, rule_table=lambda: RULES))
 
-__all__ = ["BACKEND", "GENERATED", "RULES", "build", "interpreter_active", "knobs", "lower"]
+__all__ = ["BACKEND", "RULES", "build", "generate_kernels", "interpreter_active", "knobs", "lower"]

@@ -1,12 +1,12 @@
 """Matrix products as ``tl.dot`` over a K loop, for the MatMul idiom and its primitive form.
 
 The primitive form ``SumReduce(Mul(a3, b3), axis=k)`` over a product of
-shape ``[..., M, K, N]`` is a matmul when one factor does not vary along N
-(``a3``, usually ``View(A)`` with stride 0 there) and the other does not
-vary along M.  Recognising it keeps primitive graphs from materialising the
-``[M, K, N]`` product: each factor is evaluated at a ``[BLOCK_M, BLOCK_K]``
-or ``[BLOCK_K, BLOCK_N]`` tile, with its producers (views, casts, scales)
-fused in as a prologue; the consumer's elementwise epilogue (bias,
+shape ``[..., M, K, N]`` (recognised by :mod:`egraft.ir.patterns`) is a
+matmul when one factor does not vary along N (``a3``, usually ``View(A)``
+with stride 0 there) and the other does not vary along M.  Recognising it
+keeps primitive graphs from materialising the ``[M, K, N]`` product: each
+factor is evaluated at a ``[BLOCK_M, BLOCK_K]`` or ``[BLOCK_K, BLOCK_N]``
+tile, with its producers (views, casts, scales) fused in as a prologue; the consumer's elementwise epilogue (bias,
 activation, residual, row scale) is applied to the accumulator before the
 single store.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ...errors import BackendError
 from ...ir.graph import Graph
-from ...ir.registry import Group
+from ...ir.patterns import matmul_form
 from .emitter import ZERO, Ix, Val
 
 DOT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -51,20 +51,13 @@ class DotForm:
         return tuple(out)
 
 
-def _invariant(graph: Graph, nid: int, axis: int) -> bool:
-    """Whether node `nid` provably does not vary along `axis` (so that axis may be indexed with 0)."""
-    n = graph.nodes[nid]
-    if n.shape[axis] == 1:
-        return True
-    if n.op == "View":
-        return n.attrs["strides"][axis] == 0
-    if n.op in Group.ELEMENTWISE:
-        return all(_invariant(graph, j, axis) for j in n.inputs)
-    return False
-
-
 def dot_form(graph: Graph, nid: int) -> DotForm | None:
-    """The matmul this node computes, or None."""
+    """The matmul this node computes, or None.
+
+    A primitive product is one when the IR's :func:`~egraft.ir.patterns.matmul_form`
+    finds it and its output's last two axes are M and N: one factor constant
+    along N (indexed with 0 there) and the other along M.
+    """
     n = graph.nodes[nid]
     if n.dtype not in DOT_DTYPES or len(n.shape) < 2:
         return None
@@ -73,27 +66,19 @@ def dot_form(graph: Graph, nid: int) -> DotForm | None:
         batch = tuple(f"b{i}" for i in range(r - 2))
         a, b = n.inputs
         return DotForm(a, b, batch + ("m", "k"), batch + ("k", "n"), graph.nodes[a].shape[-1], n.dtype)
-    if n.op != "SumReduce":
+    form = matmul_form(graph, nid)
+    if form is None:
         return None
-    prod = graph.nodes[n.inputs[0]]
-    if prod.op != "Mul":
-        return None
-    ka = n.attrs["axis"]
-    pdim = [d if d < ka else d + 1 for d in range(r)]  # output dim -> product dim
+    ka = form.k
+    pdim = [form.product_axis(d) for d in range(r)]  # output dim -> product dim
     ma, na = pdim[r - 2], pdim[r - 1]
-    left, right = prod.inputs
-    if _invariant(graph, left, na) and _invariant(graph, right, ma):
-        a, b = left, right
-    elif _invariant(graph, right, na) and _invariant(graph, left, ma):
-        a, b = right, left
-    else:
+    form = form.oriented(ma, na)
+    if form is None:
         return None
-    roles = {}
-    for od, pd in enumerate(pdim[:-2]):
-        roles[pd] = f"b{od}"
+    roles = {pd: f"b{od}" for od, pd in enumerate(pdim[:-2])}
     a_layout = tuple("m" if d == ma else "k" if d == ka else "0" if d == na else roles[d] for d in range(r + 1))
     b_layout = tuple("0" if d == ma else "k" if d == ka else "n" if d == na else roles[d] for d in range(r + 1))
-    return DotForm(a, b, a_layout, b_layout, prod.shape[ka], n.dtype)
+    return DotForm(form.lhs.node, form.rhs.node, a_layout, b_layout, form.K, n.dtype)
 
 
 def _operand(w, v: Val, rows: str, cols: str, kmask: str | None, dt: str) -> str:

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...ir import Group, get_op
 from ...ir.graph import Graph
 from .matmul import DotForm, dot_form
 from .views import digit_map
 
-ROW_IDIOMS = ("Softmax", "LayerNorm", "RMSNorm")
+NULLARY = frozenset(op for op in Group.ALL if get_op(op).arity == (0,))  # Input, Constant, Iota: never "computed"
 MAX_ROW = 16384  # widest row a persistent-row kernel holds in one tile
 
 
@@ -54,13 +55,13 @@ class KernelPlan:
 
 def anchor_kind(graph: Graph, nid: int) -> str | None:
     n = graph.nodes[nid]
-    if n.op in ("SumReduce", "MaxReduce"):
+    if n.op in Group.REDUCE:
         return "dot" if dot_form(graph, nid) is not None else "reduce"
-    if n.op == "MatMul":
+    if n.op in Group.CONTRACTION:
         return "dot"
-    if n.op in ROW_IDIOMS:
+    if n.op in Group.ROW_IDIOM:
         return "row"
-    if n.op == "Attention":
+    if n.op in Group.ATTENTION:
         return "attention"
     return None
 
@@ -79,7 +80,7 @@ def _col_dim(graph: Graph, root: int) -> int | None:
     n = graph.nodes[root]
     if not n.shape:
         return None
-    if n.op in ROW_IDIOMS:
+    if n.op in Group.ROW_IDIOM:
         return n.attrs["axis"]
     return len(n.shape) - 1
 
@@ -125,7 +126,7 @@ def _grow(graph: Graph, root: int, mat: set, knobs: dict):
     ident = tuple(range(len(rnode.shape)))
     rk = anchor_kind(graph, root)
     kind = {"dot": "dot", "attention": "attention"}.get(rk, "tile")
-    plan = KernelPlan(root, kind, col)
+    plan = KernelPlan(root=root, kind=kind, col_dim=col)
     if rk == "dot":
         plan.dots[root] = dot_form(graph, root)
         plan.main = root
@@ -219,7 +220,7 @@ def _push_anchor_children(graph, nid, ak, child_mode, stack, prologue_cut, must,
         kids = list(n.inputs)
     for j in kids:
         jn = graph.nodes[j]
-        computed = jn.op not in ("View", "Input", "Constant", "Iota") and j not in mat
+        computed = jn.op not in Group.MOVEMENT | NULLARY and j not in mat
         if prologue_cut and computed:
             must.add(j)
         stack.append((j, child_mode))

@@ -4,13 +4,14 @@
 ``idx`` inside a kernel (see ``emitter.py``).  Elementwise ops are Triton
 expression templates over their operands' values, written in the op's
 compute dtype; index ops (View, Gather, Iota) are index arithmetic; the
-reductions and idioms have their own modules.  The generic backend test
-checks that every op of ``egraft.ir`` has an entry here.
+reductions and idioms have their own modules.  Each op has exactly one
+entry - a template in ``_UNARY`` / ``_BINARY`` or a line of ``RULES`` - and
+``tests/backends/test_rule_tables.py`` checks every op of ``Group.ALL`` has one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ...errors import BackendError
@@ -79,7 +80,7 @@ def _cast(w, nid, node, idx):
         # round to the half type, keep computing in float32
         tmpl = f"{{0}}.to({TL_DTYPE[dst]}).to(tl.float32)"
     elif compute_dtype(src) == compute_dtype(dst):
-        return Val(x.expr, dst, x.block, x.masks, x.axes)
+        return replace(x, dtype=dst)
     else:
         tmpl = f"{{0}}.to({TL_DTYPE[dst]})"  # float -> int truncates toward zero, like the reference
     return w.combine(nid, tmpl, [x], dst)
@@ -100,7 +101,7 @@ def _iota(w, nid, node, idx):
     ix = idx[0]
     if ix.expr.lstrip("-").isdigit():
         return w.const(int(ix.expr), node.dtype)
-    v = Val(ix.expr, "int32", ix.block, ix.masks, ix.axes)
+    v = Val(ix.expr, "int32", block=ix.block, masks=ix.masks, axes=ix.axes)
     return w.combine(nid, f"({{0}}).to({TL_DTYPE[compute_dtype(node.dtype)]})", [v], node.dtype, f"iota{nid}")
 
 
@@ -141,29 +142,32 @@ def _gather(w, nid, node, idx):
     axis = node.attrs["axis"]
     iv = w.value(ind, idx)
     # garbage indices in masked-off lanes must stay masked: carry the tile's masks along
-    g = Ix(iv.expr, iv.block, iv.masks | _union(idx, "masks"), iv.axes)
+    g = Ix(iv.expr, block=iv.block, masks=iv.masks | _union(idx, "masks"), axes=iv.axes)
     j = tuple(idx[:axis]) + (g,) + tuple(idx[axis + 1:])
     return w.value(x, j)
 
 
 RULES: dict[str, Rule] = {}
-for _op in _UNARY:
-    RULES[_op] = Rule("elementwise", _unary(_op), _UNARY[_op])
-for _op in ("Add", "Mul", "Mod", "LessThan"):
-    RULES[_op] = Rule("elementwise", _binary(_op), _BINARY[(_op, False)])
-RULES["Where"] = Rule("elementwise", _where, "tl.where(c, a, b)")
-RULES["Cast"] = Rule("elementwise", _cast, ".to(dtype); to bool is x != 0; half types round then widen")
-RULES["Iota"] = Rule("index", _iota, "the index itself")
-RULES["Gather"] = Rule("index", _gather, "a load at a computed index along the axis")
-RULES["View"] = Rule("index", _view, "index arithmetic (per-digit affine, else divmod)")
-RULES["Input"] = Rule("leaf", _input, "a kernel argument")
-RULES["Constant"] = Rule("leaf", _constant, "scalar: tl.full literal; tensor: a kernel argument")
-RULES["SumReduce"] = Rule("reduce", reduction.emit_reduce, "tl.sum over a row tile or a reduction axis/loop")
-RULES["MaxReduce"] = Rule("reduce", reduction.emit_reduce, "tl.max over a row tile or a reduction axis/loop")
-RULES["Softmax"] = Rule("row", reduction.emit_row_idiom, "max, exp, sum over one row tile")
-RULES["LayerNorm"] = Rule("row", reduction.emit_row_idiom, "mean, variance over one row tile")
-RULES["RMSNorm"] = Rule("row", reduction.emit_row_idiom, "mean square over one row tile")
-RULES["MatMul"] = Rule("dot", matmul.emit_dot, "tl.dot over a K loop")
-RULES["Attention"] = Rule("attention", attention.emit_attention, "single-pass online softmax")
+for _op, _tmpl in _UNARY.items():
+    RULES[_op] = Rule("elementwise", _unary(_op), _tmpl)
+for (_op, _is_bool), _tmpl in _BINARY.items():
+    if not _is_bool:
+        RULES[_op] = Rule("elementwise", _binary(_op), _tmpl)
+RULES.update({
+    "Where": Rule("elementwise", _where, "tl.where(c, a, b)"),
+    "Cast": Rule("elementwise", _cast, ".to(dtype); to bool is x != 0; half types round then widen"),
+    "Iota": Rule("index", _iota, "the index itself"),
+    "Gather": Rule("index", _gather, "a load at a computed index along the axis"),
+    "View": Rule("index", _view, "index arithmetic (per-digit affine, else divmod)"),
+    "Input": Rule("leaf", _input, "a kernel argument"),
+    "Constant": Rule("leaf", _constant, "scalar: tl.full literal; tensor: a kernel argument"),
+    "SumReduce": Rule("reduce", reduction.emit_reduce, "tl.sum over a row tile or a reduction axis/loop"),
+    "MaxReduce": Rule("reduce", reduction.emit_reduce, "tl.max over a row tile or a reduction axis/loop"),
+    "Softmax": Rule("row", reduction.emit_row_idiom, "max, exp, sum over one row tile"),
+    "LayerNorm": Rule("row", reduction.emit_row_idiom, "mean, variance over one row tile"),
+    "RMSNorm": Rule("row", reduction.emit_row_idiom, "mean square over one row tile"),
+    "MatMul": Rule("dot", matmul.emit_dot, "tl.dot over a K loop"),
+    "Attention": Rule("attention", attention.emit_attention, "single-pass online softmax"),
+})
 
 __all__ = ["RULES", "Rule"]

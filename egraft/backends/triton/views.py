@@ -1,53 +1,20 @@
-"""Index arithmetic for ``View``: which source index a view position reads.
+"""Index arithmetic for ``View`` in Triton kernels.
 
-A view reads the row-major flattening of its source:
-``src_flat = offset + sum_d i_d * stride_d``.  When every view dimension walks
-inside one "digit" of the source's row-major layout without carrying, the
-source index is affine per dimension (``src_j = base_j + sum c * i_d``):
-that covers expand, permute, slicing with steps, flips, selects and
-splitting reshapes, and keeps generated index code free of ``//`` and ``%``.
-Other views (merging reshapes of a computed tensor) fall back to divmod.
+Which source index a view position reads is the IR's strided-view analysis
+(:func:`egraft.ir.strided.digit_map`): when every view dimension walks
+inside one "digit" of the source's row-major layout without carrying, each
+source index is affine in the view index (``src_j = base_j + sum c * i_d``,
+``c`` negative for flips), which keeps generated index code free of ``//``
+and ``%``.  Other views (merging reshapes of a computed tensor) fall back to
+divmod in the emitter (``rules._view``).
 """
 
 from __future__ import annotations
 
 from ...ir import shapes
+from ...ir.strided import digit_map
 
-
-def digit_map(src_shape, shape, strides, offset):
-    """Per source dim j: (base_j, [(view dim d, coefficient c), ...]); None when not per-digit."""
-    src_shape = tuple(src_shape)
-    if shapes.numel(src_shape) == 0 or shapes.numel(shape) == 0:
-        return None
-    cs = shapes.contiguous_strides(src_shape)
-    real = [j for j, n in enumerate(src_shape) if n > 1]
-    base = [0] * len(src_shape)
-    rem = offset
-    for j in real:
-        base[j], rem = divmod(rem, cs[j])
-    if rem:
-        return None
-    terms: list[list] = [[] for _ in src_shape]
-    lo = [0] * len(src_shape)
-    hi = [0] * len(src_shape)
-    for d, (n, s) in enumerate(zip(shape, strides)):
-        if n == 1 or s == 0:
-            continue
-        for j in real:
-            if s % cs[j] == 0 and abs(s // cs[j]) * (n - 1) < src_shape[j]:
-                c = s // cs[j]
-                terms[j].append((d, c))
-                if c > 0:
-                    hi[j] += c * (n - 1)
-                else:
-                    lo[j] += c * (n - 1)
-                break
-        else:
-            return None
-    for j in range(len(src_shape)):
-        if base[j] + lo[j] < 0 or base[j] + hi[j] >= src_shape[j]:
-            return None
-    return [(base[j], terms[j]) for j in range(len(src_shape))]
+__all__ = ["digit_map", "is_row_broadcast"]
 
 
 def is_row_broadcast(src_shape, shape, strides, offset, axis) -> bool:

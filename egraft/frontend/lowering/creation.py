@@ -16,7 +16,7 @@ from .registry import lowering
 
 
 def _const(ctx, value):
-    return ctx.b.constant(value, ctx.out_dtype, ctx.shape)
+    return ctx.builder.constant(value, ctx.out_dtype, ctx.shape)
 
 
 @lowering("aten.full")
@@ -54,14 +54,14 @@ def arange(ctx, *args, **_):
     n = ctx.shape[0]
     dt = ctx.out_dtype
     if float(start) == int(start) and float(step) == int(step) and n < 2 ** 24:
-        i = ctx.b.iota(n, "int64")
+        i = ctx.builder.iota(n, "int64")
         if step != 1:
             i = i * int(step)
         if start != 0:
             i = i + int(start)
         return i.cast(dt)
     values = float(start) + float(step) * np.arange(n, dtype=np.float64)
-    return ctx.b.tensor_constant(values.astype(dtypes.to_numpy(dt)))
+    return ctx.builder.tensor_constant(values.astype(dtypes.to_numpy(dt)))
 
 
 @lowering("aten._to_copy", "aten.type_as")

@@ -98,7 +98,7 @@ def pow_(ctx, a, b):
             return A.sqrt()
         if e == -0.5:
             return A.rsqrt()
-        return _pow_float(A, A.b.constant(e, A.dtype, A.shape))
+        return _pow_float(A, A.builder.constant(e, A.dtype, A.shape))
     A, B = h.operands(ctx, a, b)
     out = _pow_float(A.float_(), B.float_())
     return h.round_half_even(out) if not dtypes.is_float(A.dtype) else out
@@ -112,7 +112,7 @@ def _pow_float(x: Tensor, y: Tensor) -> Tensor:
     neg = x < 0
     r = Tensor.where(neg & y_odd, -r, r)
     r = Tensor.where(neg & ~y_int, math.nan, r)
-    return Tensor.where(h.eq(y, y.b.constant(0.0, y.dtype, y.shape)), 1.0, r).cast(x.dtype)
+    return Tensor.where(h.eq(y, y.builder.constant(0.0, y.dtype, y.shape)), 1.0, r).cast(x.dtype)
 
 
 # --- unary math ----------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def erfc(ctx, x):
 def copysign(ctx, a, b):
     A, B = h.operands(ctx, a, b, kind="INT_TO_FLOAT")
     mag = A.abs()
-    neg = (B < 0) | (h.eq(B, B.b.constant(0.0, B.dtype, B.shape)) & (B.recip() < 0))  # -0.0 has a sign too
+    neg = (B < 0) | (h.eq(B, B.builder.constant(0.0, B.dtype, B.shape)) & (B.recip() < 0))  # -0.0 has a sign too
     return Tensor.where(neg, -mag, mag)
 
 
@@ -196,7 +196,7 @@ def hypot(ctx, a, b):
 def signbit(ctx, x):
     if not dtypes.is_float(x.dtype):
         return x < 0
-    return (x < 0) | (h.eq(x, x.b.constant(0.0, x.dtype, x.shape)) & (x.recip() < 0))
+    return (x < 0) | (h.eq(x, x.builder.constant(0.0, x.dtype, x.shape)) & (x.recip() < 0))
 
 
 @lowering("aten.neg")
@@ -254,14 +254,14 @@ def isnan(ctx, x):
 @lowering("aten.isinf")
 def isinf(ctx, x):
     if not dtypes.is_float(x.dtype):
-        return x.b.constant(False, "bool", x.shape)
-    return h.eq(x.abs(), x.b.constant(math.inf, x.dtype, x.shape))
+        return x.builder.constant(False, "bool", x.shape)
+    return h.eq(x.abs(), x.builder.constant(math.inf, x.dtype, x.shape))
 
 
 @lowering("aten.isfinite")
 def isfinite(ctx, x):
     if not dtypes.is_float(x.dtype):
-        return x.b.constant(True, "bool", x.shape)
+        return x.builder.constant(True, "bool", x.shape)
     return x.abs() < math.inf
 
 
@@ -269,7 +269,7 @@ def isfinite(ctx, x):
 
 @lowering("aten.relu")
 def relu(ctx, x):
-    zero = x.b.constant(0, x.dtype, x.shape)
+    zero = x.builder.constant(0, x.dtype, x.shape)
     return Tensor.where(x < 0, zero, x)  # NaN stays NaN
 
 
@@ -384,8 +384,8 @@ lowering("aten.ge")(_compare(h.le, swap=True))
 
 def _as_bool(ctx, v):
     if isinstance(v, Tensor):
-        return v if v.dtype == "bool" else ~h.eq(v, v.b.constant(0, v.dtype, v.shape))
-    return ctx.b.constant(bool(v), "bool")
+        return v if v.dtype == "bool" else ~h.eq(v, v.builder.constant(0, v.dtype, v.shape))
+    return ctx.builder.constant(bool(v), "bool")
 
 
 def _logical(fn):

@@ -19,15 +19,15 @@ def operands(ctx, a, b, kind: str = "DEFAULT", dtype: str | None = None) -> tupl
     """``a`` and ``b`` (Tensors or python scalars) as Tensors of torch's promoted dtype, broadcast."""
     dt = dtype or ctx.promote(a, b, kind=kind)
     ref = a if isinstance(a, Tensor) else b
-    A = a.cast(dt) if isinstance(a, Tensor) else ctx.b.constant(a, dt)
-    B = b.cast(dt) if isinstance(b, Tensor) else ctx.b.constant(b, dt)
+    A = a.cast(dt) if isinstance(a, Tensor) else ctx.builder.constant(a, dt)
+    B = b.cast(dt) if isinstance(b, Tensor) else ctx.builder.constant(b, dt)
     shape = shapes.broadcast_shapes(A.shape, B.shape) if isinstance(ref, Tensor) else ()
     return A.expand(shape), B.expand(shape)
 
 
 def isnan(x: Tensor) -> Tensor:
     if not dtypes.is_float(x.dtype):
-        return x.b.constant(False, "bool", x.shape)
+        return x.builder.constant(False, "bool", x.shape)
     # NaN is the only value neither below +inf nor above -inf
     return ~(x < math.inf) & ~(x > -math.inf)
 
@@ -83,15 +83,15 @@ def int_pow(x: Tensor, n: int) -> Tensor:
         n >>= 1
         if n:
             base = base * base
-    return result if result is not None else x.b.constant(1, x.dtype, x.shape)
+    return result if result is not None else x.builder.constant(1, x.dtype, x.shape)
 
 
 def round_half_even(x: Tensor) -> Tensor:
     """torch.round: nearest integer, ties to even; values >= 2**52 (or 2**23 in float32) are already integers."""
     r = (x + 0.5).floor()
-    tie = eq(r - x, x.b.constant(0.5, x.dtype, x.shape))
-    odd = ~eq(r % 2.0, x.b.constant(0.0, x.dtype, x.shape))
+    tie = eq(r - x, x.builder.constant(0.5, x.dtype, x.shape))
+    odd = ~eq(r % 2.0, x.builder.constant(0.0, x.dtype, x.shape))
     r = Tensor.where(tie & odd, r - 1, r)
-    r = Tensor.where(eq(r, x.b.constant(0.0, x.dtype, x.shape)), x * 0.0, r)  # round(-0.3) is -0.0, as in torch
+    r = Tensor.where(eq(r, x.builder.constant(0.0, x.dtype, x.shape)), x * 0.0, r)  # round(-0.3) is -0.0, as in torch
     big = {"float64": 2.0 ** 52, "float32": 2.0 ** 23, "float16": 2.0 ** 10, "bfloat16": 2.0 ** 7}[x.dtype]
     return Tensor.where(~(x.abs() < big), x, r)

@@ -94,14 +94,14 @@ def index_put(ctx, x, indices, values, accumulate=False):
         vals = vals.expand(bshape + rest)
     vals = vals.reshape((k,) + rest)
     lin = lin.reshape((k,))
-    p = ctx.b.iota(n_p, "int64").reshape((n_p, 1))
+    p = ctx.builder.iota(n_p, "int64").reshape((n_p, 1))
     match = lin.reshape((1, k)).eq(p)  # [n_p, k]
     mshape = (n_p, k) + (1,) * len(rest)
     if accumulate:
-        contrib = Tensor.where(match.reshape(mshape), vals.unsqueeze(0), ctx.b.constant(0, x.dtype))
+        contrib = Tensor.where(match.reshape(mshape), vals.unsqueeze(0), ctx.builder.constant(0, x.dtype))
         out = flat + contrib.sum(1)
     else:
-        kk = Tensor.where(match, ctx.b.iota(k, "int64").reshape((1, k)), -1).max(1)  # last write wins
+        kk = Tensor.where(match, ctx.builder.iota(k, "int64").reshape((1, k)), -1).max(1)  # last write wins
         hit = (kk > -1).reshape((n_p,) + (1,) * len(rest))
         out = Tensor.where(hit, vals.index_select(0, kk.maximum(0)), flat)
     out = out.reshape(tuple(x.shape[i] for i in pos) + rest)
@@ -113,7 +113,7 @@ def index_put(ctx, x, indices, values, accumulate=False):
 
 def _match(idx: Tensor, dim: int, n: int) -> Tensor:
     """bool [..., n, m, ...]: target position p (new axis ``dim``) is written by source position k (axis dim+1)."""
-    p = idx.b.iota(n, "int64").reshape(tuple(n if d == dim else 1 for d in range(idx.ndim + 1)))
+    p = idx.builder.iota(n, "int64").reshape(tuple(n if d == dim else 1 for d in range(idx.ndim + 1)))
     return idx.cast("int64").unsqueeze(dim).eq(p)
 
 
@@ -130,7 +130,7 @@ def _scatter(ctx, x, dim, idx, src, reduce=None):
     dim = shapes.normalize_axis(dim, x.ndim)
     n = x.shape[dim]
     if not isinstance(src, Tensor):
-        src = ctx.b.constant(src, x.dtype, idx.shape)
+        src = ctx.builder.constant(src, x.dtype, idx.shape)
     src = src.cast(x.dtype)
     for d in range(src.ndim):
         if src.shape[d] != idx.shape[d]:
@@ -143,28 +143,28 @@ def _scatter(ctx, x, dim, idx, src, reduce=None):
     match = _match(idx, dim, n)  # [..., n, m, ...]
     hit_any = match.max(dim + 1)  # [..., n, ...]
     if reduce in ("sum", "add"):
-        contrib = Tensor.where(match, src.unsqueeze(dim), ctx.b.constant(0, x.dtype)).sum(dim + 1)
+        contrib = Tensor.where(match, src.unsqueeze(dim), ctx.builder.constant(0, x.dtype)).sum(dim + 1)
         new = x_box + contrib
     elif reduce in ("prod", "multiply"):
         from .reduce import _prod_axis
 
-        contrib = _prod_axis(Tensor.where(match, src.unsqueeze(dim), ctx.b.constant(1, x.dtype)), dim + 1)
+        contrib = _prod_axis(Tensor.where(match, src.unsqueeze(dim), ctx.builder.constant(1, x.dtype)), dim + 1)
         new = x_box * contrib
     elif reduce in ("amax", "amin"):
         lowest = -math.inf if reduce == "amax" else math.inf
-        vals = Tensor.where(match, src.unsqueeze(dim), ctx.b.constant(lowest, x.dtype))
+        vals = Tensor.where(match, src.unsqueeze(dim), ctx.builder.constant(lowest, x.dtype))
         ext = vals.max(dim + 1) if reduce == "amax" else vals.min(dim + 1)
         new = Tensor.where(hit_any, x_box.maximum(ext) if reduce == "amax" else x_box.minimum(ext), x_box)
     elif reduce is None:
         m = idx.shape[dim]
-        k = ctx.b.iota(m, "int64").reshape(tuple(m if d == dim + 1 else 1 for d in range(idx.ndim + 1)))
+        k = ctx.builder.iota(m, "int64").reshape(tuple(m if d == dim + 1 else 1 for d in range(idx.ndim + 1)))
         last = Tensor.where(match, k, -1).max(dim + 1)  # the last write wins
         new = Tensor.where(hit_any, src.gather(dim, last.maximum(0)), x_box)
     else:
         raise ctx.unsupported(f"reduce={reduce!r}", "use sum, prod, amax or amin")
     if box == x.shape:
         return new
-    inside = _embed(ctx.b.constant(True, "bool", box), x.shape, False)
+    inside = _embed(ctx.builder.constant(True, "bool", box), x.shape, False)
     return Tensor.where(inside, _embed(new, x.shape, 0), x)
 
 
@@ -207,5 +207,5 @@ def index_fill(ctx, x, dim, idx, value):
     dim = shapes.normalize_axis(dim, x.ndim)
     n = x.shape[dim]
     hit = _match(idx.reshape((-1,)), 0, n).max(1)  # [n]
-    v = value.cast(x.dtype) if isinstance(value, Tensor) else ctx.b.constant(value, x.dtype)
+    v = value.cast(x.dtype) if isinstance(value, Tensor) else ctx.builder.constant(value, x.dtype)
     return Tensor.where(hit.reshape(tuple(n if d == dim else 1 for d in range(x.ndim))), v, x)

@@ -46,7 +46,7 @@ def atan_rule(ctx, x):
 def atan2(ctx, y, x):
     Y, X = h.operands(ctx, y, x, kind="INT_TO_FLOAT")
     r = atan(Y / X)
-    zero = Y.b.constant(0.0, Y.dtype, Y.shape)
+    zero = Y.builder.constant(0.0, Y.dtype, Y.shape)
     neg_y = (Y < 0) | (h.eq(Y, zero) & (Y.recip() < 0))  # -0.0 counts as negative, as in C's atan2
     r = Tensor.where(X < 0, Tensor.where(neg_y, r - math.pi, r + math.pi), r)
     # x == 0 (or both 0): the quotient is +-inf or nan; take the limits directly
@@ -94,4 +94,4 @@ def atanh(ctx, x):
 def _log1p(x: Tensor) -> Tensor:
     u = x + 1.0
     d = u - 1.0
-    return Tensor.where(h.eq(d, d.b.constant(0.0, d.dtype, d.shape)), x, u.log() * (x / d))
+    return Tensor.where(h.eq(d, d.builder.constant(0.0, d.dtype, d.shape)), x, u.log() * (x / d))

@@ -106,7 +106,7 @@ def cat(ctx, tensors, dim=0):
     # torch (legacy) skips 1-D empty tensors in cat with higher-rank ones
     ts = [t.cast(dt) for t in tensors if not (t.ndim == 1 and t.shape[0] == 0 and len(ctx.shape) != 1)]
     if not ts:
-        return ctx.b.constant(0, dt, ctx.shape)
+        return ctx.builder.constant(0, dt, ctx.shape)
     return _cat(ts, dim)
 
 
@@ -175,7 +175,7 @@ def _index_pad(ctx, x, pad, index_fn):
     for axis, (before, after) in _pad_pairs(pad, x.ndim).items():
         n = x.shape[axis]
         idx = np.array([index_fn(i, n) for i in range(-before, n + after)], dtype=np.int64)
-        x = x.index_select(axis, ctx.b.tensor_constant(idx))
+        x = x.index_select(axis, ctx.builder.tensor_constant(idx))
     return x
 
 
@@ -238,10 +238,10 @@ def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
 
 def _tri(ctx, x, diagonal, lower):
     r, c = x.shape[-2], x.shape[-1]
-    i = ctx.b.iota(r, "int64").reshape((r, 1))
-    j = ctx.b.iota(c, "int64").reshape((1, c))
+    i = ctx.builder.iota(r, "int64").reshape((r, 1))
+    j = ctx.builder.iota(c, "int64").reshape((1, c))
     keep = (j - i) <= diagonal if lower else (j - i) >= diagonal
-    return Tensor.where(keep, x, ctx.b.constant(0, x.dtype))
+    return Tensor.where(keep, x, ctx.builder.constant(0, x.dtype))
 
 
 @lowering("aten.tril")
@@ -262,7 +262,7 @@ def _positions(ctx, n, start, end, step):
     src = np.zeros(n, np.int64)
     for k, i in enumerate(covered):
         mask[i], src[i] = True, k
-    return ctx.b.tensor_constant(mask), ctx.b.tensor_constant(src), len(covered)
+    return ctx.builder.tensor_constant(mask), ctx.builder.tensor_constant(src), len(covered)
 
 
 @lowering("aten.slice_scatter")
@@ -292,4 +292,4 @@ def copy(ctx, x, src, non_blocking=False):
 def fill(ctx, x, value):
     if isinstance(value, Tensor):
         return value.cast(x.dtype).expand(x.shape)
-    return ctx.b.constant(value, x.dtype, x.shape)
+    return ctx.builder.constant(value, x.dtype, x.shape)

@@ -16,7 +16,7 @@ import torch
 
 from ...ir import dtypes, shapes
 from ...ir.builder import Tensor
-from ...ir.idioms import attention_decomposed
+from ...ir.decompose import attention_decomposed
 from .registry import Missing, lowering
 
 
@@ -189,11 +189,11 @@ def _transposed_as_direct(ctx, x, w, stride, padding, dilation, output_padding, 
             n = x.shape[2 + i]
             m = (n - 1) * s + 1
             pos = np.arange(m)
-            idx = ctx.b.tensor_constant((pos // s).astype(np.int64))
-            keep = ctx.b.tensor_constant(pos % s == 0)
+            idx = ctx.builder.tensor_constant((pos // s).astype(np.int64))
+            keep = ctx.builder.tensor_constant(pos % s == 0)
             g = x.index_select(2 + i, idx)
             vshape = tuple(m if d == 2 + i else 1 for d in range(x.ndim))
-            x = Tensor.where(keep.reshape(vshape), g, ctx.b.constant(0, x.dtype))
+            x = Tensor.where(keep.reshape(vshape), g, ctx.builder.constant(0, x.dtype))
     new_pad = []
     for i in range(nd):
         before = dilation[i] * (w.shape[2 + i] - 1) - padding[i]
@@ -271,7 +271,7 @@ def avg_pool(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_i
     div = divisors[0]
     for d in divisors[1:]:
         div = np.multiply.outer(div, d)
-    recip = ctx.b.tensor_constant((1.0 / div).astype(dtypes.to_numpy(y.dtype)))
+    recip = ctx.builder.tensor_constant((1.0 / div).astype(dtypes.to_numpy(y.dtype)))
     return y * recip
 
 
@@ -290,7 +290,7 @@ def adaptive_avg_pool(ctx, x, output_size):
     lead = x.ndim - nd
     for i, n_out in enumerate(output_size):
         axis = lead + i
-        m = ctx.b.tensor_constant(_adaptive_matrix(x.shape[axis], n_out).T.astype(dtypes.to_numpy(x.dtype)))
+        m = ctx.builder.tensor_constant(_adaptive_matrix(x.shape[axis], n_out).T.astype(dtypes.to_numpy(x.dtype)))
         x = (x.movedim(axis, -1) @ m).movedim(-1, axis)
     return x
 
@@ -309,7 +309,7 @@ def upsample_nearest(ctx, x, output_size=None, *scales):
         given = flat[i] if len(flat) == nd and flat[i] else None
         scale = 1.0 / given if given else n_in / n_out
         idx = np.minimum(np.floor(np.arange(n_out) * np.float32(scale)).astype(np.int64), n_in - 1)
-        x = x.index_select(axis, ctx.b.tensor_constant(idx))
+        x = x.index_select(axis, ctx.builder.tensor_constant(idx))
     return x
 
 
@@ -328,10 +328,10 @@ def _linear_axis(ctx, x: Tensor, axis: int, n_out: int, align_corners: bool, sca
     w1 = (src - i0).astype(np.float32)
     shape = tuple(n_out if d == axis else 1 for d in range(x.ndim))
     dt = dtypes.to_numpy(x.dtype)
-    a = x.index_select(axis, ctx.b.tensor_constant(i0))
-    b = x.index_select(axis, ctx.b.tensor_constant(i1))
-    lam1 = ctx.b.tensor_constant(w1.astype(dt).reshape(shape))
-    lam0 = ctx.b.tensor_constant((1.0 - w1).astype(dt).reshape(shape))
+    a = x.index_select(axis, ctx.builder.tensor_constant(i0))
+    b = x.index_select(axis, ctx.builder.tensor_constant(i1))
+    lam1 = ctx.builder.tensor_constant(w1.astype(dt).reshape(shape))
+    lam0 = ctx.builder.tensor_constant((1.0 - w1).astype(dt).reshape(shape))
     return a * lam0 + b * lam1
 
 

@@ -56,7 +56,7 @@ def _prod_axis(x: Tensor, axis: int) -> Tensor:
     """Product over one axis as a tree of halvings (log n multiplies; no product primitive exists)."""
     n = x.shape[axis]
     if n == 0:
-        return x.b.constant(1, x.dtype, x.shape[:axis] + x.shape[axis + 1:])
+        return x.builder.constant(1, x.dtype, x.shape[:axis] + x.shape[axis + 1:])
     while x.shape[axis] > 1:
         n = x.shape[axis]
         half = n // 2
@@ -96,18 +96,18 @@ def _arg(x: Tensor, axis: int, keepdim: bool, is_max: bool) -> Tensor:
     """First index of the max (min) along ``axis``; a NaN counts as the extreme, as in torch."""
     m = x.max(axis, keepdim=True) if is_max else x.min(axis, keepdim=True)
     n = x.shape[axis]
-    idx = x.b.iota(n, "int64").reshape(tuple(n if i == axis else 1 for i in range(x.ndim)))
+    idx = x.builder.iota(n, "int64").reshape(tuple(n if i == axis else 1 for i in range(x.ndim)))
     hit = h.eq(x, m.expand(x.shape))
     if dtypes.is_float(x.dtype):
         hit = hit | h.isnan(x)
-    cand = Tensor.where(hit, idx.expand(x.shape), x.b.constant(n, "int64", x.shape))
+    cand = Tensor.where(hit, idx.expand(x.shape), x.builder.constant(n, "int64", x.shape))
     return cand.min(axis, keepdim)
 
 
 def _arg_rule(is_max):
     def rule(ctx, x, dim=None, keepdim=False):
         if x.ndim == 0:
-            return x.b.constant(0, "int64")
+            return x.builder.constant(0, "int64")
         if dim is None:
             out = _arg(x.reshape((-1,)), 0, False, is_max)
             return out.reshape((1,) * x.ndim) if keepdim else out
@@ -122,7 +122,7 @@ lowering("aten.argmin")(_arg_rule(False))
 def _minmax_dim(is_max):
     def rule(ctx, x, dim, keepdim=False):
         if x.ndim == 0:
-            return x, x.b.constant(0, "int64")
+            return x, x.builder.constant(0, "int64")
         axis = shapes.normalize_axis(dim, x.ndim)
         vals = x.max(axis, keepdim) if is_max else x.min(axis, keepdim)
         return vals, _arg(x, axis, keepdim, is_max)
@@ -157,7 +157,7 @@ def min_other(ctx, a, b):
 
 def _bool_reduce(is_any):
     def rule(ctx, x, dim=None, keepdim=False):
-        bx = x if x.dtype == "bool" else ~h.eq(x, x.b.constant(0, x.dtype, x.shape))
+        bx = x if x.dtype == "bool" else ~h.eq(x, x.builder.constant(0, x.dtype, x.shape))
         if bx.ndim == 0:
             return bx
         ax = h.axes(dim, bx.ndim)
@@ -224,9 +224,9 @@ def cumprod(ctx, x, dim, dtype=None):
     n = x.shape[axis]
     xm = x.movedim(axis, -1).unsqueeze(-2)
     full = xm.expand(xm.shape[:-2] + (n, n))
-    i = x.b.iota(n, "int64")
+    i = x.builder.iota(n, "int64")
     keep = i.reshape((1, n)) <= i.reshape((n, 1))
-    masked = Tensor.where(keep, full, x.b.constant(1, x.dtype))
+    masked = Tensor.where(keep, full, x.builder.constant(1, x.dtype))
     return _prod_axis(masked, masked.ndim - 1).movedim(-1, axis)
 
 
@@ -237,7 +237,7 @@ def logsumexp(ctx, x, dim, keepdim=False):
         return x
     ax = h.axes(dim, x.ndim)
     m = x.max(ax, keepdim=True)
-    m = Tensor.where(m.abs() < math.inf, m, m.b.constant(0.0, m.dtype, m.shape))  # inf maxima: shift by 0
+    m = Tensor.where(m.abs() < math.inf, m, m.builder.constant(0.0, m.dtype, m.shape))  # inf maxima: shift by 0
     out = (x - m.expand(x.shape)).exp().sum(ax, keepdim=True).log() + m
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in ax))
 

@@ -100,10 +100,10 @@ def _stand_in(dimensioned: bool, dt: str) -> torch.Tensor:
 class Ctx:
     """What a rule may know besides its arguments: the builder and the expected output."""
 
-    __slots__ = ("b", "op", "meta", "source", "upcast", "arg_metas")
+    __slots__ = ("builder", "op", "meta", "source", "upcast", "arg_metas")
 
-    def __init__(self, b: GraphBuilder, op: str, meta, source: str | None, upcast: bool = False, arg_metas=()):
-        self.b, self.op, self.meta, self.source, self.upcast = b, op, meta, source, upcast
+    def __init__(self, builder: GraphBuilder, op: str, meta, source: str | None, upcast: bool = False, arg_metas=()):
+        self.builder, self.op, self.meta, self.source, self.upcast = builder, op, meta, source, upcast
         self.arg_metas = arg_metas  # meta['val'] of each positional fx-node argument (None for non-nodes)
 
     # -- the expected output (from the exported node's meta['val']) ---------------------
@@ -139,7 +139,7 @@ class Ctx:
         """``v`` (a Tensor or python scalar) as a Tensor of ``dtype``."""
         if isinstance(v, Tensor):
             return v.cast(dtype)
-        return self.b.constant(v, dtype)
+        return self.builder.constant(v, dtype)
 
     def unsupported(self, what: str, hint: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{self.op} ({what})", self.source, hint)

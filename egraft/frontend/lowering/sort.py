@@ -32,7 +32,7 @@ def _ranks(x: Tensor, axis: int, descending: bool) -> Tensor:
     else:
         less, more, same = b < a, a < b, h.eq(a, b)
     before = more if descending else less
-    i = x.b.iota(n, "int64")
+    i = x.builder.iota(n, "int64")
     shape_i = tuple(n if d == axis else 1 for d in range(len(full)))
     shape_j = tuple(n if d == axis + 1 else 1 for d in range(len(full)))
     earlier = i.reshape(shape_j) < i.reshape(shape_i)  # j < i
@@ -45,10 +45,10 @@ def _sorted(x: Tensor, axis: int, descending: bool, k: int | None = None):
     n = x.shape[axis]
     k = n if k is None else k
     rank = _ranks(x, axis, descending)  # [..., n(i), ...]
-    r = x.b.iota(k, "int64").reshape(tuple(k if d == axis + 1 else 1 for d in range(x.ndim + 1)))
+    r = x.builder.iota(k, "int64").reshape(tuple(k if d == axis + 1 else 1 for d in range(x.ndim + 1)))
     hit = rank.unsqueeze(axis + 1).eq(r)  # [..., n(i), k, ...]
-    i = x.b.iota(n, "int64").reshape(tuple(n if d == axis else 1 for d in range(x.ndim + 1)))
-    idx = Tensor.where(hit, i, x.b.constant(0, "int64")).sum(axis)  # [..., k, ...]
+    i = x.builder.iota(n, "int64").reshape(tuple(n if d == axis else 1 for d in range(x.ndim + 1)))
+    idx = Tensor.where(hit, i, x.builder.constant(0, "int64")).sum(axis)  # [..., k, ...]
     return x.gather(axis, idx), idx
 
 
@@ -57,21 +57,21 @@ def sort(ctx, x, dim=-1, descending=False, stable=None):
     if isinstance(dim, bool):  # sort.stable(x, *, stable, dim, descending) passes keywords; positional forms vary
         dim, descending = -1, dim
     if x.ndim == 0:
-        return x, ctx.b.constant(0, "int64")
+        return x, ctx.builder.constant(0, "int64")
     return _sorted(x, shapes.normalize_axis(dim, x.ndim), bool(descending))
 
 
 @lowering("aten.topk")
 def topk(ctx, x, k, dim=-1, largest=True, sorted=True):
     if x.ndim == 0:
-        return x, ctx.b.constant(0, "int64")
+        return x, ctx.builder.constant(0, "int64")
     return _sorted(x, shapes.normalize_axis(dim, x.ndim), bool(largest), int(k))
 
 
 @lowering("aten.kthvalue")
 def kthvalue(ctx, x, k, dim=-1, keepdim=False):
     if x.ndim == 0:
-        return x, ctx.b.constant(0, "int64")
+        return x, ctx.builder.constant(0, "int64")
     axis = shapes.normalize_axis(dim, x.ndim)
     vals, idx = _sorted(x, axis, False, int(k))
     vals, idx = vals.select(axis, k - 1), idx.select(axis, k - 1)
@@ -85,6 +85,6 @@ def median(ctx, x, dim=None, keepdim=False):
         flat = x.reshape((-1,))
         return kthvalue(ctx, flat, (flat.shape[0] - 1) // 2 + 1, 0)[0] if flat.shape[0] else flat.sum()
     if x.ndim == 0:
-        return x, ctx.b.constant(0, "int64")
+        return x, ctx.builder.constant(0, "int64")
     axis = shapes.normalize_axis(dim, x.ndim)
     return kthvalue(ctx, x, (x.shape[axis] - 1) // 2 + 1, axis, keepdim)

@@ -1,28 +1,39 @@
-"""Every Triton kernel generated in this test session cross-compiles for sm_90 and sm_80.
+"""Triton kernels cross-compile for sm_90 and sm_80, without a GPU.
 
 The interpreter accepts kernels a GPU would reject (tl.dot tile minimums,
-non-power-of-two ranges, ...): each generated kernel is compiled with
+non-power-of-two ranges, ...).  The kernels of every conformance case, of a
+fixed graph of fused forms under several knob settings, and of the tiny
+``egraft.models`` workloads are generated here, explicitly, and compiled with
 ``triton.compile(ASTSource(...), target=GPUTarget('cuda', arch, 32))`` in a
-subprocess without TRITON_INTERPRET.  This module is named to run after the
-other Triton test modules and compiles everything they generated (the
-process-wide registry ``egraft.backends.triton.GENERATED``) plus a fixed set
-of graphs of its own, so it is meaningful when run alone too.
+subprocess without TRITON_INTERPRET.  Nothing depends on which other tests
+ran before.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 
 import pytest
+from conformance import all_cases
 from triton_helpers import DEVICE, require_mode
 
 from egraft.backends import lower
-from egraft.backends.triton import GENERATED
+from egraft.backends.triton import generate_kernels
 from egraft.backends.triton.ptx import compile_in_subprocess
 from egraft.ir import GraphBuilder
 
+KNOB_SETS = [
+    {},
+    {"matmul_block": (128, 128, 32), "attention_block": (16, 16)},
+    {"fuse_epilogue": False, "persistent_rows": False},
+    {"fuse_prologue": False, "tile_elems": 512, "num_warps": 2},
+    {"matmul_block": (16, 16, 16), "num_stages": 3, "tile_elems": 8192},
+]
 
-def _own_graphs():
+
+def _own_graph():
     b = GraphBuilder()
     x = b.input("x", (2, 6, 24), "float32")
     w = b.input("w", (40, 24), "float32")
@@ -42,24 +53,39 @@ def _own_graphs():
     return b.build(outs)
 
 
-def test_all_generated_kernels_compile_for_sm90_and_sm80():
+def _model_graphs():
+    torch = pytest.importorskip("torch")  # noqa: F841
+    import egraft
+    from egraft.models import MODELS
+
+    for name in sorted(MODELS):
+        spec = MODELS[name]
+        model = spec.build("tiny", seed=0)
+        args = spec.example_inputs(model, batch=1 if name != "mlp" else 2, seq=4, seed=0)
+        yield egraft.trace(model, args)
+
+
+def _kernels(source):
+    if source == "conformance":
+        return [k for c in all_cases() for k in generate_kernels(c.graph())]
+    if source == "fused_knobs":
+        return [k for kn in KNOB_SETS for k in generate_kernels(_own_graph(), kn)]
+    return [k for g in _model_graphs() for k in generate_kernels(g)]
+
+
+@pytest.mark.parametrize("arch", [90, 80])
+@pytest.mark.parametrize("source", ["conformance", "fused_knobs", "models"])
+def test_generated_kernels_compile_for_the_gpu(source, arch):
     require_mode()
-    lower(_own_graphs(), "triton", DEVICE)
-    lower(_own_graphs(), "triton", DEVICE, {"matmul_block": (128, 128, 32), "attention_block": (16, 16)})
-    failures = compile_in_subprocess(list(GENERATED), archs=(90, 80))
+    failures = compile_in_subprocess(_kernels(source), archs=(arch,))
     assert not failures, "\n\n".join(failures)
 
 
 def test_ptx_check_rejects_a_kernel_a_gpu_cannot_compile():
     require_mode()
-    ex = lower(_own_graphs(), "triton", DEVICE)
-    k = ex.kernels[0]
+    k = generate_kernels(_own_graph())[0]
     bad_src = k.source.replace("tl.program_id(0)", "tl.program_id(0) + tl.arange(0, 3)[0]")
-    import os
-    import tempfile
-
-    d = tempfile.mkdtemp()
-    path = os.path.join(d, "bad_kernel.py")
+    path = os.path.join(tempfile.mkdtemp(), "bad_kernel.py")
     with open(path, "w") as f:
         f.write(bad_src)
     bad = dataclasses.replace(k, source=bad_src, path=path)
@@ -72,6 +98,6 @@ def test_in_process_compile_refuses_under_the_interpreter():
     from egraft.backends.triton.ptx import compile_to_ptx
     from egraft.errors import BackendError
 
-    ex = lower(_own_graphs(), "triton", DEVICE)
+    ex = lower(_own_graph(), "triton", DEVICE)
     with pytest.raises(BackendError, match="subprocess"):
         compile_to_ptx(ex.kernels[0], 90)

@@ -16,13 +16,9 @@ operand orders (comm/assoc are explosive, so the safe phase cannot rely on them)
 
 from __future__ import annotations
 
-import numpy as np
-
-from ..ir.builder import Tensor
-from .encode import RuleSpec, Witness
-from .witnesses import pair, program, rand_shape
-
-FAMILY = "algebra"
+from ...ir.builder import GraphBuilder, Tensor
+from ...ir.dtypes import FLOAT_DTYPES
+from ..rule import RuleSpec, Witness, pair, program, rand_shape
 
 
 def _lit(ctor: str, v: str, d: str = "d", k: int = 0) -> list[str]:
@@ -44,7 +40,7 @@ def _unions(lhs_list, rhs, facts: str = "") -> str:
 
 
 def _int_dtype_guard(d="d"):
-    return f'(!= {d} "float32") (!= {d} "float64") (!= {d} "float16") (!= {d} "bfloat16")'
+    return " ".join(f'(!= {d} "{f}")' for f in FLOAT_DTYPES)
 
 
 # -- identities -------------------------------------------------------------------
@@ -89,7 +85,7 @@ SQRT_MUL = "(rule ((= e (Mul (Sqrt a) (Sqrt b))) (nonneg a) (nonneg b)) ((union 
 
 CAST_ROUNDTRIP = "\n".join(
     f'(rule ((= e (Cast (Cast x "float64") d)) (= d (dtype x)) (= d "{dt}")) ((union e x)))'
-    for dt in ("float32", "float16", "bfloat16")
+    for dt in FLOAT_DTYPES if dt != "float64"
 )
 CAST_NOOP = "(rule ((= e (Cast x d)) (= d (dtype x))) ((union e x)))"
 WHERE_SAME = "(rewrite (Where c a a) a)"
@@ -191,8 +187,6 @@ def _w_cast_roundtrip(rng):
 
 
 def _w_cast_noop(rng):
-    from ..ir.builder import GraphBuilder
-
     s = _s(rng)
     b = GraphBuilder()
     x = b.input("x0", s, "float32")
@@ -231,28 +225,28 @@ def _w_assoc(rng):
 
 
 RULES = [
-    RuleSpec("algebra.mul-one", FAMILY, MUL_ONE, witness=_w_mul_one, doc="x*1 = x (exact, any dtype)"),
-    RuleSpec("algebra.add-zero-int", FAMILY, ADD_ZERO_INT, witness=_w_add_zero,
+    RuleSpec("algebra.mul-one", MUL_ONE, witness=_w_mul_one, doc="x*1 = x (exact, any dtype)"),
+    RuleSpec("algebra.add-zero-int", ADD_ZERO_INT, witness=_w_add_zero,
              doc="x+0 = x for int/bool (for floats it would turn -0.0 into +0.0)"),
-    RuleSpec("algebra.fold-mul", FAMILY, FOLD_MUL, witness=_w_fold_mul,
+    RuleSpec("algebra.fold-mul", FOLD_MUL, witness=_w_fold_mul,
              doc="fold c1*c2 and (x*c1)*c2; result must be finite, non-zero"),
-    RuleSpec("algebra.fold-add", FAMILY, FOLD_ADD, witness=_w_fold_add, doc="fold c1+c2 and (x+c1)+c2"),
-    RuleSpec("algebra.exp2-log2", FAMILY, EXP2_LOG2, witness=_w_exp2_log2, doc="exp2(log2 a) = a for a >= 0"),
-    RuleSpec("algebra.exp2-mul", FAMILY, EXP2_MUL, witness=_w_exp2_mul,
+    RuleSpec("algebra.fold-add", FOLD_ADD, witness=_w_fold_add, doc="fold c1+c2 and (x+c1)+c2"),
+    RuleSpec("algebra.exp2-log2", EXP2_LOG2, witness=_w_exp2_log2, doc="exp2(log2 a) = a for a >= 0"),
+    RuleSpec("algebra.exp2-mul", EXP2_MUL, witness=_w_exp2_mul,
              doc="exp2(a)*exp2(b) = exp2(a+b) (only ever removes an overflow)"),
-    RuleSpec("algebra.recip-recip", FAMILY, RECIP_RECIP, witness=_w_recip_recip, doc="1/(1/x) = x"),
-    RuleSpec("algebra.recip-mul", FAMILY, RECIP_MUL, witness=_w_recip_mul, doc="1/(ab) = (1/a)(1/b)"),
-    RuleSpec("algebra.recip-exp2", FAMILY, RECIP_EXP2, witness=_w_recip_exp2, doc="1/exp2(x) = exp2(-x)"),
-    RuleSpec("algebra.recip-sqrt", FAMILY, RECIP_SQRT, witness=_w_recip_sqrt, doc="1/sqrt(x) = sqrt(1/x)"),
-    RuleSpec("algebra.sqrt-square", FAMILY, SQRT_SQUARE, witness=_w_sqrt_square, doc="sqrt(x)^2 = x for x >= 0"),
-    RuleSpec("algebra.sqrt-mul", FAMILY, SQRT_MUL, witness=_w_sqrt_mul, doc="sqrt(a)sqrt(b) = sqrt(ab) for a, b >= 0"),
-    RuleSpec("algebra.cast-roundtrip", FAMILY, CAST_ROUNDTRIP, witness=_w_cast_roundtrip,
+    RuleSpec("algebra.recip-recip", RECIP_RECIP, witness=_w_recip_recip, doc="1/(1/x) = x"),
+    RuleSpec("algebra.recip-mul", RECIP_MUL, witness=_w_recip_mul, doc="1/(ab) = (1/a)(1/b)"),
+    RuleSpec("algebra.recip-exp2", RECIP_EXP2, witness=_w_recip_exp2, doc="1/exp2(x) = exp2(-x)"),
+    RuleSpec("algebra.recip-sqrt", RECIP_SQRT, witness=_w_recip_sqrt, doc="1/sqrt(x) = sqrt(1/x)"),
+    RuleSpec("algebra.sqrt-square", SQRT_SQUARE, witness=_w_sqrt_square, doc="sqrt(x)^2 = x for x >= 0"),
+    RuleSpec("algebra.sqrt-mul", SQRT_MUL, witness=_w_sqrt_mul, doc="sqrt(a)sqrt(b) = sqrt(ab) for a, b >= 0"),
+    RuleSpec("algebra.cast-roundtrip", CAST_ROUNDTRIP, witness=_w_cast_roundtrip,
              doc="a float->float64->float cast is the identity"),
-    RuleSpec("algebra.cast-noop", FAMILY, CAST_NOOP, witness=_w_cast_noop, doc="a cast to the same dtype"),
-    RuleSpec("algebra.where-same", FAMILY, WHERE_SAME, witness=_w_where_same, doc="where(c, a, a) = a"),
-    RuleSpec("algebra.where-const", FAMILY, WHERE_CONST, witness=_w_where_const, doc="where(true/false, a, b)"),
-    RuleSpec("algebra.factor", FAMILY, FACTOR, witness=_w_factor, doc="ac + bc = (a+b)c"),
-    RuleSpec("algebra.expand", FAMILY, EXPAND, explosive=True, witness=_w_expand, doc="(a+b)c = ac + bc"),
-    RuleSpec("algebra.comm", FAMILY, COMM, explosive=True, witness=_w_comm, doc="a+b = b+a, ab = ba"),
-    RuleSpec("algebra.assoc", FAMILY, ASSOC, explosive=True, witness=_w_assoc, doc="(a+b)+c = a+(b+c), same for *"),
+    RuleSpec("algebra.cast-noop", CAST_NOOP, witness=_w_cast_noop, doc="a cast to the same dtype"),
+    RuleSpec("algebra.where-same", WHERE_SAME, witness=_w_where_same, doc="where(c, a, a) = a"),
+    RuleSpec("algebra.where-const", WHERE_CONST, witness=_w_where_const, doc="where(true/false, a, b)"),
+    RuleSpec("algebra.factor", FACTOR, witness=_w_factor, doc="ac + bc = (a+b)c"),
+    RuleSpec("algebra.expand", EXPAND, explosive=True, witness=_w_expand, doc="(a+b)c = ac + bc"),
+    RuleSpec("algebra.comm", COMM, explosive=True, witness=_w_comm, doc="a+b = b+a, ab = ba"),
+    RuleSpec("algebra.assoc", ASSOC, explosive=True, witness=_w_assoc, doc="(a+b)+c = a+(b+c), same for *"),
 ]

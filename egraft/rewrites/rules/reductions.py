@@ -14,20 +14,16 @@ from __future__ import annotations
 
 import math
 
-from ..ir import shapes
-from .encode import RuleSpec, T, scalar
-from .rules_views import _drop, _view_attrs, view_term
-from .witnesses import pair, rand_shape
-
-FAMILY = "reductions"
+from ...ir import shapes
+from ..rule import RuleSpec, drop, pair, rand_shape, scalar, term, view_attrs, view_term
 
 
 def _constant_along(snap, cls, ax):
     """Views in `cls` with stride 0 on `ax`, re-viewed without that axis."""
     for u in snap.nodes_of(cls, "View"):
-        shape, strides, off = _view_attrs(u)
+        shape, strides, off = view_attrs(u)
         if strides[ax] == 0:
-            yield view_term(u.children[0], _drop(shape, ax), _drop(strides, ax), off)
+            yield view_term(u.children[0], drop(shape, ax), drop(strides, ax), off)
 
 
 def _pairs(snap, cls, op):
@@ -44,7 +40,7 @@ def sum_factor(snap):
         ax = r.attrs["axis"]
         for x, c in _pairs(snap, r.children[0], "Mul"):
             for cv in _constant_along(snap, c, ax):
-                yield r.cls, T("Mul", T("SumReduce", x, axis=ax), cv)
+                yield r.cls, term("Mul", term("SumReduce", x, axis=ax), cv)
 
 
 def sum_shift(snap):
@@ -58,7 +54,7 @@ def sum_shift(snap):
         out_shape = snap.shape[r.cls]
         for x, c in _pairs(snap, r.children[0], "Add"):
             for cv in _constant_along(snap, c, ax):
-                yield r.cls, T("Add", T("SumReduce", x, axis=ax), T("Mul", cv, scalar(float(n), dt, out_shape)))
+                yield r.cls, term("Add", term("SumReduce", x, axis=ax), term("Mul", cv, scalar(float(n), dt, out_shape)))
 
 
 def max_shift(snap):
@@ -69,7 +65,7 @@ def max_shift(snap):
             continue
         for x, c in _pairs(snap, r.children[0], "Add"):
             for cv in _constant_along(snap, c, ax):
-                yield r.cls, T("Add", T("MaxReduce", x, axis=ax), cv)
+                yield r.cls, term("Add", term("MaxReduce", x, axis=ax), cv)
 
 
 def split_size(n: int) -> int | None:
@@ -82,7 +78,7 @@ def split_size(n: int) -> int | None:
 
 def split(snap):
     """reduce_ax(x) over n = p*q = reduce_ax(reduce_{ax+1}(reshape x to (.., p, q, ..)))."""
-    for op in ("SumReduce", "MaxReduce"):
+    for op in ("SumReduce", "MaxReduce"):  # named, not Group.REDUCE: the split needs an associative reduction
         for r in snap.by_op(op):
             ax = r.attrs["axis"]
             x = r.children[0]
@@ -92,7 +88,7 @@ def split(snap):
                 continue
             shape = tuple(s[:ax]) + (s[ax] // q, q) + tuple(s[ax + 1:])
             v = view_term(x, shape, shapes.contiguous_strides(shape), 0)
-            yield r.cls, T(op, T(op, v, axis=ax + 1), axis=ax)
+            yield r.cls, term(op, term(op, v, axis=ax + 1), axis=ax)
 
 
 # -- witnesses -------------------------------------------------------------------------------
@@ -120,12 +116,12 @@ def _w_split(rng):
 
 
 RULES = [
-    RuleSpec("reductions.sum-factor", FAMILY, apply=sum_factor, witness=_w_sum_factor,
+    RuleSpec("reductions.sum-factor", apply=sum_factor, witness=_w_sum_factor,
              doc="sum(x*c) = sum(x)*c, c constant along the axis"),
-    RuleSpec("reductions.sum-shift", FAMILY, apply=sum_shift, witness=_w_sum_shift,
+    RuleSpec("reductions.sum-shift", apply=sum_shift, witness=_w_sum_shift,
              doc="sum(x+c) = sum(x) + n*c, c constant along the axis"),
-    RuleSpec("reductions.max-shift", FAMILY, apply=max_shift, witness=_w_max_shift,
+    RuleSpec("reductions.max-shift", apply=max_shift, witness=_w_max_shift,
              doc="max(x+c) = max(x)+c, c constant along the axis"),
-    RuleSpec("reductions.split", FAMILY, apply=split, explosive=True, witness=_w_split,
+    RuleSpec("reductions.split", apply=split, explosive=True, witness=_w_split,
              doc="split a reduction of size p*q into outer(inner) over a reshaped view (tiling / split-K)"),
 ]

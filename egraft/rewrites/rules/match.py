@@ -1,4 +1,5 @@
-"""Pattern helpers for the procedural idiom and model rules (rules_idioms, rules_models).
+"""Pattern helpers for the procedural idiom and model rules (:mod:`.idioms`, :mod:`.models_scale`,
+:mod:`.models_weights`).
 
 The idiom rules have to recognise primitive programs whatever views sit
 between their pieces: the builder writes ``x.max(-1, keepdim=True)`` as a
@@ -8,48 +9,29 @@ means* (a broadcast along one axis, a keepdim reshape, a batch broadcast of a
 2-D matrix), never about how many view nodes spell it.
 
 :class:`Index` wraps one :class:`~egraft.egraph.Snapshot` with the
-lookups the rules need (e-nodes by op, parents, scalar constants), and the
-``view``/``contig`` helpers build the right-hand-side terms.
+lookups the rules need (e-nodes by op, parents, scalar constants); the
+right-hand-side terms are built with :mod:`egraft.rewrites.rule`
+(``term``, ``view``, ``scalar``, ``contig``).
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from collections import defaultdict
 from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..ir import shapes
-from .encode import T, Term
-from ..egraph import ENode, Snapshot
+from ...egraph import ENode, Snapshot
+from ...errors import IRError
+from ...ir import Group, dtypes, shapes
+from ...ir.builder import GraphBuilder
+from ...ir.evaluate import evaluate
+from ..rule import contig, norm_strides, term, view
 
 Shape = tuple[int, ...]
-
-
-def norm_strides(shape: Sequence[int], strides: Sequence[int]) -> Shape:
-    """Strides with size-1 dims set to 0 (the builder's canonical spelling)."""
-    return tuple(0 if n == 1 else int(s) for n, s in zip(shape, strides))
-
-
-def contig(shape: Sequence[int]) -> Shape:
-    return norm_strides(shape, shapes.contiguous_strides(shape))
-
-
-def view(child, child_shape: Sequence[int], shape: Sequence[int], strides: Sequence[int], offset: int = 0):
-    """A View term, or `child` itself when the view would be the identity."""
-    shape = tuple(int(s) for s in shape)
-    st = norm_strides(shape, strides)
-    if shapes.is_identity_view(tuple(child_shape), shape, st, offset):
-        return child
-    return T("View", child, shape=shape, strides=st, offset=int(offset))
-
-
-def bcast_scalar(value, dtype: str, shape: Sequence[int]) -> Term:
-    c = T("Constant", value=value, shape=(), dtype=dtype)
-    if not tuple(shape):
-        return c
-    return T("View", c, shape=tuple(shape), strides=(0,) * len(shape), offset=0)
+_LAST: list = [None, None]  # (weak reference to the snapshot, its Index): one pass reads one snapshot
 
 
 def close(a: float, b: float, rel: float = 1e-12) -> bool:
@@ -62,13 +44,10 @@ class Index:
     @classmethod
     def of(cls, snap: Snapshot) -> "Index":
         """The Index of `snap`, shared by every rule that reads the same snapshot."""
-        ix = getattr(snap, "_egraft_index", None)
-        if ix is None or ix.snap is not snap:
+        ref, ix = _LAST
+        if ref is None or ref() is not snap:
             ix = cls(snap)
-            try:
-                snap._egraft_index = ix
-            except AttributeError:  # a slotted snapshot: no sharing
-                pass
+            _LAST[:] = [weakref.ref(snap), ix]
         return ix
 
     def __init__(self, snap: Snapshot):
@@ -102,9 +81,15 @@ class Index:
         return self._users.get(c, [])
 
     def is_float(self, c: int) -> bool:
-        return self.dtype(c) in ("float16", "bfloat16", "float32", "float64")
+        return dtypes.is_float(self.dtype(c)) if self.dtype(c) else False
 
     # -- constants ----------------------------------------------------------------------
+    def memo(self, key: tuple, make):
+        """``make()`` computed once per snapshot under `key` (for matchers kept in rule modules)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
     def scalar(self, c: int) -> float | None:
         """The value of a class that is a scalar constant or a stride-0 broadcast of one."""
         key = ("scalar", c)
@@ -268,12 +253,18 @@ class Index:
         return view(w, self.shape(w), tuple(kn), st, off)
 
 
-def batch_bcast(term, kn: Sequence[int], batch: Sequence[int]):
+def matmuls(ix: Index) -> Iterator[tuple[ENode, int, int]]:
+    """(node, a, b) for every ``MatMul(a, b)`` e-node."""
+    for n in ix.by_op["MatMul"]:
+        yield n, n.children[0], n.children[1]
+
+
+def batch_bcast(t, kn: Sequence[int], batch: Sequence[int]):
     """A 2-D matrix term ``[K, N]`` broadcast (stride 0) over leading batch dims."""
     k, n = kn
     if not batch:
-        return term
-    return T("View", term, shape=tuple(batch) + (k, n), strides=norm_strides(tuple(batch) + (k, n), (0,) * len(batch) + (n, 1)), offset=0)
+        return t
+    return term("View", t, shape=tuple(batch) + (k, n), strides=norm_strides(tuple(batch) + (k, n), (0,) * len(batch) + (n, 1)), offset=0)
 
 
 def const_mask(ix: Index, c: int, limit: int = 64) -> np.ndarray | None:
@@ -282,9 +273,6 @@ def const_mask(ix: Index, c: int, limit: int = 64) -> np.ndarray | None:
     Used to recognise a causal mask whatever primitives spell it.  Returns
     None when the class depends on an input or needs more than `limit` nodes.
     """
-    from ..ir.builder import GraphBuilder
-    from ..ir.evaluate import evaluate
-
     b = GraphBuilder()
     memo: dict[int, object] = {}
     budget = [limit]
@@ -296,7 +284,7 @@ def const_mask(ix: Index, c: int, limit: int = 64) -> np.ndarray | None:
             return None
         memo[k] = None  # cycle guard
         for n in sorted(ix.nodes(k), key=lambda n: len(n.children)):
-            if n.op in ("Input", "MatMul", "Softmax", "LayerNorm", "RMSNorm", "Attention"):
+            if n.op == "Input" or n.op in Group.IDIOM:
                 continue
             kids = []
             for ch in n.children:
@@ -308,7 +296,7 @@ def const_mask(ix: Index, c: int, limit: int = 64) -> np.ndarray | None:
                 budget[0] -= 1
                 try:
                     t = b.add(n.op, kids, **n.attrs.as_dict())
-                except Exception:
+                except IRError:
                     continue
                 memo[k] = t
                 return t
@@ -320,7 +308,7 @@ def const_mask(ix: Index, c: int, limit: int = 64) -> np.ndarray | None:
     g = b.build([t])
     try:
         return evaluate(g, [])[0]
-    except Exception:
+    except IRError:  # e.g. an integer Mod by zero or a Gather index out of range
         return None
 
 

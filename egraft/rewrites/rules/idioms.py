@@ -3,7 +3,7 @@ e-class of their primitive form, and the online-softmax (flash) form of softmaxÂ
 
 All rules are procedural (``apply(snapshot)``): the primitive forms are
 spelt with views whose exact strides depend on how the builder composed
-them, so the matchers in :mod:`egraft.rewrites.idiom_match` check what a view
+them, so the matchers in :mod:`egraft.rewrites.rules.match` check what a view
 *means* (a broadcast along an axis, a keepdim reshape) rather than its text.
 Each idiom's primitive form is the one ``egraft.ir.idioms.*_decomposed``
 writes; a rule fires only when shapes and dtypes make the idiom well typed.
@@ -33,16 +33,12 @@ import math
 
 import numpy as np
 
-from ..ir.builder import GraphBuilder
-from .encode import RuleSpec, T, Witness
-from .idiom_match import Index, bcast_scalar, close, contig, view
+from ...ir.builder import GraphBuilder, Tensor
+from ..rule import RuleSpec, Witness, contig, dims, scalar, term, view
+from .match import Index, close, is_causal_mask
 
 LOG2E = 1.0 / math.log(2.0)
 TILES = (128, 64, 32, 16, 8, 4, 2)
-
-
-def _dims(rng, k, lo=1, hi=5):
-    return tuple(int(x) for x in rng.integers(lo, hi, size=k))
 
 
 # --- MatMul -----------------------------------------------------------------------------------
@@ -71,13 +67,13 @@ def _apply_matmul(snap):
                         bsh = sh[:-3] + sh[-2:]
                         at = view(a, ix.shape(a), ash, sa[:-1], va.attrs["offset"])
                         bt = view(b, ix.shape(b), bsh, sb[:r - 3] + sb[r - 2:], vb.attrs["offset"])
-                        yield n.cls, T("MatMul", at, bt)
+                        yield n.cls, term("MatMul", at, bt)
 
 
-def _wit_matmul(rng):
+def _w_matmul(rng):
     b = GraphBuilder()
-    batch = _dims(rng, int(rng.integers(0, 3)))
-    m, k, n = _dims(rng, 3, 2, 6)
+    batch = dims(rng, int(rng.integers(0, 3)))
+    m, k, n = dims(rng, 3, 2, 6)
     x = b.input("x", batch + (m, k), "float32")
     w = b.weight("w", rng.standard_normal((n, k)).astype(np.float32))
     return Witness(b.build([x @ w.T]))
@@ -98,7 +94,7 @@ def _apply_softmax(snap):
                         for x, nm in (ad.children, ad.children[::-1]):
                             for ax in ix.bcast_axes(bsrc):
                                 if _is_neg_max(ix, nm, x, ax) and _is_recip_sum(ix, bsrc, e, ax):
-                                    yield n.cls, T("Softmax", x, axis=ax)
+                                    yield n.cls, term("Softmax", x, axis=ax)
 
 
 def _is_neg_max(ix, nm, x, ax):
@@ -146,7 +142,7 @@ def _apply_rmsnorm(snap):
                 continue
             for ax in ix.bcast_axes(bsrc):
                 for eps in _rsqrt_of_mean_eps(ix, bsrc, ax, lambda y: _is_square(ix, y, x)):
-                    yield n.cls, T("RMSNorm", x, axis=ax, eps=eps)
+                    yield n.cls, term("RMSNorm", x, axis=ax, eps=eps)
 
 
 def _apply_layernorm(snap):
@@ -162,7 +158,7 @@ def _apply_layernorm(snap):
                         if not _is_neg_mean(ix, nmu, x, ax):
                             continue
                         for eps in _rsqrt_of_mean_eps(ix, bsrc, ax, lambda y: _is_square(ix, y, d)):
-                            yield n.cls, T("LayerNorm", x, axis=ax, eps=eps)
+                            yield n.cls, term("LayerNorm", x, axis=ax, eps=eps)
 
 
 def _is_neg_mean(ix, nmu, x, ax):
@@ -174,10 +170,10 @@ def _is_neg_mean(ix, nmu, x, ax):
     return False
 
 
-def _wit_rowwise(kind):
+def _w_rowwise(kind):
     def wit(rng):
         b = GraphBuilder()
-        sh = _dims(rng, int(rng.integers(1, 4)), 2, 6)
+        sh = dims(rng, int(rng.integers(1, 4)), 2, 6)
         x = b.input("x", sh, "float32")
         eps = float(rng.choice([1e-5, 1e-6, 0.1]))
         out = {"softmax": lambda: x.softmax(-1), "layernorm": lambda: x.layer_norm(eps),
@@ -228,7 +224,7 @@ def _apply_attention(snap):
             f = ix.scalar(fill)
             if f is None and ix.nodes(fill, "View"):
                 f = _opaque_scalar(ix, fill)
-            if f == float("-inf") and ix.is_float(s1) and _causal(ix, c):
+            if f == float("-inf") and ix.is_float(s1) and is_causal_mask(ix, c):
                 cands.append((s1, True))
         for s, causal in cands:
             forms = [(q, kt, sc, None) for q, kt, sc in _scores(ix, s)]
@@ -238,7 +234,7 @@ def _apply_attention(snap):
             for q, kt, sc, bias in forms:
                 for k in _untranspose(ix, kt):
                     kids = (q, k, v) if bias is None else (q, k, v, bias)
-                    yield n.cls, T("Attention", *kids, scale=sc, causal=causal)
+                    yield n.cls, term("Attention", *kids, scale=sc, causal=causal)
 
 
 def _opaque_scalar(ix, c):
@@ -250,20 +246,12 @@ def _opaque_scalar(ix, c):
     return None
 
 
-def _causal(ix, c):
-    from .idiom_match import is_causal_mask
-
-    return is_causal_mask(ix, c)
-
-
-def _wit_attention(rng):
+def _w_attention(rng):
     """q @ k^T * scale [+ bias] [causal] -> Softmax idiom -> @ v, with MatMul/Softmax nodes
     already present (the matmul and softmax rules put them there in a full run)."""
-    from ..ir.builder import Tensor
-
     b = GraphBuilder()
-    batch = _dims(rng, int(rng.integers(0, 3)))
-    sq, sk, d, dv = _dims(rng, 4, 2, 6)
+    batch = dims(rng, int(rng.integers(0, 3)))
+    sq, sk, d, dv = dims(rng, 4, 2, 6)
     causal = bool(rng.integers(2))
     q = b.input("q", batch + (sq, d), "float32")
     k = b.input("k", batch + (sk, d), "float32")
@@ -292,30 +280,30 @@ def online_softmax_terms(ix: Index, s: int, v: int, t: int):
     s4sh = batch + (sq, nt, t)
     s4 = view(s, ssh, s4sh, contig(s4sh))
     mtsh = batch + (sq, nt)
-    mt = T("MaxReduce", s4, axis=nb + 2)
-    ninf = T("Constant", value=float("-inf"), shape=(), dtype=dt)
-    live = T("LessThan", T("View", ninf, shape=mtsh, strides=(0,) * len(mtsh), offset=0), mt)
-    shift = T("Where", live, mt, bcast_scalar(0.0, dt, mtsh))
-    shift4 = T("View", shift, shape=s4sh, strides=contig(mtsh) + (0,), offset=0)
-    p = T("Exp2", T("Mul", T("Add", s4, T("Mul", shift4, bcast_scalar(-1.0, dt, s4sh))), bcast_scalar(LOG2E, dt, s4sh)))
-    lt = T("SumReduce", p, axis=nb + 2)
+    mt = term("MaxReduce", s4, axis=nb + 2)
+    ninf = term("Constant", value=float("-inf"), shape=(), dtype=dt)
+    live = term("LessThan", term("View", ninf, shape=mtsh, strides=(0,) * len(mtsh), offset=0), mt)
+    shift = term("Where", live, mt, scalar(0.0, dt, mtsh))
+    shift4 = term("View", shift, shape=s4sh, strides=contig(mtsh) + (0,), offset=0)
+    p = term("Exp2", term("Mul", term("Add", s4, term("Mul", shift4, scalar(-1.0, dt, s4sh))), scalar(LOG2E, dt, s4sh)))
+    lt = term("SumReduce", p, axis=nb + 2)
     cs = contig(s4sh)
     ptsh = batch + (nt, sq, t)
-    pt = T("View", p, shape=ptsh, strides=cs[:nb] + (cs[nb + 1], cs[nb], cs[nb + 2]), offset=0)
+    pt = term("View", p, shape=ptsh, strides=cs[:nb] + (cs[nb + 1], cs[nb], cs[nb + 2]), offset=0)
     vtsh = batch + (nt, t, dv)
     vt = view(v, vsh, vtsh, contig(vtsh))
-    ot = T("MatMul", pt, vt)  # [*batch, T, Sq, Dv]
-    m = T("MaxReduce", mt, axis=nb + 1)
-    mb = T("View", m, shape=mtsh, strides=contig(batch + (sq,)) + (0,), offset=0)
-    alpha = T("Exp2", T("Mul", T("Add", mt, T("Mul", mb, bcast_scalar(-1.0, dt, mtsh))), bcast_scalar(LOG2E, dt, mtsh)))
-    l_tot = T("SumReduce", T("Mul", alpha, lt), axis=nb + 1)
+    ot = term("MatMul", pt, vt)  # [*batch, T, Sq, Dv]
+    m = term("MaxReduce", mt, axis=nb + 1)
+    mb = term("View", m, shape=mtsh, strides=contig(batch + (sq,)) + (0,), offset=0)
+    alpha = term("Exp2", term("Mul", term("Add", mt, term("Mul", mb, scalar(-1.0, dt, mtsh))), scalar(LOG2E, dt, mtsh)))
+    l_tot = term("SumReduce", term("Mul", alpha, lt), axis=nb + 1)
     ca = contig(mtsh)
     osh = batch + (nt, sq, dv)
-    alpha_o = T("View", alpha, shape=osh, strides=ca[:nb] + (ca[nb + 1], ca[nb], 0), offset=0)
-    o_tot = T("SumReduce", T("Mul", alpha_o, ot), axis=nb)  # [*batch, Sq, Dv]
+    alpha_o = term("View", alpha, shape=osh, strides=ca[:nb] + (ca[nb + 1], ca[nb], 0), offset=0)
+    o_tot = term("SumReduce", term("Mul", alpha_o, ot), axis=nb)  # [*batch, Sq, Dv]
     out_sh = batch + (sq, dv)
-    inv = T("View", T("Recip", l_tot), shape=out_sh, strides=contig(batch + (sq,)) + (0,), offset=0)
-    return T("Mul", o_tot, inv)
+    inv = term("View", term("Recip", l_tot), shape=out_sh, strides=contig(batch + (sq,)) + (0,), offset=0)
+    return term("Mul", o_tot, inv)
 
 
 def tile_for(sk: int) -> int | None:
@@ -330,10 +318,10 @@ def _apply_online_softmax(snap):
             yield n.cls, online_softmax_terms(ix, s, v, t)
 
 
-def _wit_online(rng):
+def _w_online(rng):
     b = GraphBuilder()
-    batch = _dims(rng, int(rng.integers(0, 3)))
-    sq, dv = _dims(rng, 2, 1, 5)
+    batch = dims(rng, int(rng.integers(0, 3)))
+    sq, dv = dims(rng, 2, 1, 5)
     sk = int(rng.choice([4, 6, 8, 12]))
     s = b.input("s", batch + (sq, sk), "float32")
     v = b.input("v", batch + (sk, dv), "float32")
@@ -341,23 +329,21 @@ def _wit_online(rng):
     if rng.integers(2):  # some fully masked tiles: a causal-style -inf fill
         i = b.iota(sq, "int64").reshape((sq, 1))
         j = b.iota(sk, "int64").reshape((1, sk))
-        from ..ir.builder import Tensor
-
         p = b.add("Softmax", [Tensor.where(j <= i, s, float("-inf"))], axis=len(batch) + 1)
     return Witness(b.build([b.add("MatMul", [p, v])]))
 
 
 RULES = [
-    RuleSpec("idioms/matmul", "idioms", apply=_apply_matmul, witness=_wit_matmul,
+    RuleSpec("idioms.matmul", apply=_apply_matmul, witness=_w_matmul,
              doc="SumReduce(Mul(expand a, expand b), -2) = MatMul(a, b)"),
-    RuleSpec("idioms/softmax", "idioms", apply=_apply_softmax, witness=_wit_rowwise("softmax"),
+    RuleSpec("idioms.softmax", apply=_apply_softmax, witness=_w_rowwise("softmax"),
              doc="exp(x - max x) / sum exp(x - max x) = Softmax(x)"),
-    RuleSpec("idioms/layernorm", "idioms", apply=_apply_layernorm, witness=_wit_rowwise("layernorm"),
+    RuleSpec("idioms.layernorm", apply=_apply_layernorm, witness=_w_rowwise("layernorm"),
              doc="(x - mean x) * rsqrt(var x + eps) = LayerNorm(x, eps)"),
-    RuleSpec("idioms/rmsnorm", "idioms", apply=_apply_rmsnorm, witness=_wit_rowwise("rmsnorm"),
+    RuleSpec("idioms.rmsnorm", apply=_apply_rmsnorm, witness=_w_rowwise("rmsnorm"),
              doc="x * rsqrt(mean(x*x) + eps) = RMSNorm(x, eps)"),
-    RuleSpec("idioms/attention", "idioms", apply=_apply_attention, witness=_wit_attention,
+    RuleSpec("idioms.attention", apply=_apply_attention, witness=_w_attention,
              doc="softmax(q k^T scale [+ bias] [causal]) v = Attention(q, k, v[, bias])"),
-    RuleSpec("idioms/online_softmax", "idioms", apply=_apply_online_softmax, witness=_wit_online,
+    RuleSpec("idioms.online-softmax", apply=_apply_online_softmax, witness=_w_online,
              doc="softmax(s) @ v = per-tile (max, sum, exp @ v) triples rescaled by exp(m_tile - m)"),
 ]

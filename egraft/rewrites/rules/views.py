@@ -1,35 +1,21 @@
 """View rules: compose, cancel, push through elementwise ops, reduce over a broadcast axis.
 
 Views are one general constructor ``(View x shape strides offset)`` (see
-encode.py), so view algebra is done by ``shapes.compose_views`` in procedural
-rules: two stacked views become one when the composition is strided, and a
-view equal to the identity is its input (that is how inverse permutes and
-reshapes cancel).  Moving a view through an elementwise op only moves its
-attributes, so those are plain egglog rewrites, in both directions.
+:mod:`egraft.rewrites.schema`; no separate reshape/permute/...), so view
+algebra is done by ``strided.compose_views`` in procedural rules: two stacked
+views become one when the composition is strided, and a view equal to the
+identity is its input (that is how inverse permutes and reshapes cancel).
+Moving a view through an elementwise op only moves its attributes, so those
+are plain egglog rewrites, in both directions, generated for every op of
+``Group.ELEMENTWISE`` (push) and ``Group.UNARY`` / ``Group.BINARY`` (pull).
 """
 
 from __future__ import annotations
 
-from ..ir import shapes
-from ..ir.builder import GraphBuilder, Tensor
-from .encode import RuleSpec, T, Witness, scalar
-from .witnesses import pair, rand_shape
-
-FAMILY = "views"
-_ELEMENTWISE_UNARY = ("Exp2", "Log2", "Sin", "Sqrt", "Recip")
-
-
-def _norm(shape, strides):
-    return tuple(0 if n == 1 else s for n, s in zip(shape, strides))
-
-
-def view_term(x, shape, strides, offset):
-    shape = tuple(int(n) for n in shape)
-    return T("View", x, shape=shape, strides=_norm(shape, strides), offset=int(offset))
-
-
-def _view_attrs(n):
-    return n.attrs["shape"], n.attrs["strides"], n.attrs["offset"]
+from ...ir import shapes, strided
+from ...ir.builder import GraphBuilder, Tensor
+from ..rule import (Group, RuleSpec, Witness, arity, call, drop, norm_strides, ops_in, pair, rand_shape, scalar,
+                    term, view_attrs, view_term)
 
 
 # -- procedural rules ------------------------------------------------------------------
@@ -39,11 +25,11 @@ def compose(snap):
     for v in snap.by_op("View"):
         for u in snap.nodes_of(v.children[0], "View"):
             src = u.children[0]
-            comp = shapes.compose_views(snap.shape[src], _view_attrs(u), _view_attrs(v))
+            comp = strided.compose_views(snap.shape[src], view_attrs(u), view_attrs(v))
             if comp is None:
                 continue
             shape, strides, off = comp
-            strides = _norm(shape, strides)
+            strides = norm_strides(shape, strides)
             if shapes.is_identity_view(snap.shape[src], shape, strides, off):
                 yield v.cls, src
             else:
@@ -54,52 +40,55 @@ def identity(snap):
     """A view that reads its input unchanged is its input."""
     for v in snap.by_op("View"):
         x = v.children[0]
-        if shapes.is_identity_view(snap.shape[x], *_view_attrs(v)):
+        if shapes.is_identity_view(snap.shape[x], *view_attrs(v)):
             yield v.cls, x
-
-
-def _drop(seq, ax):
-    return tuple(seq[:ax]) + tuple(seq[ax + 1:])
 
 
 def reduce_broadcast(snap):
     """sum over a stride-0 axis = n * (view without it); max over it = the view without it."""
-    for op in ("SumReduce", "MaxReduce"):
+    for op in ("SumReduce", "MaxReduce"):  # named, not Group.REDUCE: each has its own right side
         for r in snap.by_op(op):
             ax = r.attrs["axis"]
             for u in snap.nodes_of(r.children[0], "View"):
-                shape, strides, off = _view_attrs(u)
+                shape, strides, off = view_attrs(u)
                 if strides[ax] != 0:
                     continue
-                inner = view_term(u.children[0], _drop(shape, ax), _drop(strides, ax), off)
+                inner = view_term(u.children[0], drop(shape, ax), drop(strides, ax), off)
                 if op == "MaxReduce":
                     yield r.cls, inner
                     continue
                 dt = snap.dtype[r.cls]
                 n = shape[ax]
                 c = float(n) if dt.startswith(("float", "bfloat")) else int(n)
-                yield r.cls, T("Mul", inner, scalar(c, dt, _drop(shape, ax)))
+                yield r.cls, term("Mul", inner, scalar(c, dt, drop(shape, ax)))
 
 
 # -- egglog rules ------------------------------------------------------------------------
 
-PUSH_UNARY = "\n".join(f"(rewrite (View ({op} a) s st o) ({op} (View a s st o)))" for op in _ELEMENTWISE_UNARY) + \
-    "\n(rewrite (View (Cast a d) s st o) (Cast (View a s st o) d))"
-PUSH_BINARY = "\n".join(
-    f"(rewrite (View ({op} a b) s st o) ({op} (View a s st o) (View b s st o)))" for op in ("Add", "Mul", "Mod", "LessThan")
-) + "\n(rewrite (View (Where c a b) s st o) (Where (View c s st o) (View a s st o) (View b s st o)))"
+_MAP = [op for op in ops_in(Group.ELEMENTWISE) if arity(op) == 1]  # f(a): unary ops and casts
+_ZIP = [op for op in ops_in(Group.ELEMENTWISE) if arity(op) > 1]  # f(a, b, ..): binary ops and Where
+_KIDS = "abc"
+
+
+def _push(op: str) -> str:
+    kids = _KIDS[:arity(op)]
+    return f"(rewrite (View {call(op, *kids)} s st o) {call(op, *(f'(View {k} s st o)' for k in kids))})"
+
+
+PUSH_UNARY = "\n".join(_push(op) for op in _MAP)
+PUSH_BINARY = "\n".join(_push(op) for op in _ZIP)
 PULL_BINARY = "\n".join(
     f"(rule ((= e ({op} (View a s st o) (View b s st o))) (= sh (shape a)) (= sh (shape b)))"
-    f" ((union e (View ({op} a b) s st o))))" for op in ("Add", "Mul", "Mod", "LessThan")
+    f" ((union e (View ({op} a b) s st o))))" for op in ops_in(Group.BINARY)
 )
-PULL_UNARY = "\n".join(f"(rewrite ({op} (View a s st o)) (View ({op} a) s st o))" for op in _ELEMENTWISE_UNARY)
+PULL_UNARY = "\n".join(f"(rewrite ({op} (View a s st o)) (View ({op} a) s st o))" for op in ops_in(Group.UNARY))
 
 
 # -- witnesses ---------------------------------------------------------------------------------
 
 def _raw_view(t: Tensor, shape, strides, offset=0) -> Tensor:
     """A View node added as is (the builder would fold it into its input's view)."""
-    return t.b.add("View", (t,), shape=tuple(shape), strides=tuple(strides), offset=offset)
+    return t.builder.add("View", (t,), shape=tuple(shape), strides=tuple(strides), offset=offset)
 
 
 def _w_compose(rng):
@@ -147,15 +136,15 @@ def _w_reduce_broadcast(rng):
 
 
 RULES = [
-    RuleSpec("views.compose", FAMILY, apply=compose, witness=_w_compose,
+    RuleSpec("views.compose", apply=compose, witness=_w_compose,
              doc="View(View(x)) = one View when strided; identity compositions cancel"),
-    RuleSpec("views.identity", FAMILY, apply=identity, witness=_w_identity, doc="an identity view is its input"),
-    RuleSpec("views.push-unary", FAMILY, PUSH_UNARY, witness=_w_push_unary, doc="view(f(a)) = f(view(a))"),
-    RuleSpec("views.push-binary", FAMILY, PUSH_BINARY, witness=_w_push_binary,
+    RuleSpec("views.identity", apply=identity, witness=_w_identity, doc="an identity view is its input"),
+    RuleSpec("views.push-unary", PUSH_UNARY, witness=_w_push_unary, doc="view(f(a)) = f(view(a))"),
+    RuleSpec("views.push-binary", PUSH_BINARY, witness=_w_push_binary,
              doc="view(a op b) = view(a) op view(b); also Where"),
-    RuleSpec("views.pull-binary", FAMILY, PULL_BINARY, witness=_w_pull_binary,
+    RuleSpec("views.pull-binary", PULL_BINARY, witness=_w_pull_binary,
              doc="view(a) op view(b) = view(a op b) for equal views of equal shapes"),
-    RuleSpec("views.pull-unary", FAMILY, PULL_UNARY, witness=_w_pull_unary, doc="f(view(a)) = view(f(a))"),
-    RuleSpec("views.reduce-broadcast", FAMILY, apply=reduce_broadcast, witness=_w_reduce_broadcast,
+    RuleSpec("views.pull-unary", PULL_UNARY, witness=_w_pull_unary, doc="f(view(a)) = view(f(a))"),
+    RuleSpec("views.reduce-broadcast", apply=reduce_broadcast, witness=_w_reduce_broadcast,
              doc="sum over a stride-0 axis = n * x; max over it = x"),
 ]

@@ -1,0 +1,107 @@
+"""Python operators on ``Tensor``: arithmetic, comparisons and logic, in the IR's few primitives.
+
+The IR has Add, Mul, Recip, Mod, LessThan and Where; everything else here is
+written with them (``a - b`` is ``a + b * -1``, ``a >= b`` is ``not (a < b)``
+with nan excluded), so backends and rewrites only ever see those.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import IRError
+from . import dtypes
+from .tensor_base import TensorBase
+
+
+class Operators:
+    """Mixin of :class:`~egraft.ir.builder.Tensor`: ``+ - * / % < <= > >= ~ & | ^`` and friends."""
+
+    __slots__ = ()
+
+    def __add__(self, o):
+        return self._binop("Add", o)
+
+    def __radd__(self, o):
+        return self.builder.lift(o, self)._binop("Add", self)
+
+    def __mul__(self, o):
+        return self._binop("Mul", o)
+
+    def __rmul__(self, o):
+        return self.builder.lift(o, self)._binop("Mul", self)
+
+    def __neg__(self):
+        if self.dtype == "bool":
+            raise IRError("cannot negate a bool tensor")
+        return self * -1
+
+    def __sub__(self, o):
+        return self + (-self.builder.lift(o, self))
+
+    def __rsub__(self, o):
+        return self.builder.lift(o, self) + (-self)
+
+    def __truediv__(self, o):
+        a, c = self._pair(o)
+        if not dtypes.is_float(a.dtype):
+            a, c = a.cast("float32"), c.cast("float32")
+        return a * c.recip()
+
+    def __rtruediv__(self, o):
+        return self.builder.lift(o, self).__truediv__(self)
+
+    def __mod__(self, o):
+        """Truncated remainder (C semantics), the IR's Mod."""
+        return self._binop("Mod", o)
+
+    def floor_mod(self, o):
+        """Python/torch `%`: the result takes the divisor's sign."""
+        a, c = self._pair(o)
+        r = a % c
+        fix = ((r < 0) & (c > 0)) | ((r > 0) & (c < 0))
+        return TensorBase.where(fix, r + c, r)
+
+    def __lt__(self, o):
+        return self._binop("LessThan", o)
+
+    def __gt__(self, o):
+        return self.builder.lift(o, self)._binop("LessThan", self)
+
+    def __le__(self, o):
+        a, c = self._pair(o)
+        return c >= a
+
+    def __ge__(self, o):
+        # not(a < c) alone would call nan >= x true; comparisons with nan are false
+        a, c = self._pair(o)
+        ge = ~(a < c)
+        return ge & ~(a.isnan() | c.isnan()) if dtypes.is_float(a.dtype) else ge
+
+    def eq(self, o):
+        a, c = self._pair(o)
+        eq = ~(a < c) & ~(c < a)
+        return eq & ~(a.isnan() | c.isnan()) if dtypes.is_float(a.dtype) else eq
+
+    def ne(self, o):
+        return ~self.eq(o)
+
+    def isnan(self):
+        """True where the value is nan: the only value neither below inf nor above -inf."""
+        if not dtypes.is_float(self.dtype):
+            return self.builder.constant(False, "bool", self.shape)
+        return ~((self < math.inf) | (self > -math.inf))
+
+    def __invert__(self):
+        if self.dtype != "bool":
+            raise IRError("~ is logical not and needs a bool tensor")
+        return TensorBase.where(self, False, True)
+
+    def __and__(self, o):
+        return self._binop("Mul", o, "bool")
+
+    def __or__(self, o):
+        return self._binop("Add", o, "bool")
+
+    def __xor__(self, o):
+        return self.ne(o)
