@@ -78,6 +78,17 @@ def buffer_names(graph: Graph, materialised) -> dict[int, str]:
     return names
 
 
+def _tile_index(w, name, mask, pid, block_name, n, n_blocks, block, tile_dim, rank) -> Ix:
+    """The index of one tiled axis (rows or columns): ``pid * BLOCK + arange(BLOCK)``, masked past ``n``."""
+    start = f"{pid} * {block_name} + " if n_blocks > 1 else ""
+    w.line(0, f"{name} = {start}tl.arange(0, {block_name}){_slice(tile_dim, rank)}")
+    masks = frozenset()
+    if n_blocks * block > n:
+        w.line(0, f"{mask} = {name} < {n}")
+        masks = frozenset({mask})
+    return Ix(name, 0, masks, frozenset({tile_dim}))
+
+
 def _slice(axis: int, rank: int) -> str:
     return "[" + ", ".join(":" if a == axis else "None" for a in range(rank)) + "]"
 
@@ -166,22 +177,10 @@ def generate(graph: Graph, plan: KernelPlan, names: dict, knobs: dict, index: in
         inner *= n
     force_rows = plan.kind in ("dot", "attention")
     if ra is not None and (R > 1 or force_rows):
-        start = "pid_r * " + rows_name + " + " if NR > 1 else ""
-        w.line(0, f"rows = {start}tl.arange(0, {rows_name}){_slice(0, rank)}")
-        masks = frozenset()
-        if NR * br > R:
-            w.line(0, f"row_mask = rows < {R}")
-            masks = frozenset({"row_mask"})
-        idx[ra] = Ix("rows", 0, masks, frozenset({0}))
+        idx[ra] = _tile_index(w, "rows", "row_mask", "pid_r", rows_name, R, NR, br, 0, rank)
     col_ix = None
     if ca is not None and (C > 1 or force_rows):
-        start = "pid_c * " + cols_name + " + " if NC > 1 else ""
-        w.line(0, f"cols = {start}tl.arange(0, {cols_name}){_slice(1, rank)}")
-        masks = frozenset()
-        if NC * bc > C:
-            w.line(0, f"col_mask = cols < {C}")
-            masks = frozenset({"col_mask"})
-        col_ix = idx[ca] = Ix("cols", 0, masks, frozenset({1}))
+        col_ix = idx[ca] = _tile_index(w, "cols", "col_mask", "pid_c", cols_name, C, NC, bc, 1, rank)
     ctx["col"] = {"dim": ca, "ix": col_ix or ZERO, "mask": "col_mask" if col_ix is not None and col_ix.masks else None,
                   "whole": NC == 1} if ca is not None else None
     idx = tuple(idx)
