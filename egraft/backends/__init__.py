@@ -13,14 +13,16 @@ from ..ir.graph import Graph
 from .base import BACKENDS, Backend, Executable, default_knobs, device_kind
 
 _MODULES = {"jax": "egraft.backends.jax", "triton": "egraft.backends.triton"}
-NAMES = tuple(_MODULES)  # every backend (importing one registers it in BACKENDS)
+NAMES = tuple(_MODULES)  # egraft's own backends (importing one registers it in BACKENDS)
 
 
 def get_backend(name: str) -> Backend:
-    if name not in _MODULES:
-        raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(_MODULES)} or 'auto'")
-    if name not in BACKENDS:
+    """A registered backend by name; egraft's own are imported (and so registered) on first use."""
+    if name not in BACKENDS and name in _MODULES:
         importlib.import_module(_MODULES[name])
+    if name not in BACKENDS:
+        known = sorted(set(_MODULES) | set(BACKENDS))
+        raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(known)} or 'auto'")
     return BACKENDS[name]
 
 
