@@ -12,7 +12,7 @@ install:
 
 # the CI suite (tests marked slow or gpu are deselected in pyproject.toml)
 test: install
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2
 
 # trace -> saturate -> extract -> JAX/XLA, checked against eager PyTorch and timed
 demo: install

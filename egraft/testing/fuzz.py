@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import Group
 from ..ir.builder import GraphBuilder, Tensor
 from ..ir.graph import Graph
 
 
 def _pos(t: Tensor) -> Tensor:
     return t * t + 1.0
+
+
+UNARY_OPS = sorted(Group.UNARY)  # every unary primitive of the op table, a new one included
+# where an op's domain is limited, the argument it gets; the rest take the value as it is
+_UNARY_DOMAIN = {"Exp2": lambda t: t.minimum(2.0).maximum(-4.0), "Log2": _pos, "Sqrt": _pos, "Recip": _pos}
 
 
 class _Gen:
@@ -68,16 +74,9 @@ class _Gen:
 
     # -- op families --------------------------------------------------------------------
     def unary(self, t):
-        k = self.rng.integers(5)
-        if k == 0:
-            return t.minimum(2.0).maximum(-4.0).exp2()
-        if k == 1:
-            return _pos(t).log2()
-        if k == 2:
-            return t.sin()
-        if k == 3:
-            return _pos(t).sqrt()
-        return _pos(t).recip()
+        op = UNARY_OPS[self.rng.integers(len(UNARY_OPS))]
+        arg = _UNARY_DOMAIN.get(op, lambda x: x)(t)
+        return arg.builder.add(op, (arg,))
 
     def binary(self, t):
         o = self.like(t)
