@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test demo bench-trace bench-saturation bench-cpu coverage fuzz-long
+.PHONY: install test demo bench-trace bench-saturation bench-cpu coverage fuzz-long fuzz-10k
 
 # torch first, only if missing: `pip install torch==2.13.0` finds the CPU
 # wheel already on disk on our machines; any other torch spec would pull a
@@ -31,5 +31,12 @@ bench-cpu: install
 coverage: install
 	$(PYTHON) scripts/opinfo_coverage.py
 
+# the long equivalence fuzzer: random programs saturated and every extraction checked in float64,
+# in chunks of 100 spread over 2 workers; it ends with "fuzz: N programs, M variants checked".
+# A failure prints the replay command (EGRAFT_SEED=<n> pytest '<test id>').
+# fuzz-long: 3,000 programs; fuzz-10k: 10,000; any count: EGRAFT_FUZZ_PROGRAMS=<n> make fuzz-long
 fuzz-long: install
-	$(PYTHON) -m pytest -q -p no:cacheprovider -m slow tests/rewrites/test_fuzz.py
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m slow tests/rewrites/test_fuzz.py -k random_programs_long
+
+fuzz-10k: install
+	EGRAFT_FUZZ_PROGRAMS=10000 $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m slow tests/rewrites/test_fuzz.py -k random_programs_long

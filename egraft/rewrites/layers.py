@@ -129,13 +129,15 @@ def saturate_layered(graph: Graph, rules, limits):
     stop = min(stops, key=STOP_ORDER.index) if stops else STOP_ORDER[-1]
     nodes, classes = len(snap.nodes), snap.n_classes
     firings = Counter(sess.firings) if sess is not None else Counter()
+    forms = Counter(sess.form_firings) if sess is not None else Counter()
     history.append(IterationStat("stitched", nodes, classes, seconds, 0))
     info = {"blocks": len(blocks), "templates": sum(t is not None for t in templates.values()),
             "period_segments": period, "repeats": count, "template_seconds": round(t_templates, 3),
             "stitch_seconds": round(seconds - t_templates, 3), "stitch_unions": st.unions}
     return SaturationResult(egraph=None, ctx=snap.ctx, graph=graph, output_handles=list(graph.outputs),
                             input_handles=list(graph.input_ids), stop_reason=stop, iterations=iters, nodes=nodes,
-                            classes=classes, seconds=seconds, history=history, firings=firings, layers=info, snap=snap)
+                            classes=classes, seconds=seconds, history=history, firings=firings, layers=info, snap=snap,
+                            form_firings=forms)
 
 
 def _stitch(graph: Graph, blocks: list[Block], templates: dict) -> tuple[Snapshot, Stitcher]:

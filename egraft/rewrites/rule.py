@@ -19,12 +19,32 @@ A rule module (a family in :mod:`egraft.rewrites.rules`) exports
   right side needs Python arithmetic (view composition, factorisation of sizes).
 
 plus ``explosive=True`` for rules that must run under the back-off scheduler
-with a match limit (comm/assoc and friends), and a ``witness(rng) -> Witness``:
-a small LHS program on random shapes that the rule fires on (and optionally
-the RHS the rule should produce; :func:`pair` builds both from two builder
-functions).  tests/rewrites checks every registered rule generically: it
-must fire on its witness, and every program extracted from the witness's
-e-graph must equal the LHS in float64.
+with a match limit (comm/assoc and friends), and witnesses.
+
+Witnesses and near-misses
+-------------------------
+A *witness* ``witness(rng) -> Witness`` is a small LHS program on random
+shapes that the rule fires on (and optionally the RHS the rule should
+produce; :func:`pair` builds both from two builder functions).  A rule has
+one witness per *form*: ``witness=`` is the first, ``witnesses=(...)`` the
+others (:attr:`RuleSpec.forms` lists them all).  Forms are every operand
+order of a non-commutative match (``ac+bc`` and ``ca+cb``), every literal
+spelling (broadcast ``View (ScalarF ..)`` and bare rank-0 ``ScalarF``,
+``ScalarI`` for ints), every egglog command of a multi-command rule (both
+directions of a ``birewrite``) and every branch of a procedural rule.
+tests/rewrites checks every witness of every rule: the rule must fire on it,
+and every program extracted from its e-graph must equal the LHS in float64.
+The engine counts firings per egglog command (``SaturationResult.form_firings``,
+keyed ``family.name#k``, ``#k=>`` / ``#k<=`` for a birewrite's directions),
+and the suite fails if some command of some rule fired on none of its
+witnesses: a form without a witness is a form whose soundness is untested.
+
+A rule with a side condition (nonneg, int dtype, a stride or shape guard,
+"constant along K", divisible sizes) also lists ``near_misses=(...)``:
+programs that look like the left side but violate the guard.  The rule must
+NOT fire on them (firing count 0), unless the near-miss is built with
+``Witness(lhs, may_fire=True)`` -- firing there is allowed only because it is
+still sound, and then every extraction must equal the LHS.
 
 Writing egglog rules: egglog allows looking up a function (``shape``,
 ``dtype``, ``zeros``) only in a rule's query, not in a ``rewrite``'s right
@@ -85,6 +105,7 @@ class Witness:
 
     lhs: Graph
     rhs: Graph | None = None
+    may_fire: bool = False  # a near-miss the rule may fire on (soundly); see the module doc
 
 
 @dataclass(frozen=True)
@@ -97,6 +118,8 @@ class RuleSpec:
     explosive: bool = False
     witness: Callable[[np.random.Generator], Witness] | None = None
     doc: str = ""
+    witnesses: tuple[Callable[[np.random.Generator], Witness], ...] = ()  # the other forms
+    near_misses: tuple[Callable[[np.random.Generator], Witness], ...] = ()  # guard violated: must not fire
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -109,6 +132,11 @@ class RuleSpec:
     @property
     def family(self) -> str:
         return self.name.split(".", 1)[0]
+
+    @property
+    def forms(self) -> tuple[Callable[[np.random.Generator], Witness], ...]:
+        """Every witness: ``witness`` first, then ``witnesses``."""
+        return ((self.witness,) if self.witness is not None else ()) + tuple(self.witnesses)
 
 
 # --- terms ------------------------------------------------------------------------------------------

@@ -49,5 +49,5 @@ def saturate(graph: Graph, rules: Sequence[RuleSpec] | None = None, limits: Limi
         egraph=sess.eg, ctx=ctx, graph=graph, output_handles=[hs[o] for o in graph.outputs],
         input_handles=[hs[i] for i in graph.input_ids], stop_reason=sched.stop_reason,
         iterations=sched.iterations, nodes=sched.nodes, classes=sched.classes, seconds=sched.seconds,
-        history=sched.history, firings=sess.firings,
+        history=sched.history, firings=sess.firings, form_firings=sess.form_firings,
     )

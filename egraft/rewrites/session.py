@@ -89,7 +89,9 @@ class SaturationResult:
 
     ``egraph`` is the live egglog EGraph; ``ctx`` the facts kept outside it
     (constants, input roles, weights); ``output_handles`` / ``input_handles``
-    name the e-classes of the graph's outputs / model inputs.
+    name the e-classes of the graph's outputs / model inputs.  ``firings`` counts
+    matches per rule; ``form_firings`` per egglog command of a rule
+    (:func:`command_names`), so a test can tell which form of a rule fired.
 
     A repeated-layer result (``layers`` non-empty) was stitched in Python from
     per-layer saturations: ``egraph`` is None and ``snap`` is given;
@@ -112,6 +114,7 @@ class SaturationResult:
     firings: Counter
     layers: dict = field(default_factory=dict)  # what repeated-layer reuse did
     snap: Snapshot | None = field(default=None, repr=False)  # read from `egraph` on first use when None
+    form_firings: Counter = field(default_factory=Counter)  # per egglog command: "rule#k", "rule#k=>"
 
     def snapshot(self) -> Snapshot:
         if self.snap is None:
@@ -145,6 +148,16 @@ def scheduled_text(rule: RuleSpec, ruleset: str) -> tuple[str, list[str]]:
     return "\n".join(out), names
 
 
+def command_names(rule: RuleSpec) -> list[str]:
+    """The keys of ``SaturationResult.form_firings`` for the rule's egglog commands: ``rule#k``,
+    and ``rule#k=>`` / ``rule#k<=`` for the two directions of a birewrite."""
+    _, names = scheduled_text(rule, "safe")
+    out = []
+    for name, cmd in zip(names, split_commands(rule.egglog or "")):
+        out += [name + "=>", name + "<="] if cmd[1:].startswith("birewrite") else [name]
+    return out
+
+
 class Session:
     """One egglog e-graph with the prelude and a rule set loaded."""
 
@@ -152,6 +165,7 @@ class Session:
         self.eg = eb.EGraph()
         self.ctx = ctx
         self.firings: Counter = Counter()
+        self.form_firings: Counter = Counter()  # per egglog command (see command_names)
         self.safe_proc = [r for r in rules if r.apply and not r.explosive]
         self.expl_proc = [r for r in rules if r.apply and r.explosive]
         self.owner: dict[str, str] = {}
@@ -210,6 +224,8 @@ class Session:
                 continue
             for name, n in rep.num_matches_per_rule.items():
                 rule = self.owner.get(name.rstrip("=><"))
+                if rule is not None and n:
+                    self.form_firings[name] += n
                 if rule is None:
                     base = name.split("#")[0]
                     rule = base if "#" in name else None

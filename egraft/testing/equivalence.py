@@ -1,10 +1,11 @@
 """Numerical soundness checks for rules and e-graphs (used by tests/rewrites and the fuzzer).
 
-``check_rule(rule, seed)`` saturates the rule's witness with that rule alone,
-requires that it fired, and evaluates variants of the e-graph -- greedy, random
+``check_rule(rule, seed)`` saturates each of the rule's witnesses (one per form,
+``rule.forms``) with that rule alone, requires that it fired, and evaluates variants of the e-graph -- greedy, random
 samples, and one extraction per alternative e-node of every class -- in float64
 against the witness's LHS.  ``check_space(space, graph, seed)`` does the same for
-any saturated graph.  Failures raise AssertionError naming the seed to replay.
+any saturated graph; ``check_near_miss`` requires that a rule does NOT fire on a
+program that violates its guard.  Failures raise AssertionError naming the seed to replay.
 """
 
 from __future__ import annotations
@@ -62,18 +63,39 @@ def check_space(space: Space, graph, seed: int, samples: int = 16, per_class_cap
     return count
 
 
-def check_rule(rule: RuleSpec, seed: int, samples: int = 8) -> int:
-    """The rule fires on its witness and every resulting extraction is equal to it."""
-    assert rule.witness is not None, f"rule {rule.name} has no soundness witness"
+def check_form(rule: RuleSpec, make, seed: int, samples: int = 8, what: str = ""):
+    """One witness `make` of `rule`: it fires, and every extraction equals the LHS.
+
+    Returns ``(result, checked)``: the saturation (its ``form_firings`` say which
+    egglog commands fired) and how many distinct extractions were checked."""
+    what = f"rule {rule.name}{what}"
     rng = np.random.default_rng(seed)
-    w = rule.witness(rng)
+    w = make(rng)
     if w.rhs is not None:
         inputs = random_inputs(w.lhs, seed)
         for k, (a, b) in enumerate(zip(evaluate(w.rhs, inputs, np.float64), evaluate(w.lhs, inputs, np.float64))):
             e = rel_err(a, b, SCALE_FLOOR)
-            assert e <= TOL, f"rule {rule.name}: witness rhs differs from lhs (rel err {e:.3g}, seed {seed})"
+            assert e <= TOL, f"{what}: witness rhs differs from lhs (rel err {e:.3g}, seed {seed})"
     res = saturate(w.lhs, rules=[rule], limits=RULE_LIMITS)
-    assert res.firings.get(rule.name, 0) > 0, (
-        f"rule {rule.name} did not fire on its witness (seed {seed}):\n{w.lhs.dump()}")
-    space = Space.from_egraph(res)
-    return check_space(space, w.lhs, seed, samples=samples, what=f"rule {rule.name}")
+    assert res.firings.get(rule.name, 0) > 0, f"{what} did not fire on its witness (seed {seed}):\n{w.lhs.dump()}"
+    return res, check_space(Space.from_egraph(res), w.lhs, seed, samples=samples, what=what)
+
+
+def check_rule(rule: RuleSpec, seed: int, samples: int = 8) -> int:
+    """The rule fires on each of its witnesses (``rule.forms``) and every resulting extraction
+    equals the witness; returns how many extractions were checked."""
+    assert rule.forms, f"rule {rule.name} has no soundness witness"
+    return sum(check_form(rule, make, seed, samples, f" (form {k})")[1] for k, make in enumerate(rule.forms))
+
+
+def check_near_miss(rule: RuleSpec, make, seed: int, samples: int = 8, what: str = "") -> int:
+    """A near-miss (guard violated): the rule must not fire on it (unless built with
+    ``may_fire=True``), and every extraction equals it; returns the firing count."""
+    w = make(np.random.default_rng(seed))
+    res = saturate(w.lhs, rules=[rule], limits=RULE_LIMITS)
+    n = res.firings.get(rule.name, 0)
+    assert w.may_fire or n == 0, (
+        f"rule {rule.name} fired {n}x on near-miss{what} whose guard is violated (seed {seed}):\n{w.lhs.dump()}")
+    if n:
+        check_space(Space.from_egraph(res), w.lhs, seed, samples=samples, what=f"rule {rule.name} near-miss{what}")
+    return n

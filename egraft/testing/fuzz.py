@@ -8,6 +8,13 @@ values, ``Exp2`` sees a clamped one), and ``Mod``/float->int ``Cast`` only
 touch integers, so that rewrites that reassociate floating-point arithmetic
 stay within 1e-9 relative in float64.  Used by the equivalence fuzzer and
 available to backend tests.
+
+The op choices are taken from ``ir.Group`` (unary ops, reductions, row idioms
+and attention), so over a few hundred seeds every op of ``Group.ALL``
+appears -- Attention with and without a bias, causal or not
+(``tests/rewrites/test_fuzz.py::test_generator_covers_every_op``).  With
+``idioms=False`` each idiom is written in its primitive form
+(``ir.idiom_forms``).
 """
 
 from __future__ import annotations
@@ -17,13 +24,19 @@ import numpy as np
 from ..ir import Group
 from ..ir.builder import GraphBuilder, Tensor
 from ..ir.graph import Graph
+from ..ir.idiom_forms import DECOMPOSITIONS
+from ..ir.idioms import IDIOMS
 
 
 def _pos(t: Tensor) -> Tensor:
     return t * t + 1.0
 
 
+# The op choices come from the op table's groups, so a new op of a group is generated with no edit here.
 UNARY_OPS = sorted(Group.UNARY)  # every unary primitive of the op table, a new one included
+REDUCE_OPS = sorted(Group.REDUCE)
+# the idiom family: every row idiom (axis [, eps]) and attention (with/without bias, causal or not)
+IDIOM_OPS = sorted(Group.ROW_IDIOM | Group.ATTENTION)
 # where an op's domain is limited, the argument it gets; the rest take the value as it is
 _UNARY_DOMAIN = {"Exp2": lambda t: t.minimum(2.0).maximum(-4.0), "Log2": _pos, "Sqrt": _pos, "Recip": _pos}
 
@@ -93,8 +106,11 @@ class _Gen:
         if t.ndim == 0:
             return t * 2.0
         ax = int(self.rng.integers(t.ndim))
-        keep = bool(self.rng.random() < 0.3)
-        return t.sum(ax, keepdim=keep) if self.rng.random() < 0.6 else t.max(ax, keepdim=keep)
+        op = REDUCE_OPS[self.rng.integers(len(REDUCE_OPS))]
+        out = self.builder.add(op, (t,), axis=ax)
+        if self.rng.random() < 0.3:  # keepdim
+            out = out.reshape(t.shape[:ax] + (1,) + t.shape[ax + 1:])
+        return out
 
     def view(self, t):
         k = self.rng.integers(6)
@@ -156,15 +172,39 @@ class _Gen:
     def idiom(self, t):
         if t.ndim == 0:
             return t
-        ax = t.ndim - 1
-        k = self.rng.integers(3)
-        if not self.idioms:
-            return t.softmax(-1) if k == 0 else (t.layer_norm(1e-5) if k == 1 else t.rms_norm(1e-6))
-        if k == 0:
-            return self.builder.add("Softmax", (t,), axis=ax)
-        if k == 1:
-            return self.builder.add("LayerNorm", (t,), axis=ax, eps=1e-5)
-        return self.builder.add("RMSNorm", (t,), axis=ax, eps=1e-6)
+        op = IDIOM_OPS[self.rng.integers(len(IDIOM_OPS))]
+        if op in Group.ATTENTION:
+            return self.attention(t)
+        attrs = {"axis": t.ndim - 1}
+        if any(a.name == "eps" for a in IDIOMS[op].attrs):
+            attrs["eps"] = 1e-5 if self.rng.random() < 0.5 else 1e-6
+        return self._idiom(op, (t,), attrs)
+
+    def attention(self, q):
+        """Attention over q = t (viewed to [..., Sq, D]): self-attention (k, v projected from q) or
+        cross-attention (new k, v leaves); an additive bias and the causal mask each half the time."""
+        if q.ndim == 1:
+            q = q.unsqueeze(0)
+        batch, sq, d = q.shape[:-2], q.shape[-2], q.shape[-1]
+        dv = self.dim()
+        if self.rng.random() < 0.5:
+            k = q @ self.new_leaf((d, d), weight=True)
+            v = q @ self.new_leaf((d, dv), weight=True)
+        else:
+            sk = self.dim()
+            k = self.new_leaf(batch + (sk, d), weight=self.rng.random() < 0.5)
+            v = self.new_leaf(batch + (sk, dv), weight=self.rng.random() < 0.5)
+        inputs = (q, k, v)
+        if self.rng.random() < 0.5:
+            inputs += (self.new_leaf(batch + (sq, k.shape[-2]), weight=self.rng.random() < 0.5),)
+        attrs = {"scale": float(d) ** -0.5, "causal": bool(self.rng.random() < 0.5)}
+        return self._idiom("Attention", inputs, attrs)
+
+    def _idiom(self, op, inputs, attrs):
+        """The idiom node, or its primitive form (``ir.idiom_forms``) when idioms are off."""
+        if self.idioms:
+            return self.builder.add(op, inputs, **attrs)
+        return DECOMPOSITIONS[op](*inputs, **attrs)
 
     def cast(self, t):
         return t.cast("float64").sin().cast("float32")

@@ -1,5 +1,9 @@
 """Every conformance case on every backend matches ``ir.evaluate`` on random non-zero inputs.
 
+Float32 outputs are held to the error budget derived from the graph
+(``egraft.testing.tolerance_for``: a few ulps per op on the path plus ``n * eps``
+per reduction of length n), not to a flat tolerance.
+
 The cases are written once (``conformance.py``, ``conformance_idioms.py``);
 adding a backend means adding it to ``BACKENDS``.  Test ids are
 ``[<backend>-<case>]``, so ``pytest -k jax`` / ``-k triton`` select a backend.
@@ -52,7 +56,7 @@ def test_case_matches_reference(backend, case):
     for k, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == w.dtype and g.shape == w.shape, f"{what} output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
     try:
-        assert_close(got, want, [d for _, d in graph.output_types()], tol=case.tol, what=what)
+        assert_close(got, want, [d for _, d in graph.output_types()], tol=case.tol, what=what, graph=graph)
     except AssertionError as e:
         sources = getattr(ex, "sources", None)
         raise AssertionError(f"{e}\n--- kernels ---\n{sources()}" if sources else str(e)) from None
@@ -78,3 +82,24 @@ def test_every_backend_is_under_test():
 def test_case_names_do_not_name_a_backend():
     clash = [c.name for c in CASES if any(b.name in c.name for b in BACKENDS)]
     assert not clash, f"case names must not contain a backend name (pytest -k selects by it): {clash}"
+
+
+def test_float32_tolerances_are_derived_from_the_graph():
+    """A few ulps per op plus n*eps per reduction of length n (egraft.testing's docstring), never the old flat 1e-4."""
+    from egraft.ir import GraphBuilder
+    from egraft.testing import FLOOR_ULPS, SUM_ULPS, ULPS_PER_OP, eps, tolerance_for
+
+    b = GraphBuilder()
+    x = b.input("x", (3, 40), "float32")
+    g = b.build([x.recip(), x.recip().exp2(), x.sum(1), x.T + 0.0, x.cast("float16"), x.max(1)])
+    e = eps("float32")
+    assert tolerance_for(g, 0) == ULPS_PER_OP * e
+    assert tolerance_for(g, 1) == 2 * ULPS_PER_OP * e
+    assert tolerance_for(g, 2) == (ULPS_PER_OP + SUM_ULPS * 40) * e
+    assert tolerance_for(g, 3) == ULPS_PER_OP * e
+    assert tolerance_for(g, 4) >= 1e-2  # half types keep their flat tolerance
+    assert tolerance_for(g, 5) == FLOOR_ULPS * e  # a max selects: exact
+    f32 = [c.graph() for c in CASES]
+    f32 = [g for g in f32 if not {n.dtype for n in g.nodes} & {"float16", "bfloat16"}]  # half paths: eps of half
+    worst = max(tolerance_for(g, k) for g in f32 for k, (_, dt) in enumerate(g.output_types()) if dt == "float32")
+    assert worst < 1e-4, worst

@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-import egraft  # noqa: E402
-from egraft.backends import lower  # noqa: E402
-from egraft.models import MODELS  # noqa: E402
-from egraft.models.hf import flat_outputs  # noqa: E402
-from egraft.testing import fresh_seed, rel_err  # noqa: E402
+import egraft
+from egraft.backends import lower
+from egraft.models import MODELS, hf
+from egraft.models.hf import flat_outputs
+from egraft.testing import fresh_seed, rel_err
 
 TOL = 1e-4
 
 
-def _trace():
-    try:
-        return egraft.trace
-    except AttributeError:
-        pytest.skip("egraft.trace is not available yet (the torch front end is being written)")
-
-
 def _check_model(model, args, kwargs=None, seed=None, knobs=None):
-    g = _trace()(model, args, kwargs)
+    g = egraft.trace(model, args, kwargs)
     ex = lower(g, "jax", "cpu", knobs)
     got = ex(*args)
     with torch.no_grad():
@@ -56,16 +49,9 @@ def test_model_with_library_idioms_off_and_default_precision():
                  knobs={"idioms": "primitive", "precision": "default", "weights": "constants"})
 
 
-def _hf(name, seed):
-    pytest.importorskip("transformers")
-    from egraft.models import hf
-
-    return hf.build(name, lm_head=True, seed=seed)
-
-
 @pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
 def test_transformers_models(name):
     seed = fresh_seed()
-    model, kwargs = _hf(name, seed)
+    model, kwargs = hf.build(name, lm_head=True, seed=seed)
     ids = torch.from_numpy(np.random.default_rng(seed).integers(0, 97, size=(2, 7)))
     _check_model(model, (ids,), kwargs, seed=seed)

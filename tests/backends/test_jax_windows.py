@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from jax_helpers import check_graph, jaxpr_primitives
 
+import egraft
 from egraft.backends import lower
 from egraft.backends.jax import windows
 from egraft.backends.jax.views import gather_index
@@ -21,15 +23,10 @@ from egraft.ir import GraphBuilder
 from egraft.ir.shapes import contiguous_strides
 from egraft.testing import fresh_seed, rel_err
 
-torch = pytest.importorskip("torch")
 nn = torch.nn
 
 
 def _trace(model, *shapes, dtype=torch.float32):
-    import egraft
-
-    if not hasattr(egraft, "trace"):
-        pytest.skip("egraft.trace is not available")
     return egraft.trace(model.eval(), tuple(torch.randn(*s).to(dtype) for s in shapes))
 
 
@@ -132,8 +129,6 @@ def test_resnet_block_runs_as_convolutions():
     spec = MODELS["resnet_block"]
     model = spec.build("tiny", seed=seed)
     args = spec.example_inputs(model, seed=seed)
-    import egraft
-
     graph = egraft.trace(model, args)
     ex = lower(graph, "jax", "cpu")
     with torch.no_grad():

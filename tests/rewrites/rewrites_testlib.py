@@ -1,16 +1,12 @@
-"""Traced reference models for the rewrite tests (skipped with a reason when tracing is unavailable)."""
+"""Traced reference models for the rewrite tests."""
 
 import functools
 
-import pytest
+import egraft
 
 
 @functools.lru_cache(maxsize=None)
 def traced(name: str):
-    import egraft
-
-    if not hasattr(egraft, "trace"):
-        pytest.skip("egraft.trace is not available yet (torch lowering not merged)")
     from egraft.models import make
 
     model, args = make(name)

@@ -71,8 +71,6 @@ GPT2_LIMITS = Limits(iterations=8, seconds=30.0)
 def _gpt2(n_layers=3):
     import egraft
 
-    if not hasattr(egraft, "trace"):
-        pytest.skip("egraft.trace is not available")
     from egraft.models import MODELS
 
     spec = MODELS["gpt2_stack"]

@@ -91,7 +91,13 @@ def _sum(ctx, node, x):
 
 def _max(ctx, node, x):
     ax = node.attrs["axis"]
-    return jnp.any(x, axis=ax) if x.dtype == jnp.bool_ else jnp.max(x, axis=ax)
+    if x.dtype == jnp.bool_:
+        return jnp.any(x, axis=ax)
+    m = jnp.max(x, axis=ax)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return m
+    # XLA:CPU's vectorised max over a long axis (> 512 here) drops NaN; torch.amax and the reference keep it
+    return jnp.where(jnp.any(jnp.isnan(x), axis=ax), jnp.array(jnp.nan, m.dtype), m)
 
 
 # --- index ----------------------------------------------------------------------------
@@ -113,7 +119,11 @@ def _constant(ctx, node):
     arr = arr.astype(dtypes.to_numpy(node.dtype))
     if node.dtype == "int64" and not ctx.x64:
         arr = arr.astype(np.int32)
-    return jnp.broadcast_to(jnp.asarray(arr), node.shape)
+    x = jnp.asarray(arr)
+    if dtypes.is_float(node.dtype) and arr.size == 1 and float(arr.item()) == 0 and not np.signbit(float(arr.item())):
+        # XLA folds x + 0.0 to x, which is wrong for x = -0.0 (IEEE: -0.0 + 0.0 = +0.0); hide the zero
+        x = lax.optimization_barrier(x)
+    return jnp.broadcast_to(x, node.shape)
 
 
 def realise_view(ctx, x, shape, strides, offset):

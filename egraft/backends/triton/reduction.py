@@ -51,13 +51,27 @@ def _finish(w, nid, op, dt, x: Val, axis_t: int, count: int, kmask: str | None) 
         src = f"{src}.to(tl.int32)"
     if kmask:
         src = f"tl.where({kmask}, {src}, {_neutral(op, dt)})"
+    w.comment(nid, x.block)
+    if op == "MaxReduce" and dt != "bool" and not dt.startswith("int"):
+        name = _nan_max(w, w.let(src, x.block, f"maxin{nid}"), axis_t, x.block, f"max{nid}")
+        return Val(name, dt, x.block, masks, axes)
     fn = "tl.sum" if op == "SumReduce" else "tl.max"
     expr = f"{fn}({src}, axis={axis_t}, keep_dims=True)"
     if dt == "bool":
         expr = f"{expr} != 0"
-    w.comment(nid, x.block)
     name = w.let(expr, x.block, f"{'sum' if op == 'SumReduce' else 'max'}{nid}")
     return Val(name, dt, x.block, masks, axes)
+
+
+def _nan_max(w, src: str, axis: int, block, prefix: str) -> str:
+    """``tl.max`` that propagates NaN, as torch.amax, jnp.max and the reference do.
+
+    ``tl.max`` / ``tl.maximum`` return the other operand when one is NaN (the
+    interpreter's and PTX ``max.f32``'s rule), so a row holding a NaN would
+    give a number: count the NaNs and select NaN where there are any.
+    """
+    nans = f"tl.sum(({src} != {src}).to(tl.int32), axis={axis}, keep_dims=True)"
+    return w.let(f'tl.where({nans} > 0, float("nan"), tl.max({src}, axis={axis}, keep_dims=True))', block, prefix)
 
 
 def emit_reduce(w, nid, node, idx):
@@ -111,14 +125,22 @@ def emit_reduce(w, nid, node, idx):
     x = w.value(src, tuple(idx[:axis]) + (k,) + tuple(idx[axis:]))
     xe = f"{x.expr}.to(tl.int32)" if dt == "bool" else x.expr
     masked = f"tl.where({kmask}, {xe}, {_neutral(op, dt)})"
+    is_float = dt != "bool" and not dt.startswith("int")
     if op == "SumReduce":
         w.line(body, f"{acc} = {acc} + {masked}")
+    elif is_float:  # NaN sticks in the accumulator (tl.maximum drops it)
+        mv = w.fresh(f"maxin{nid}")
+        w.line(body, f"{mv} = {masked}")
+        w.line(body, f'{acc} = tl.where(({acc} != {acc}) | ({mv} != {mv}), float("nan"), tl.maximum({acc}, {mv}))')
     else:
         w.line(body, f"{acc} = tl.maximum({acc}, {masked})")
     w.close_loop(body)
-    fn = "tl.sum" if op == "SumReduce" else "tl.max"
-    expr = f"{fn}({acc}, axis={a}, keep_dims=True)" + (" != 0" if dt == "bool" else "")
-    name = w.let(expr, parent, f"{'sum' if op == 'SumReduce' else 'max'}{nid}")
+    if op == "MaxReduce" and is_float:
+        name = _nan_max(w, acc, a, parent, f"max{nid}")
+    else:
+        fn = "tl.sum" if op == "SumReduce" else "tl.max"
+        expr = f"{fn}({acc}, axis={a}, keep_dims=True)" + (" != 0" if dt == "bool" else "")
+        name = w.let(expr, parent, f"{'sum' if op == 'SumReduce' else 'max'}{nid}")
     return Val(name, dt, parent, frozenset().union(*(ix.masks for ix in idx)) if idx else frozenset(),
                acc_axes - {a})
 

@@ -224,29 +224,98 @@ def _w_assoc(rng):
     return pair(lambda a, b, c: (a + (b + c)) * (a * (b * c)), lambda a, b, c: ((a + b) + c) * ((a * b) * c), s, s, s)
 
 
+# -- the other forms and the near-misses ------------------------------------------------------
+
+def _w(fn, *ranks, dtype="float32", c=(1.25, -0.75)):
+    """A witness of fn(*inputs, c1, c2), one input per entry of `ranks` (None: random rank >= 1),
+    all inputs of one shape (rank-0 inputs make literals bare ``ScalarF``/``ScalarI``)."""
+    def wit(rng):
+        s = rand_shape(rng, ranks[0])
+        return Witness(program(lambda *xs: fn(*xs, *c), *[s] * len(ranks), dtype=dtype))
+    return wit
+
+
+def _int(x):
+    return x.cast("int64")
+
+
+def _lit(x, v):
+    """A literal broadcast to x's shape (bare for rank 0): c1 * c2 of two literals."""
+    return x.builder.constant(v, x.dtype, x.shape)
+
+
+_RANKS = (None, 0)  # broadcast literal, bare literal
+_MUL_ONE = [(lambda x, a, b: x * 1.0), (lambda x, a, b: 1.0 * x),
+            (lambda x, a, b: _int(x) * 1), (lambda x, a, b: 1 * _int(x))]
+_ADD_ZERO = [(lambda x, a, b: _int(x) + 0), (lambda x, a, b: 0 + _int(x))]
+
+
+def _fold_forms(op):
+    return [lambda x, a, b: x + op(_lit(x, a), b), lambda x, a, b: op(op(x, a), b), lambda x, a, b: op(op(a, x), b),
+            lambda x, a, b: op(b, op(x, a)), lambda x, a, b: op(b, op(a, x))]
+
+
+def _both_ranks(forms):
+    return tuple(_w(f, r) for f in forms for r in _RANKS)
+
+
+_FACTOR = [lambda a, b, c, *_: c * a + c * b, lambda a, b, c, *_: a * c + c * b, lambda a, b, c, *_: c * a + b * c]
+_CASTS = tuple(_w(lambda x, *_, dt=dt: x.cast("float64").cast(dt).sin(), None, dtype=dt) for dt in ("float16", "bfloat16"))
+_NEAR = {  # rule short name -> programs that violate its guard
+    "add-zero-int": (_w(lambda x, *_: x + 0.0, None),),
+    "fold-mul": (_w(lambda x, a, b: (x * a) * b, None, c=(1e200, 1e200)),  # product overflows
+                 _w(lambda x, a, b: (x * a) * b, None, c=(1e-200, 1e-200))),  # product is 0
+    "fold-add": (_w(lambda x, a, b: (x + a) + b, None, c=(1e308, 1e308)),),
+    "exp2-log2": (_w(lambda x, *_: x.log2().exp2(), None),),  # x may be negative
+    "sqrt-square": (_w(lambda x, *_: x.sqrt() * x.sqrt(), None),),
+    "sqrt-mul": (_w(lambda x, y, *_: x.sqrt() * (y * y).sqrt(), None, None),),
+    "cast-roundtrip": (_w(lambda x, *_: x.cast("float16").cast("float32"), None),  # not through float64
+                       _w(lambda x, *_: x.cast("float64").cast("float16"), None)),  # to another dtype
+    "cast-noop": (_w(lambda x, *_: x.cast("float16"), None),),
+    "where-same": (_w(lambda x, y, *_: Tensor.where(x < y, x, y), None, None),),
+}
+_MORE = {  # rule short name -> its other forms (the first is `witness`)
+    "mul-one": _both_ranks(_MUL_ONE)[1:],
+    "add-zero-int": _both_ranks(_ADD_ZERO)[1:] + (_w(lambda x, *_: x.cast("bool") + False, None),),
+    "fold-mul": _both_ranks(_fold_forms(lambda p, q: p * q)),
+    "fold-add": _both_ranks(_fold_forms(lambda p, q: p + q)),
+    "cast-roundtrip": _CASTS,
+    "where-const": (_w(lambda x, y, *_: Tensor.where(True, x, y) + Tensor.where(False, x, y), 0, 0),),
+    "factor": tuple(_w(f, None, None, None) for f in _FACTOR),
+    "expand": (_w(lambda a, b, c, *_: c * (a + b), None, None, None),),
+    "assoc": (_w(lambda a, b, c, *_: ((a + b) + c) * ((a * b) * c), None, None, None),),
+}
+
+
+def _spec(name, text, wit, doc, explosive=False):
+    short = name.split(".")[1]
+    return RuleSpec(name, text, explosive=explosive, witness=wit, doc=doc, witnesses=_MORE.get(short, ()),
+                    near_misses=_NEAR.get(short, ()))
+
+
 RULES = [
-    RuleSpec("algebra.mul-one", MUL_ONE, witness=_w_mul_one, doc="x*1 = x (exact, any dtype)"),
-    RuleSpec("algebra.add-zero-int", ADD_ZERO_INT, witness=_w_add_zero,
-             doc="x+0 = x for int/bool (for floats it would turn -0.0 into +0.0)"),
-    RuleSpec("algebra.fold-mul", FOLD_MUL, witness=_w_fold_mul,
-             doc="fold c1*c2 and (x*c1)*c2; result must be finite, non-zero"),
-    RuleSpec("algebra.fold-add", FOLD_ADD, witness=_w_fold_add, doc="fold c1+c2 and (x+c1)+c2"),
-    RuleSpec("algebra.exp2-log2", EXP2_LOG2, witness=_w_exp2_log2, doc="exp2(log2 a) = a for a >= 0"),
-    RuleSpec("algebra.exp2-mul", EXP2_MUL, witness=_w_exp2_mul,
-             doc="exp2(a)*exp2(b) = exp2(a+b) (only ever removes an overflow)"),
-    RuleSpec("algebra.recip-recip", RECIP_RECIP, witness=_w_recip_recip, doc="1/(1/x) = x"),
-    RuleSpec("algebra.recip-mul", RECIP_MUL, witness=_w_recip_mul, doc="1/(ab) = (1/a)(1/b)"),
-    RuleSpec("algebra.recip-exp2", RECIP_EXP2, witness=_w_recip_exp2, doc="1/exp2(x) = exp2(-x)"),
-    RuleSpec("algebra.recip-sqrt", RECIP_SQRT, witness=_w_recip_sqrt, doc="1/sqrt(x) = sqrt(1/x)"),
-    RuleSpec("algebra.sqrt-square", SQRT_SQUARE, witness=_w_sqrt_square, doc="sqrt(x)^2 = x for x >= 0"),
-    RuleSpec("algebra.sqrt-mul", SQRT_MUL, witness=_w_sqrt_mul, doc="sqrt(a)sqrt(b) = sqrt(ab) for a, b >= 0"),
-    RuleSpec("algebra.cast-roundtrip", CAST_ROUNDTRIP, witness=_w_cast_roundtrip,
-             doc="a float->float64->float cast is the identity"),
-    RuleSpec("algebra.cast-noop", CAST_NOOP, witness=_w_cast_noop, doc="a cast to the same dtype"),
-    RuleSpec("algebra.where-same", WHERE_SAME, witness=_w_where_same, doc="where(c, a, a) = a"),
-    RuleSpec("algebra.where-const", WHERE_CONST, witness=_w_where_const, doc="where(true/false, a, b)"),
-    RuleSpec("algebra.factor", FACTOR, witness=_w_factor, doc="ac + bc = (a+b)c"),
-    RuleSpec("algebra.expand", EXPAND, explosive=True, witness=_w_expand, doc="(a+b)c = ac + bc"),
-    RuleSpec("algebra.comm", COMM, explosive=True, witness=_w_comm, doc="a+b = b+a, ab = ba"),
-    RuleSpec("algebra.assoc", ASSOC, explosive=True, witness=_w_assoc, doc="(a+b)+c = a+(b+c), same for *"),
+    _spec("algebra.mul-one", MUL_ONE, wit=_w_mul_one, doc="x*1 = x (exact, any dtype)"),
+    _spec("algebra.add-zero-int", ADD_ZERO_INT, wit=_w_add_zero,
+          doc="x+0 = x for int/bool (for floats it would turn -0.0 into +0.0)"),
+    _spec("algebra.fold-mul", FOLD_MUL, wit=_w_fold_mul,
+          doc="fold c1*c2 and (x*c1)*c2; result must be finite, non-zero"),
+    _spec("algebra.fold-add", FOLD_ADD, wit=_w_fold_add, doc="fold c1+c2 and (x+c1)+c2"),
+    _spec("algebra.exp2-log2", EXP2_LOG2, wit=_w_exp2_log2, doc="exp2(log2 a) = a for a >= 0"),
+    _spec("algebra.exp2-mul", EXP2_MUL, wit=_w_exp2_mul,
+          doc="exp2(a)*exp2(b) = exp2(a+b) (only ever removes an overflow)"),
+    _spec("algebra.recip-recip", RECIP_RECIP, wit=_w_recip_recip, doc="1/(1/x) = x"),
+    _spec("algebra.recip-mul", RECIP_MUL, wit=_w_recip_mul, doc="1/(ab) = (1/a)(1/b)"),
+    _spec("algebra.recip-exp2", RECIP_EXP2, wit=_w_recip_exp2, doc="1/exp2(x) = exp2(-x)"),
+    _spec("algebra.recip-sqrt", RECIP_SQRT, wit=_w_recip_sqrt, doc="1/sqrt(x) = sqrt(1/x)"),
+    _spec("algebra.sqrt-square", SQRT_SQUARE, wit=_w_sqrt_square, doc="sqrt(x)^2 = x for x >= 0"),
+    _spec("algebra.sqrt-mul", SQRT_MUL, wit=_w_sqrt_mul, doc="sqrt(a)sqrt(b) = sqrt(ab) for a, b >= 0"),
+    _spec("algebra.cast-roundtrip", CAST_ROUNDTRIP, wit=_w_cast_roundtrip,
+          doc="a float->float64->float cast is the identity"),
+    _spec("algebra.cast-noop", CAST_NOOP, wit=_w_cast_noop, doc="a cast to the same dtype"),
+    _spec("algebra.where-same", WHERE_SAME, wit=_w_where_same, doc="where(c, a, a) = a"),
+    _spec("algebra.where-const", WHERE_CONST, wit=_w_where_const, doc="where(true/false, a, b)"),
+    _spec("algebra.factor", FACTOR, wit=_w_factor, doc="ac + bc = (a+b)c"),
+    _spec("algebra.expand", EXPAND, explosive=True, wit=_w_expand, doc="(a+b)c = ac + bc"),
+    _spec("algebra.comm", COMM, explosive=True, wit=_w_comm, doc="a+b = b+a, ab = ba"),
+    _spec("algebra.assoc", ASSOC, explosive=True, wit=_w_assoc, doc="(a+b)+c = a+(b+c), same for *"),
 ]

@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from ...ir.builder import GraphBuilder, Tensor
-from ..rule import RuleSpec, Witness, contig, dims, scalar, term, view
+from ..rule import RuleSpec, contig, scalar, term, view
+from .idiom_witnesses import witnesses
 from .match import Index, close, is_causal_mask
 
 LOG2E = 1.0 / math.log(2.0)
@@ -68,15 +66,6 @@ def _apply_matmul(snap):
                         at = view(a, ix.shape(a), ash, sa[:-1], va.attrs["offset"])
                         bt = view(b, ix.shape(b), bsh, sb[:r - 3] + sb[r - 2:], vb.attrs["offset"])
                         yield n.cls, term("MatMul", at, bt)
-
-
-def _w_matmul(rng):
-    b = GraphBuilder()
-    batch = dims(rng, int(rng.integers(0, 3)))
-    m, k, n = dims(rng, 3, 2, 6)
-    x = b.input("x", batch + (m, k), "float32")
-    w = b.weight("w", rng.standard_normal((n, k)).astype(np.float32))
-    return Witness(b.build([x @ w.T]))
 
 
 # --- Softmax, LayerNorm, RMSNorm --------------------------------------------------------------
@@ -170,18 +159,6 @@ def _is_neg_mean(ix, nmu, x, ax):
     return False
 
 
-def _w_rowwise(kind):
-    def wit(rng):
-        b = GraphBuilder()
-        sh = dims(rng, int(rng.integers(1, 4)), 2, 6)
-        x = b.input("x", sh, "float32")
-        eps = float(rng.choice([1e-5, 1e-6, 0.1]))
-        out = {"softmax": lambda: x.softmax(-1), "layernorm": lambda: x.layer_norm(eps),
-               "rmsnorm": lambda: x.rms_norm(eps)}[kind]()
-        return Witness(b.build([out]))
-    return wit
-
-
 # --- Attention ------------------------------------------------------------------------------------
 
 def _scores(ix, s):
@@ -246,27 +223,6 @@ def _opaque_scalar(ix, c):
     return None
 
 
-def _w_attention(rng):
-    """q @ k^T * scale [+ bias] [causal] -> Softmax idiom -> @ v, with MatMul/Softmax nodes
-    already present (the matmul and softmax rules put them there in a full run)."""
-    b = GraphBuilder()
-    batch = dims(rng, int(rng.integers(0, 3)))
-    sq, sk, d, dv = dims(rng, 4, 2, 6)
-    causal = bool(rng.integers(2))
-    q = b.input("q", batch + (sq, d), "float32")
-    k = b.input("k", batch + (sk, d), "float32")
-    v = b.input("v", batch + (sk, dv), "float32")
-    s = b.add("MatMul", [q, k.transpose(-2, -1)]) * float(rng.uniform(0.1, 1))
-    if rng.integers(2):
-        s = s + b.input("bias", batch + (sq, sk), "float32")
-    if causal:
-        i = b.iota(sq, "int64").reshape((sq, 1))
-        j = b.iota(sk, "int64").reshape((1, sk))
-        s = Tensor.where(j <= i, s, float("-inf"))
-    p = b.add("Softmax", [s], axis=len(batch) + 1)
-    return Witness(b.build([b.add("MatMul", [p, v])]))
-
-
 # --- online softmax (flash) form --------------------------------------------------------------------
 
 def online_softmax_terms(ix: Index, s: int, v: int, t: int):
@@ -318,32 +274,16 @@ def _apply_online_softmax(snap):
             yield n.cls, online_softmax_terms(ix, s, v, t)
 
 
-def _w_online(rng):
-    b = GraphBuilder()
-    batch = dims(rng, int(rng.integers(0, 3)))
-    sq, dv = dims(rng, 2, 1, 5)
-    sk = int(rng.choice([4, 6, 8, 12]))
-    s = b.input("s", batch + (sq, sk), "float32")
-    v = b.input("v", batch + (sk, dv), "float32")
-    p = b.add("Softmax", [s], axis=len(batch) + 1)
-    if rng.integers(2):  # some fully masked tiles: a causal-style -inf fill
-        i = b.iota(sq, "int64").reshape((sq, 1))
-        j = b.iota(sk, "int64").reshape((1, sk))
-        p = b.add("Softmax", [Tensor.where(j <= i, s, float("-inf"))], axis=len(batch) + 1)
-    return Witness(b.build([b.add("MatMul", [p, v])]))
+def _spec(name, fn, doc):
+    return RuleSpec(name, apply=fn, doc=doc, **witnesses(name.split(".")[1]))
 
 
 RULES = [
-    RuleSpec("idioms.matmul", apply=_apply_matmul, witness=_w_matmul,
-             doc="SumReduce(Mul(expand a, expand b), -2) = MatMul(a, b)"),
-    RuleSpec("idioms.softmax", apply=_apply_softmax, witness=_w_rowwise("softmax"),
-             doc="exp(x - max x) / sum exp(x - max x) = Softmax(x)"),
-    RuleSpec("idioms.layernorm", apply=_apply_layernorm, witness=_w_rowwise("layernorm"),
-             doc="(x - mean x) * rsqrt(var x + eps) = LayerNorm(x, eps)"),
-    RuleSpec("idioms.rmsnorm", apply=_apply_rmsnorm, witness=_w_rowwise("rmsnorm"),
-             doc="x * rsqrt(mean(x*x) + eps) = RMSNorm(x, eps)"),
-    RuleSpec("idioms.attention", apply=_apply_attention, witness=_w_attention,
-             doc="softmax(q k^T scale [+ bias] [causal]) v = Attention(q, k, v[, bias])"),
-    RuleSpec("idioms.online-softmax", apply=_apply_online_softmax, witness=_w_online,
-             doc="softmax(s) @ v = per-tile (max, sum, exp @ v) triples rescaled by exp(m_tile - m)"),
+    _spec("idioms.matmul", _apply_matmul, "SumReduce(Mul(expand a, expand b), -2) = MatMul(a, b)"),
+    _spec("idioms.softmax", _apply_softmax, "exp(x - max x) / sum exp(x - max x) = Softmax(x)"),
+    _spec("idioms.layernorm", _apply_layernorm, "(x - mean x) * rsqrt(var x + eps) = LayerNorm(x, eps)"),
+    _spec("idioms.rmsnorm", _apply_rmsnorm, "x * rsqrt(mean(x*x) + eps) = RMSNorm(x, eps)"),
+    _spec("idioms.attention", _apply_attention, "softmax(q k^T scale [+ bias] [causal]) v = Attention(q, k, v[, bias])"),
+    _spec("idioms.online-softmax", _apply_online_softmax,
+          "softmax(s) @ v = per-tile (max, sum, exp @ v) triples rescaled by exp(m_tile - m)"),
 ]

@@ -171,51 +171,95 @@ def _w_matmul(rng, prologue=None, epilogue=None, rhs_batch_bcast=True):
     return Witness(b.build([y]))
 
 
-def _w_row_scale(rng):
-    def pro(b, x, batch, m, k, rng):
-        s = b.input("s", batch + (m, 1), "float32")
-        return x * s if rng.integers(2) else s * x
-    return _w_matmul(rng, prologue=pro)
+# --- the other forms and the near-misses ------------------------------------------------------------
+
+def _w_row_scale_form(first=False, along_k=None):
+    """(s * x) @ W with s [.., M, 1] (s first or second); near-misses, s varies along K:
+    ``"vector"`` a [K] vector broadcast over M, ``"transposed"`` a transposed [.., K, M] input."""
+    def wit(rng):
+        def pro(b, x, batch, m, k, rng):
+            if along_k == "vector":
+                s = b.input("s", (k,), "float32")
+            elif along_k == "transposed":
+                s = b.input("s", batch + (k, m), "float32").transpose(-2, -1)
+            else:
+                s = b.input("s", batch + (m, 1), "float32")
+            return s * x if first else x * s
+        return _w_matmul(rng, prologue=pro)
+    return wit
 
 
-def _w_col_scale_in(rng):
-    def pro(b, x, batch, m, k, rng):
-        return x * b.weight("g", rng.standard_normal(k).astype(np.float32))
-    return _w_matmul(rng, prologue=pro)
+def _w_col_scale_in_form(first=False, along_m=False):
+    """(x * g) @ W with g a [K] weight; near-miss: g a [M, 1] weight broadcast over K (varies along M)."""
+    def wit(rng):
+        def pro(b, x, batch, m, k, rng):
+            g = b.weight("g", rng.standard_normal((m, 1) if along_m else (k,)).astype(np.float32))
+            return g * x if first else x * g
+        return _w_matmul(rng, prologue=pro)
+    return wit
 
 
-def _w_col_scale_out(rng):
-    def epi(b, y, batch, m, n, rng):
-        if rng.integers(2):
-            y = y.reshape((-1, 2 if m % 2 == 0 else 1, n))
-        if rng.integers(2):
-            return y * float(rng.uniform(0.5, 2))
-        return y * b.weight("s", rng.standard_normal(n).astype(np.float32))
-    return _w_matmul(rng, epilogue=epi)
+def _w_col_scale_out_form(reshape=False, scalar=False, first=False, along_m=False):
+    """(x @ W) * s, through a keep-N reshape or not, s a scalar or a [N] weight (or first);
+    near-miss: s a weight that varies along M (through the reshape: per row of the reshape)."""
+    def wit(rng):
+        b = GraphBuilder()
+        batch = dims(rng, int(rng.integers(0, 3)))
+        m, k, n = dims(rng, 3, 2, 6)
+        m = 2 * m if reshape else m  # even: the reshape to (-1, 2, N) keeps N last
+        x = b.input("x", batch + (m, k), "float32")
+        y = b.add("MatMul", [x, b.weight("w", rng.standard_normal((n, k)).astype(np.float32)).T.expand(batch + (k, n))])
+        if reshape:
+            y = y.reshape((-1, 2, n))
+        if scalar:
+            c = float(rng.uniform(0.5, 2))
+            return Witness(b.build([c * y if first else y * c]))
+        ssh = ((y.shape[0], 1, n) if reshape else (m, n)) if along_m else (n,)
+        w = b.weight("s", rng.standard_normal(ssh).astype(np.float32))
+        return Witness(b.build([w * y if first else y * w]))
+    return wit
 
 
-def _w_matmul_add(rng):
+def _w_affine_near(rng):
+    """(x @ W + c) * s with s a [M, 1] weight broadcast over N: it varies along M."""
     b = GraphBuilder()
-    batch = dims(rng, int(rng.integers(0, 3)))
-    m, k, n = dims(rng, 3, 2, 6)
-    x = b.input("x", batch + (m, k), "float32")
-    w1 = b.weight("w1", rng.standard_normal((k, n)).astype(np.float32)).expand(batch + (k, n))
-    w2 = b.weight("w2", rng.standard_normal((k, n)).astype(np.float32)).expand(batch + (k, n))
-    y1, y2 = b.add("MatMul", [x, w1]), b.add("MatMul", [x, w2])
-    if rng.integers(2):
-        y1, y2 = y1.reshape((-1, n)), y2.reshape((-1, n))
-    return Witness(b.build([y1 + y2]))
+    m, k, n = dims(rng, 3, 2, 5)
+    x = b.input("x", (m, k), "float32")
+    y = b.add("MatMul", [x, b.weight("w", rng.standard_normal((k, n)).astype(np.float32))])
+    c = b.weight("c", rng.standard_normal(n).astype(np.float32))
+    return Witness(b.build([(y + c) * b.weight("s", rng.standard_normal((m, 1)).astype(np.float32))]))
+
+
+def _w_matmul_add_form(reshape=False, other_input=False):
+    """x @ A + x @ B (through a reshape); near-miss: x @ A + y @ B."""
+    def wit(rng):
+        b = GraphBuilder()
+        m, k, n = dims(rng, 3, 2, 6)
+        x = b.input("x", (2, m, k), "float32")
+        y = b.input("y", (2, m, k), "float32") if other_input else x
+        w1, w2 = (b.weight(f"w{i}", rng.standard_normal((k, n)).astype(np.float32)).expand((2, k, n)) for i in (1, 2))
+        y1, y2 = b.add("MatMul", [x, w1]), b.add("MatMul", [y, w2])
+        if reshape:
+            y1, y2 = y1.reshape((-1, n)), y2.reshape((-1, n))
+        return Witness(b.build([y1 + y2]))
+    return wit
 
 
 RULES = [
-    RuleSpec("models.row-scale", apply=_apply_row_scale, witness=_w_row_scale,
+    RuleSpec("models.row-scale", apply=_apply_row_scale, witness=_w_row_scale_form(), witnesses=(_w_row_scale_form(first=True),),
+             near_misses=(_w_row_scale_form(along_k="vector"), _w_row_scale_form(True, "transposed")),
              doc="(s ⊙ x) @ W = s ⊙ (x @ W), s constant along K"),
-    RuleSpec("models.col-scale-in", apply=_apply_col_scale_in, witness=_w_col_scale_in,
+    RuleSpec("models.col-scale-in", apply=_apply_col_scale_in, witness=_w_col_scale_in_form(), witnesses=(_w_col_scale_in_form(first=True),),
+             near_misses=(_w_col_scale_in_form(along_m=True),),
              doc="(x ⊙ g) @ W = x @ (g ⊙ W), g constant along M"),
-    RuleSpec("models.col-scale-out", apply=_apply_col_scale_out, witness=_w_col_scale_out,
+    RuleSpec("models.col-scale-out", apply=_apply_col_scale_out, witness=_w_col_scale_out_form(),
+             witnesses=(_w_col_scale_out_form(first=True), _w_col_scale_out_form(scalar=True), _w_col_scale_out_form(True),
+                        _w_col_scale_out_form(True, True), _w_col_scale_out_form(True, True, True)),
+             near_misses=(_w_col_scale_out_form(along_m=True), _w_col_scale_out_form(True, along_m=True)),
              doc="(x @ W) ⊙ s = x @ (W ⊙ s), s constant along M"),
-    RuleSpec("models.affine-fold", apply=_apply_affine_fold, witness=_w_affine_fold,
+    RuleSpec("models.affine-fold", apply=_apply_affine_fold, witness=_w_affine_fold, near_misses=(_w_affine_near,),
              doc="(x @ W + c) ⊙ s = x @ (W ⊙ s) + c ⊙ s (batch-norm folding)"),
-    RuleSpec("models.matmul-add", apply=_apply_matmul_add, witness=_w_matmul_add,
+    RuleSpec("models.matmul-add", apply=_apply_matmul_add, witness=_w_matmul_add_form(), witnesses=(_w_matmul_add_form(True),),
+             near_misses=(_w_matmul_add_form(other_input=True),),
              doc="x @ A + x @ B = x @ (A + B)"),
 ]

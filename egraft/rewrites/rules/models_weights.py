@@ -248,16 +248,49 @@ def _w_kv_repeat(rng):
     return Witness(b.build([b.add("MatMul", [q, krep.transpose(-2, -1)])]))
 
 
+# --- near-misses: the guard is violated, the rule must not fire ----------------------------------------
+
+def _nm_matmuls(kind):
+    """x @ W1 beside x @ Y (Y an input: one weight matrix, nothing to share); (x @ A) @ Y and
+    (x @ Y) @ W (not weight-only); x @ W with W already contiguous (nothing to pretranspose)."""
+    def wit(rng):
+        b = GraphBuilder()
+        m, k, n = dims(rng, 3, 2, 6)
+        x = b.input("x", (m, k), "float32")
+        w = b.weight("w", rng.standard_normal((k, n)).astype(np.float32))
+        xw = b.add("MatMul", [x, w])
+        if kind == "shared-input":
+            return Witness(b.build([xw, b.add("MatMul", [x, b.input("y", (k, n), "float32")])]))
+        if kind == "reassoc":
+            return Witness(b.build([b.add("MatMul", [xw, b.input("y", (n, k), "float32")])]))
+        if kind == "reassoc-inner":
+            return Witness(b.build([b.add("MatMul", [b.add("MatMul", [x, b.input("y", (k, k), "float32")]), w])]))
+        return Witness(b.build([xw]))
+    return wit
+
+
+def _nm_kv_repeat(rng):
+    """K/V heads tiled (h = r*G + g), not interleaved: no head pairs up with its neighbour."""
+    b = GraphBuilder()
+    bs = int(rng.integers(1, 3))
+    g, rep = dims(rng, 2, 2, 4)
+    s, d, sk = dims(rng, 3, 2, 5)
+    q = b.input("q", (bs, g * rep, s, d), "float32")
+    k = b.input("k", (bs, g, sk, d), "float32")
+    krep = k.unsqueeze(1).expand((bs, rep, g, sk, d)).reshape((bs, rep * g, sk, d))
+    return Witness(b.build([b.add("MatMul", [q, krep.transpose(-2, -1)])]))
+
+
 RULES = [
-    RuleSpec("models.shared-input", apply=_apply_shared_input, witness=_w_shared_input,
+    RuleSpec("models.shared-input", apply=_apply_shared_input, witness=_w_shared_input, near_misses=(_nm_matmuls("shared-input"),),
              doc="x @ W1, x @ W2, ... = slices of x @ cat(W1, W2, ...)"),
-    RuleSpec("models.reassoc", apply=_apply_reassoc, witness=_w_reassoc, explosive=True,
+    RuleSpec("models.reassoc", apply=_apply_reassoc, witness=_w_reassoc, explosive=True, near_misses=(_nm_matmuls("reassoc"), _nm_matmuls("reassoc-inner")),
              doc="(x @ A) @ B = x @ (A @ B)"),
     RuleSpec("models.reassoc-rev", apply=_apply_reassoc_rev,
              witness=lambda rng: _w_reassoc(rng, rev=True), explosive=True,
              doc="x @ (A @ B) = (x @ A) @ B"),
-    RuleSpec("models.pretranspose", apply=_apply_pretranspose, witness=_w_pretranspose,
+    RuleSpec("models.pretranspose", apply=_apply_pretranspose, witness=_w_pretranspose, near_misses=(_nm_matmuls("pretranspose"),),
              doc="x @ strided_view(W) = x @ contiguous copy of that view (weight-only, folded)"),
-    RuleSpec("models.kv-repeat", apply=_apply_kv_repeat, witness=_w_kv_repeat,
+    RuleSpec("models.kv-repeat", apply=_apply_kv_repeat, witness=_w_kv_repeat, near_misses=(_nm_kv_repeat,),
              doc="a @ repeat(k) = grouped a @ stride-0 broadcast of k"),
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ...ir import shapes
-from ..rule import RuleSpec, drop, pair, rand_shape, scalar, term, view_attrs, view_term
+from ..rule import RuleSpec, Witness, drop, pair, program, rand_shape, scalar, term, view_attrs, view_term
 
 
 def _constant_along(snap, cls, ax):
@@ -115,13 +115,44 @@ def _w_split(rng):
                 + x.reshape((a, n // split_size(n), split_size(n))).max(2).max(1), (a, n))
 
 
+def _w_red(fn, dtype="float32", n=None, c_full=False):
+    """fn(x, c) with x [a, n] and c [a] broadcast along axis 1 (constant along it), or (c_full)
+    c [n] broadcast along axis 0: a stride-0 view too, but varying along axis 1."""
+    def wit(rng):
+        a, m = rand_shape(rng, 2, lo=2)
+        m = m if n is None else int(rng.choice(n))
+        return Witness(program(lambda x, c: fn(x, (c.unsqueeze(0) if c_full else c.unsqueeze(1)).expand((a, m))),
+                               (a, m), (m,) if c_full else (a,), dtype=dtype))
+    return wit
+
+
+_PRIMES = (2, 3, 5, 7)
+_FORMS = {  # the other operand order of the matched Mul / Add
+    "sum-factor": (_w_red(lambda x, c: (c * x).sum(1)),),
+    "sum-shift": (_w_red(lambda x, c: (c + x).sum(1)),),
+    "max-shift": (_w_red(lambda x, c: (c + x).max(1)),),
+}
+_NEAR = {  # c varies along the reduced axis; an int sum (no float shift); a prime size (no split)
+    "sum-factor": (_w_red(lambda x, c: (x * c).sum(1), c_full=True),),
+    "sum-shift": (_w_red(lambda x, c: (x + c).sum(1), c_full=True), _w_red(lambda x, c: (x + c).sum(1), "int64")),
+    "max-shift": (_w_red(lambda x, c: (x + c).max(1), c_full=True),),
+    "split": (_w_red(lambda x, c: x.sum(1) + x.max(1), n=_PRIMES),),
+}
+
+
+def _spec(name, fn, wit, doc, explosive=False):
+    short = name.split(".")[1]
+    return RuleSpec(name, apply=fn, explosive=explosive, witness=wit, doc=doc, witnesses=_FORMS.get(short, ()),
+                    near_misses=_NEAR.get(short, ()))
+
+
 RULES = [
-    RuleSpec("reductions.sum-factor", apply=sum_factor, witness=_w_sum_factor,
-             doc="sum(x*c) = sum(x)*c, c constant along the axis"),
-    RuleSpec("reductions.sum-shift", apply=sum_shift, witness=_w_sum_shift,
-             doc="sum(x+c) = sum(x) + n*c, c constant along the axis"),
-    RuleSpec("reductions.max-shift", apply=max_shift, witness=_w_max_shift,
-             doc="max(x+c) = max(x)+c, c constant along the axis"),
-    RuleSpec("reductions.split", apply=split, explosive=True, witness=_w_split,
-             doc="split a reduction of size p*q into outer(inner) over a reshaped view (tiling / split-K)"),
+    _spec("reductions.sum-factor", fn=sum_factor, wit=_w_sum_factor,
+          doc="sum(x*c) = sum(x)*c, c constant along the axis"),
+    _spec("reductions.sum-shift", fn=sum_shift, wit=_w_sum_shift,
+          doc="sum(x+c) = sum(x) + n*c, c constant along the axis"),
+    _spec("reductions.max-shift", fn=max_shift, wit=_w_max_shift,
+          doc="max(x+c) = max(x)+c, c constant along the axis"),
+    _spec("reductions.split", fn=split, explosive=True, wit=_w_split,
+          doc="split a reduction of size p*q into outer(inner) over a reshaped view (tiling / split-K)"),
 ]

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from ...ir import shapes, strided
 from ...ir.builder import GraphBuilder, Tensor
-from ..rule import (Group, RuleSpec, Witness, arity, call, drop, norm_strides, ops_in, pair, rand_shape, scalar,
-                    term, view_attrs, view_term)
+from ..rule import (Group, RuleSpec, Witness, arity, call, drop, norm_strides, ops_in, pair, program, rand_shape,
+                    scalar, term, view_attrs, view_term)
 
 
 # -- procedural rules ------------------------------------------------------------------
@@ -109,11 +109,6 @@ def _w_identity(rng):
     return Witness(b.build([y * 3.0]))
 
 
-def _w_push_unary(rng):
-    s = rand_shape(rng, 2, lo=2)  # a [1, 1] transpose is no view
-    return pair(lambda x: x.exp2().T, lambda x: x.T.exp2(), s)
-
-
 def _w_push_binary(rng):
     s = rand_shape(rng, 2, lo=2)  # a [1, 1] transpose is no view
     return pair(lambda x, y: (x * y).T.sin(), lambda x, y: (x.T * y.T).sin(), s, s)
@@ -135,16 +130,83 @@ def _w_reduce_broadcast(rng):
                 lambda x: x * float(n) + x, (a, c))
 
 
+def _pos(t):
+    return t * t + 0.5
+
+
+def _apply(op: str, *xs: Tensor) -> Tensor:
+    """`op` of the inputs, through the builder's own spelling (positive inputs for log2/sqrt/recip)."""
+    if op == "Cast":
+        return xs[0].cast("float16")
+    if op == "Where":
+        return Tensor.where(xs[0] < xs[1], xs[0], xs[1])
+    if len(xs) == 1:
+        return xs[0].builder.add(op, (_pos(xs[0]),))
+    return xs[0].builder.add(op, xs)
+
+
+def _per_op(ops, build, n):
+    """One witness per op (each op is one egglog command of the rule)."""
+    def make(op):
+        def wit(rng):
+            s = rand_shape(rng, 2, lo=2)
+            return Witness(program(lambda *xs: build(op, *xs), *[s] * n))
+        return wit
+    return tuple(make(op) for op in ops)
+
+
+def _w_nm_pull_binary(rng):
+    """Equal view attributes over sources of different shapes: a + b would not even be typed."""
+    r, c = rand_shape(rng, 2, lo=2)
+    b = GraphBuilder()
+    x, y = b.input("x0", (r + 1, c), "float32"), b.input("x1", (r, c), "float32")
+    return Witness(b.build([_raw_view(x, (r, c), (c, 1)) + _raw_view(y, (r, c), (c, 1))]))
+
+
+def _w_nm_compose(rng):
+    """A flatten of a transpose: no single strided view reads it."""
+    s = rand_shape(rng, 2, lo=2)
+    b = GraphBuilder()
+    tr = _raw_view(b.input("x0", s, "float32"), (s[1], s[0]), (1, s[1]))
+    return Witness(b.build([_raw_view(tr, (s[0] * s[1],), (1,)).sin()]))
+
+
+def _w_nm_identity(rng):
+    s = rand_shape(rng, 2, lo=2)
+    b = GraphBuilder()
+    return Witness(b.build([_raw_view(b.input("x0", s, "float32"), (s[1], s[0]), (1, s[1])).sin()]))
+
+
+def _w_reduce_broadcast_int(rng):
+    a, n, c = rand_shape(rng, 3, lo=2)
+    return Witness(program(lambda x: x.cast("int64").unsqueeze(1).expand((a, n, c)).sum(1), (a, c)))
+
+
+def _w_nm_reduce(rng):
+    """Reductions over a view's axis that is not broadcast (stride != 0)."""
+    a, n, c = rand_shape(rng, 3, lo=2)
+    return Witness(program(lambda x: x.transpose(1, 2).sum(1) + x.transpose(1, 2).max(1), (a, c, n)))
+
+
+_PUSH_U = _per_op(_MAP, lambda op, x: _apply(op, x).T, 1)
+_PUSH_B = _per_op(_ZIP, lambda op, x, y: _apply(op, x, y).T, 2)
+_PULL_U = _per_op(ops_in(Group.UNARY), lambda op, x: x.builder.add(op, (_pos(x).T,)), 1)
+_PULL_B = _per_op(ops_in(Group.BINARY), lambda op, x, y: _apply(op, x.T, y.T), 2)
+
+
 RULES = [
-    RuleSpec("views.compose", apply=compose, witness=_w_compose,
+    RuleSpec("views.compose", apply=compose, witness=_w_compose, near_misses=(_w_nm_compose,),
              doc="View(View(x)) = one View when strided; identity compositions cancel"),
-    RuleSpec("views.identity", apply=identity, witness=_w_identity, doc="an identity view is its input"),
-    RuleSpec("views.push-unary", PUSH_UNARY, witness=_w_push_unary, doc="view(f(a)) = f(view(a))"),
-    RuleSpec("views.push-binary", PUSH_BINARY, witness=_w_push_binary,
+    RuleSpec("views.identity", apply=identity, witness=_w_identity, near_misses=(_w_nm_identity,),
+             doc="an identity view is its input"),
+    RuleSpec("views.push-unary", PUSH_UNARY, witness=_PUSH_U[0], witnesses=_PUSH_U[1:],
+             doc="view(f(a)) = f(view(a))"),
+    RuleSpec("views.push-binary", PUSH_BINARY, witness=_w_push_binary, witnesses=_PUSH_B,
              doc="view(a op b) = view(a) op view(b); also Where"),
-    RuleSpec("views.pull-binary", PULL_BINARY, witness=_w_pull_binary,
-             doc="view(a) op view(b) = view(a op b) for equal views of equal shapes"),
-    RuleSpec("views.pull-unary", PULL_UNARY, witness=_w_pull_unary, doc="f(view(a)) = view(f(a))"),
+    RuleSpec("views.pull-binary", PULL_BINARY, witness=_w_pull_binary, witnesses=_PULL_B,
+             near_misses=(_w_nm_pull_binary,), doc="view(a) op view(b) = view(a op b) for equal views of equal shapes"),
+    RuleSpec("views.pull-unary", PULL_UNARY, witness=_w_pull_unary, witnesses=_PULL_U, doc="f(view(a)) = view(f(a))"),
     RuleSpec("views.reduce-broadcast", apply=reduce_broadcast, witness=_w_reduce_broadcast,
+             witnesses=(_w_reduce_broadcast_int,), near_misses=(_w_nm_reduce,),
              doc="sum over a stride-0 axis = n * x; max over it = x"),
 ]
