@@ -237,15 +237,25 @@ def _apply_kv_repeat(snap):
                         break
 
 
-def _w_kv_repeat(rng):
-    b = GraphBuilder()
-    bs = int(rng.integers(1, 3))
-    g, rep = dims(rng, 2, 2, 4)
-    s, d, sk = dims(rng, 3, 2, 5)
-    q = b.input("q", (bs, g * rep, s, d), "float32")
-    k = b.input("k", (bs, g, sk, d), "float32")
-    krep = k.unsqueeze(2).expand((bs, g, rep, sk, d)).reshape((bs, g * rep, sk, d))
-    return Witness(b.build([b.add("MatMul", [q, krep.transpose(-2, -1)])]))
+def _kv_heads(interleaved: bool):
+    """q @ k^T with K's G heads repeated to G*R: interleaved (head h reads h // R, what GQA does) or tiled
+    (h reads h % G: no head pairs up with its neighbour, the rule's near-miss)."""
+    def wit(rng):
+        b = GraphBuilder()
+        bs = int(rng.integers(1, 3))
+        g, rep = dims(rng, 2, 2, 4)
+        s, d, sk = dims(rng, 3, 2, 5)
+        q = b.input("q", (bs, g * rep, s, d), "float32")
+        k = b.input("k", (bs, g, sk, d), "float32")
+        if interleaved:
+            krep = k.unsqueeze(2).expand((bs, g, rep, sk, d)).reshape((bs, g * rep, sk, d))
+        else:
+            krep = k.unsqueeze(1).expand((bs, rep, g, sk, d)).reshape((bs, rep * g, sk, d))
+        return Witness(b.build([b.add("MatMul", [q, krep.transpose(-2, -1)])]))
+    return wit
+
+
+_w_kv_repeat = _kv_heads(interleaved=True)
 
 
 # --- near-misses: the guard is violated, the rule must not fire ----------------------------------------
@@ -269,16 +279,7 @@ def _nm_matmuls(kind):
     return wit
 
 
-def _nm_kv_repeat(rng):
-    """K/V heads tiled (h = r*G + g), not interleaved: no head pairs up with its neighbour."""
-    b = GraphBuilder()
-    bs = int(rng.integers(1, 3))
-    g, rep = dims(rng, 2, 2, 4)
-    s, d, sk = dims(rng, 3, 2, 5)
-    q = b.input("q", (bs, g * rep, s, d), "float32")
-    k = b.input("k", (bs, g, sk, d), "float32")
-    krep = k.unsqueeze(1).expand((bs, rep, g, sk, d)).reshape((bs, rep * g, sk, d))
-    return Witness(b.build([b.add("MatMul", [q, krep.transpose(-2, -1)])]))
+_nm_kv_repeat = _kv_heads(interleaved=False)
 
 
 RULES = [
