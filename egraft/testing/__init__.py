@@ -1,5 +1,11 @@
 """Helpers for checking programs against the reference: random inputs and tolerances.
 
+The comparison core (tolerances, :func:`rel_err`, random inputs) lives in
+``egraft.profiler.tolerances`` / ``egraft.profiler.inputs`` so the
+profiler's validation can use it without importing this higher layer; it
+is re-exported here unchanged.  The rule is restated below for readers of
+the tests.
+
 Used by the test suite, the benchmarks and the search's candidate validation,
 so "matches the reference" means one thing everywhere.
 
@@ -50,85 +56,27 @@ import numpy as np
 
 from ..ir import dtypes
 from ..ir.graph import Graph
+from ..profiler.inputs import random_array, random_inputs
+from ..profiler.tolerances import (
+    _EPS,
+    _MOVE_KINDS,
+    FLOOR_ULPS,
+    HALF,
+    SUM_ULPS,
+    TOLERANCE,
+    ULPS_PER_OP,
+    eps,
+    error_budgets,
+    rel_err,
+    tolerance,
+    tolerance_for,
+)
 
-# max |a - b| / max |b| allowed, by dtype of the output, where no graph is at hand (model-level checks)
-TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
-
-ULPS_PER_OP = 4  # ulps per rounding elementwise op on the path
-SUM_ULPS = 1  # ulps per summed element (k in k * eps * n)
-FLOOR_ULPS = 4  # no output is checked tighter than this (a Cast or a movement of an input is exact)
-HALF = ("float16", "bfloat16")
-_MOVE_KINDS = ("leaf", "movement", "index", "select")
-_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
-
-
-def eps(dtype: str) -> float:
-    """Machine epsilon of a float dtype (0 for ints and bool, which are compared exactly)."""
-    return _EPS.get(dtype, 0.0)
-
-
-def error_budgets(graph: Graph) -> list[float]:
-    """The forward error budget of every node of `graph` (idioms must already be primitives)."""
-    from ..ir.registry import get_op
-
-    budget: list[float] = []
-    for n in graph.nodes:
-        inherited = max((budget[j] for j in n.inputs), default=0.0)
-        kind = get_op(n.op).kind
-        e = eps(n.dtype)
-        if kind in _MOVE_KINDS or n.op in ("MaxReduce", "LessThan"):
-            b = inherited
-        elif kind == "type":
-            src = graph.nodes[n.inputs[0]].dtype
-            rounds = dtypes.is_float(n.dtype) and (not dtypes.is_float(src) or eps(src) < e)
-            b = inherited + (e if rounds else 0.0)
-        elif n.op == "SumReduce":
-            count = graph.nodes[n.inputs[0]].shape[n.attrs["axis"]]
-            b = inherited + (ULPS_PER_OP + SUM_ULPS * count) * e
-        elif kind in ("unary", "binary"):
-            b = inherited + ULPS_PER_OP * e
-        else:
-            raise ValueError(f"error_budgets: {n.op} is not a primitive; decompose the graph first")
-        budget.append(b)
-    return budget
-
-
-def tolerance_for(graph: Graph, output_index: int, dtype: str | None = None) -> float:
-    """The allowed norm-relative error of output `output_index` of `graph` (rule: the module docstring)."""
-    from ..ir.decompose import decompose
-
-    dt = dtype or graph.output_types()[output_index][1]
-    if not dtypes.is_float(dt):
-        return 0.0
-    prim = decompose(graph)
-    derived = max(error_budgets(prim)[prim.outputs[output_index]], FLOOR_ULPS * eps(dt))
-    return max(derived, TOLERANCE[dt]) if dt in HALF else derived
-
-
-def rel_err(got, want, floor: float = 0.0) -> float:
-    """Norm-relative error: max |got - want| / max(max |want|, floor) (inf/nan-aware).
-
-    `floor` > 0 makes the check absolute for outputs smaller than it: an
-    output that is mathematically zero (the sum of a layer norm's row) is
-    rounding noise, and its noise relative to itself says nothing.
-    """
-    got = np.asarray(got, dtype=np.float64)
-    want = np.asarray(want, dtype=np.float64)
-    if got.shape != want.shape:
-        return float("inf")
-    same_nonfinite = (~np.isfinite(want)) & ((got == want) | (np.isnan(got) & np.isnan(want)))
-    if np.any(~np.isfinite(want) & ~same_nonfinite) or np.any(~np.isfinite(got) & np.isfinite(want)):
-        return float("inf")
-    finite = np.isfinite(want)
-    if not finite.any():
-        return 0.0
-    diff = np.abs(got[finite] - want[finite]).max(initial=0.0)
-    scale = max(np.abs(want[finite]).max(initial=0.0), floor)
-    return float(diff / scale) if scale > 0 else float(diff)
-
-
-def tolerance(dtype: str) -> float:
-    return TOLERANCE.get(dtype, 0.0)
+__all__ = [
+    "FLOOR_ULPS", "HALF", "SUM_ULPS", "TOLERANCE", "ULPS_PER_OP", "_EPS", "_MOVE_KINDS",
+    "assert_close", "eps", "error_budgets", "fresh_seed", "random_array", "random_inputs",
+    "rel_err", "tolerance", "tolerance_for",
+]
 
 
 def assert_close(got: Sequence, want: Sequence, dtypes_: Sequence[str] | None = None, tol: float | None = None,
@@ -151,30 +99,6 @@ def assert_close(got: Sequence, want: Sequence, dtypes_: Sequence[str] | None = 
             continue
         e = rel_err(g, w)
         assert e <= t, f"{what} {k} ({dt}): relative error {e:.3g} > {t:.3g}"
-
-
-def random_array(shape, dtype: str, rng: np.random.Generator, low=None, high=None) -> np.ndarray:
-    """Random data that is never all zeros: normal floats, ints in a small range, random bools."""
-    if dtype == "bool":
-        a = rng.random(shape) < 0.5
-        if a.size:
-            a.flat[0] = True
-        return a
-    if dtypes.is_int(dtype):
-        lo = -8 if low is None else low
-        hi = 9 if high is None else high
-        return rng.integers(lo, hi, size=shape).astype(dtypes.to_numpy(dtype))
-    a = rng.standard_normal(shape)
-    if low is not None or high is not None:
-        lo = -1.0 if low is None else low
-        hi = 1.0 if high is None else high
-        a = rng.uniform(lo, hi, size=shape)
-    return a.astype(dtypes.to_numpy(dtype))
-
-
-def random_inputs(graph: Graph, seed: int | None = None) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [random_array(s, d, rng) for s, d in graph.input_types()]
 
 
 def fresh_seed() -> int:

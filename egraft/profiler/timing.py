@@ -1,0 +1,181 @@
+"""How long a program takes, measured so that two measurements can be compared honestly.
+
+A single wall-clock number hides the two things that decide whether a
+search step may trust it: how spread the repeats are, and under which
+conditions (threads, cores, device) they were taken.  So every timing
+function returns a :class:`Timing` with all samples, their median (robust to
+the occasional descheduled run, unlike the mean) and a relative spread, and
+:func:`faster` refuses to call a winner inside the noise.
+
+One function per device kind, because each needs a different notion of
+"done":
+
+* CPU: the call returning is completion; ``time.perf_counter_ns`` around it.
+* JAX: dispatch is asynchronous, so the outputs are waited on with
+  ``block_until_ready``; the warm-up calls absorb tracing and compilation.
+* CUDA: ``triton.testing.do_bench``, which times with CUDA events and
+  flushes the L2 cache before every run (so a kernel is not credited with a
+  cache warmed by its previous repeat).  Only callable where a GPU exists.
+
+Nothing heavy is imported at module load: triton only inside
+:func:`time_cuda`, and JAX outputs are waited on by duck typing.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import BackendError
+from .device import parse, require
+
+NOISE = 0.10  # default relative spread above which a timing is too noisy to conclude from
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: median of `samples`, relative `spread`, and the conditions measured under."""
+
+    median: float
+    samples: tuple[float, ...]
+    spread: float  # (p90 - p10) / median, or IQR / median when fewer than 10 samples
+    n: int
+    device: str
+    threads: int
+    affinity: tuple[int, ...] = field(default_factory=tuple)
+
+    @property
+    def width(self) -> float:
+        """The spread in seconds (p90 - p10 or the IQR)."""
+        return self.spread * self.median
+
+
+def conditions() -> tuple[int, tuple[int, ...]]:
+    """(thread count, CPU affinity) of this process right now.
+
+    The thread count is what the numeric libraries will use: ``OMP_NUM_THREADS``
+    when set, else the number of cores the process may run on.
+    """
+    cores = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    threads = int(env) if env.isdigit() and int(env) > 0 else (len(cores) or (os.cpu_count() or 1))
+    return threads, cores
+
+
+def summarize(samples: Sequence[float], device: str = "cpu") -> Timing:
+    """A :class:`Timing` from raw seconds (also how tests build synthetic timings)."""
+    s = np.asarray(samples, dtype=np.float64)
+    if s.size == 0 or np.any(s < 0) or not np.all(np.isfinite(s)):
+        raise BackendError(f"cannot summarize timings {list(samples)!r}: need at least one finite, non-negative sample")
+    med = float(np.median(s))
+    lo, hi = (10, 90) if s.size >= 10 else (25, 75)
+    width = float(np.percentile(s, hi) - np.percentile(s, lo))
+    spread = width / med if med > 0 else 0.0
+    threads, cores = conditions()
+    return Timing(med, tuple(float(x) for x in s), spread, int(s.size), str(device), threads, cores)
+
+
+def time_cpu(fn: Callable[[], object], warmup: int = 2, repeats: int = 20) -> Timing:
+    """Wall-clock `fn()` `repeats` times after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(max(1, repeats)):
+        t0 = _time.perf_counter_ns()
+        fn()
+        out.append((_time.perf_counter_ns() - t0) * 1e-9)
+    return summarize(out, "cpu")
+
+
+def _block(x) -> None:
+    """Wait for every JAX array in a (nested) result; other leaves are already done."""
+    if hasattr(x, "block_until_ready"):
+        x.block_until_ready()
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            _block(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            _block(y)
+
+
+def time_jax(fn: Callable[[], object], warmup: int = 2, repeats: int = 20, device: str = "cpu") -> Timing:
+    """Like :func:`time_cpu`, but each call's outputs are blocked on; warm-up excludes compilation."""
+    for _ in range(max(1, warmup)):
+        _block(fn())
+    out = []
+    for _ in range(max(1, repeats)):
+        t0 = _time.perf_counter_ns()
+        _block(fn())
+        out.append((_time.perf_counter_ns() - t0) * 1e-9)
+    return summarize(out, device)
+
+
+def time_cuda(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100, device: str = "cuda") -> Timing:
+    """``triton.testing.do_bench`` (CUDA events, L2 flushed before each run); needs a GPU."""
+    d = require(device)
+    if d.kind != "cuda":
+        raise BackendError(f"time_cuda times CUDA devices only, not {str(d)!r}; use time(fn, {str(d)!r})")
+    from triton.testing import do_bench
+
+    ms = do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+    return summarize([m * 1e-3 for m in ms], str(d))
+
+
+def time(fn: Callable[[], object], device: str = "cpu", jax: bool = False, **kw) -> Timing:
+    """Time `fn` on `device`: CUDA via do_bench, TPU or ``jax=True`` with blocking, else plain CPU."""
+    d = parse(device)
+    if d.kind == "cuda":
+        return time_cuda(fn, device=str(d), **kw)
+    if d.kind == "tpu" or jax:
+        require(d)
+        return time_jax(fn, device=str(d), **kw)
+    return time_cpu(fn, **kw)
+
+
+def noisy(t: Timing, threshold: float = NOISE) -> bool:
+    """True when `t` is too spread to conclude from (relative spread above `threshold`)."""
+    return t.spread > threshold
+
+
+def faster(a: Timing, b: Timing) -> bool:
+    """Whether `a` beats `b` beyond noise: b's median exceeds a's by more than their combined half-widths.
+
+    Half of each (p90 - p10) width, summed, is the margin; two timings whose
+    difference is inside it are a tie, and a tie is never "faster".
+    """
+    return b.median - a.median > (a.width + b.width) / 2
+
+
+class pin:  # noqa: N801 - used like a function: pin([0]) or `with pin([0]) as p:`
+    """Pin this process to `cores` (``os.sched_setaffinity``); restores the old set on exit or :meth:`restore`.
+
+    Pinning keeps a measurement on the same cores between repeats (no
+    migration, no cold caches).  ``before`` and ``after`` report what was done.
+    """
+
+    def __init__(self, cores: Sequence[int]):
+        if not hasattr(os, "sched_setaffinity"):
+            raise BackendError("this platform cannot pin a process to cores (no os.sched_setaffinity)")
+        self.before = tuple(sorted(os.sched_getaffinity(0)))
+        want = tuple(sorted(set(int(c) for c in cores)))
+        if not want or not set(want) <= set(self.before):
+            raise BackendError(f"cannot pin to cores {list(want)}; this process may use cores {list(self.before)}")
+        os.sched_setaffinity(0, want)
+        self.after = tuple(sorted(os.sched_getaffinity(0)))
+
+    def restore(self) -> None:
+        os.sched_setaffinity(0, self.before)
+
+    def __enter__(self) -> "pin":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    def __repr__(self) -> str:
+        return f"pin(before={list(self.before)}, after={list(self.after)})"

@@ -1,0 +1,132 @@
+"""What "matches the reference" means: the norm-relative error and the tolerance rule.
+
+Lives in the profiler (layer 3) rather than in ``egraft.testing`` because
+the profiler's candidate validation needs it and must not import the test
+tooling, which sits higher; ``egraft.testing`` re-exports every name here,
+so the test suite, the benchmarks and the search's validation share one
+definition.
+
+Tolerances.  A backend output is compared with ``ir.evaluate`` by the
+norm-relative error ``max|got - want| / max|want|`` (:func:`rel_err`).  For a
+float32 (or float64) output the allowed error is derived from the graph by
+:func:`tolerance_for`, a forward error budget walked along the longest path
+to the output (idioms are first expanded to their primitive form with
+``ir.decompose``, so a softmax is counted as the max, subtract, exp2, sum and
+reciprocal it is made of)::
+
+    budget(leaf, View, Gather, MaxReduce, Where, LessThan) = max budget of the inputs
+    budget(elementwise op rounding to dtype d)  = max budget of the inputs + ULPS_PER_OP * eps(d)
+    budget(Cast to float d)                     = budget of the input + eps(d)   (narrowing or int->float)
+    budget(SumReduce over n elements, dtype d)  = budget of the input + (ULPS_PER_OP + SUM_ULPS * n) * eps(d)
+
+    tolerance_for(graph, k) = max(budget(output k), FLOOR_ULPS * eps(dtype of output k))
+
+with ``eps(d)`` the machine epsilon of ``d`` (2**-23 for float32),
+``ULPS_PER_OP = 4`` (both sides round once per op; the transcendental
+kernels of XLA, Triton and numpy are within 2 ulps; the inputs the cases draw
+amplify an incoming error by at most a small factor) and ``SUM_ULPS = 1``: a
+sum of n terms carries at most about ``n * eps`` relative to the sum of the
+magnitudes (the classical ``gamma_n`` bound, with summation order differing
+between backends); this linear term is deliberately the worst case, not the
+``sqrt(n)`` typical case, because the norm-relative check divides by the
+largest output, which cancellation in a sum can make smaller than the sum of
+magnitudes.  Nodes of a half type on the path count with their own eps.
+The backends measure 1e-7 to 4e-7 on the conformance cases, inside this
+budget; a one-ulp-scale bug in one elementwise op (``1 / (x + 1e-5)``) is
+not.
+
+Half types (float16, bfloat16) keep the flat per-dtype :data:`TOLERANCE`
+(or the derived budget where that is larger): Triton computes a fused chain
+in float32 and rounds once at the store while the reference rounds after
+every op, and Triton's interpreter emulates bfloat16 loosely, so per-op
+half-precision budgets would be tighter than what the backends are allowed
+to do.  :data:`TOLERANCE` is also the documented bound for model-level tests,
+which compare whole programs after rewrites.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtypes
+from ..ir.graph import Graph
+
+# max |a - b| / max |b| allowed, by dtype of the output, where no graph is at hand (model-level checks)
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+
+ULPS_PER_OP = 4  # ulps per rounding elementwise op on the path
+SUM_ULPS = 1  # ulps per summed element (k in k * eps * n)
+FLOOR_ULPS = 4  # no output is checked tighter than this (a Cast or a movement of an input is exact)
+HALF = ("float16", "bfloat16")
+_MOVE_KINDS = ("leaf", "movement", "index", "select")
+_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+def eps(dtype: str) -> float:
+    """Machine epsilon of a float dtype (0 for ints and bool, which are compared exactly)."""
+    return _EPS.get(dtype, 0.0)
+
+
+def error_budgets(graph: Graph) -> list[float]:
+    """The forward error budget of every node of `graph` (idioms must already be primitives)."""
+    from ..ir.registry import get_op
+
+    budget: list[float] = []
+    for n in graph.nodes:
+        inherited = max((budget[j] for j in n.inputs), default=0.0)
+        kind = get_op(n.op).kind
+        e = eps(n.dtype)
+        if kind in _MOVE_KINDS or n.op in ("MaxReduce", "LessThan"):
+            b = inherited
+        elif kind == "type":
+            src = graph.nodes[n.inputs[0]].dtype
+            rounds = dtypes.is_float(n.dtype) and (not dtypes.is_float(src) or eps(src) < e)
+            b = inherited + (e if rounds else 0.0)
+        elif n.op == "SumReduce":
+            count = graph.nodes[n.inputs[0]].shape[n.attrs["axis"]]
+            b = inherited + (ULPS_PER_OP + SUM_ULPS * count) * e
+        elif kind in ("unary", "binary"):
+            b = inherited + ULPS_PER_OP * e
+        else:
+            raise ValueError(f"error_budgets: {n.op} is not a primitive; decompose the graph first")
+        budget.append(b)
+    return budget
+
+
+def tolerance_for(graph: Graph, output_index: int, dtype: str | None = None) -> float:
+    """The allowed norm-relative error of output `output_index` of `graph` (rule: the module docstring)."""
+    from ..ir.decompose import decompose
+
+    dt = dtype or graph.output_types()[output_index][1]
+    if not dtypes.is_float(dt):
+        return 0.0
+    prim = decompose(graph)
+    derived = max(error_budgets(prim)[prim.outputs[output_index]], FLOOR_ULPS * eps(dt))
+    return max(derived, TOLERANCE[dt]) if dt in HALF else derived
+
+
+def rel_err(got, want, floor: float = 0.0) -> float:
+    """Norm-relative error: max |got - want| / max(max |want|, floor) (inf/nan-aware).
+
+    `floor` > 0 makes the check absolute for outputs smaller than it: an
+    output that is mathematically zero (the sum of a layer norm's row) is
+    rounding noise, and its noise relative to itself says nothing.
+    """
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return float("inf")
+    same_nonfinite = (~np.isfinite(want)) & ((got == want) | (np.isnan(got) & np.isnan(want)))
+    if np.any(~np.isfinite(want) & ~same_nonfinite) or np.any(~np.isfinite(got) & np.isfinite(want)):
+        return float("inf")
+    finite = np.isfinite(want)
+    if not finite.any():
+        return 0.0
+    diff = np.abs(got[finite] - want[finite]).max(initial=0.0)
+    scale = max(np.abs(want[finite]).max(initial=0.0), floor)
+    return float(diff / scale) if scale > 0 else float(diff)
+
+
+def tolerance(dtype: str) -> float:
+    """The flat per-dtype bound of :data:`TOLERANCE` (0 for ints and bool: compared exactly)."""
+    return TOLERANCE.get(dtype, 0.0)

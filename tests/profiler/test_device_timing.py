@@ -1,0 +1,130 @@
+"""Device parsing and timings: structure only (no test asserts a speed)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from egraft.errors import BackendError, EgraftError
+from egraft.profiler import Device, available, faster, noisy, parse, pin, summarize, time, time_cpu, time_cuda, time_jax
+from egraft.testing import fresh_seed
+
+
+@pytest.mark.parametrize("text,want", [("cpu", Device("cpu")), ("cuda", Device("cuda")),
+                                       ("cuda:3", Device("cuda", 3)), ("tpu", Device("tpu")), (" CPU ", Device("cpu"))])
+def test_parse(text, want):
+    assert parse(text) == want
+    assert parse(str(want)) == want
+
+
+@pytest.mark.parametrize("bad", ["gpu", "cuda:x", "cuda:", "cpu:0", "tpu:1", "", "cuda:-1"])
+def test_parse_rejects_bad_strings(bad):
+    with pytest.raises(BackendError, match="unknown device"):
+        parse(bad)
+
+
+def test_available_here():
+    assert available("cpu")
+    assert available("cuda") is False  # this machine has no GPU (torch is the CPU build)
+    assert available("tpu") is False
+    with pytest.raises(EgraftError):
+        available("gpu")
+
+
+def test_time_cuda_without_gpu_is_a_clear_error():
+    with pytest.raises(BackendError, match="not available"):
+        time_cuda(lambda: None)
+    with pytest.raises(BackendError, match="not available"):
+        time(lambda: None, "cuda:0")
+
+
+def _check(t, device):
+    assert t.n == len(t.samples) > 0
+    assert min(t.samples) <= t.median <= max(t.samples)
+    assert t.spread >= 0
+    assert t.device == device
+    assert t.threads >= 1
+    assert t.affinity == tuple(sorted(os.sched_getaffinity(0)))
+
+
+def test_time_cpu_structure():
+    a = np.random.default_rng(fresh_seed()).standard_normal((64, 64))
+    t = time_cpu(lambda: a @ a, warmup=1, repeats=7)
+    _check(t, "cpu")
+    assert t.n == 7
+    _check(time(lambda: a @ a, "cpu", repeats=3), "cpu")
+
+
+def test_time_jax_blocks_and_excludes_compile():
+    import jax
+    import jax.numpy as jnp
+
+    calls = []
+
+    @jax.jit
+    def f(x):
+        return jnp.sin(x) * 2
+
+    x = jnp.asarray(np.random.default_rng(fresh_seed()).standard_normal(128).astype(np.float32))
+
+    def run():
+        calls.append(1)
+        return [f(x), (f(x), {"y": f(x)})]
+
+    t = time_jax(run, warmup=2, repeats=5)
+    _check(t, "cpu")
+    assert len(calls) == 7 and t.n == 5
+    _check(time(run, "cpu", jax=True, repeats=3), "cpu")
+
+
+def test_summarize_spread_on_synthetic_samples():
+    t = summarize([1.0] * 20)
+    assert t.median == 1.0 and t.spread == 0.0 and not noisy(t)
+    s = [1.0 + 0.01 * i for i in range(11)]  # p10 = 1.01, p90 = 1.09
+    t = summarize(s)
+    assert t.median == pytest.approx(1.05)
+    assert t.spread == pytest.approx(0.08 / 1.05)
+    small = summarize([1.0, 2.0, 3.0, 4.0])  # IQR: 3.25 - 1.75
+    assert small.spread == pytest.approx(1.5 / 2.5)
+    with pytest.raises(BackendError):
+        summarize([])
+
+
+def test_noisy_and_faster_logic():
+    quiet_fast = summarize([1.0, 1.01, 0.99] * 4)
+    quiet_slow = summarize([2.0, 2.02, 1.98] * 4)
+    loud = summarize([0.5, 1.0, 4.0] * 4)
+    assert not noisy(quiet_fast, 0.1) and noisy(loud, 0.1)
+    assert noisy(quiet_fast, 0.0)
+    assert faster(quiet_fast, quiet_slow) and not faster(quiet_slow, quiet_fast)
+    assert not faster(quiet_fast, quiet_fast)  # a tie is never faster
+    near = summarize([1.0, 1.2, 0.8] * 4)
+    near_slower = summarize([1.05, 1.25, 0.85] * 4)
+    assert not faster(near, near_slower) and not faster(near_slower, near)  # inside the noise
+
+
+def test_pin_applies_and_restores():
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    with pin([core]) as p:
+        assert os.sched_getaffinity(0) == {core}
+        assert p.before == tuple(sorted(before)) and p.after == (core,)
+        t = time_cpu(lambda: None, repeats=3)
+        assert t.affinity == (core,)
+        assert "after=" in repr(p)
+    assert os.sched_getaffinity(0) == before
+    p = pin([core])
+    assert os.sched_getaffinity(0) == {core}
+    p.restore()
+    assert os.sched_getaffinity(0) == before
+
+
+def test_pin_rejects_cores_not_allowed():
+    before = os.sched_getaffinity(0)
+    with pytest.raises(BackendError, match="cannot pin"):
+        pin([max(before) + 1000])
+    with pytest.raises(BackendError):
+        pin([])
+    assert os.sched_getaffinity(0) == before
