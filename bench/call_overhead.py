@@ -1,0 +1,116 @@
+"""Per-call overhead of a JAX executable against the bare compiled function.
+
+A two-input elementwise graph (16x24 float32) is lowered with
+``egraft.backends.lower(g, "jax", "cpu")`` and timed, per call, as:
+bare ``jax.jit`` on numpy inputs, bare jit on jax device arrays, the egraft
+executable on numpy arrays, on torch tensors, and torch eager.  The variants
+are interleaved round by round; each round times ``--calls`` calls of one
+variant, and the per-call time of a variant is the median over rounds
+(spread: p10-p90).  Pins the process to one core, one torch thread and
+single-threaded XLA (flags set before jax is imported).
+
+    python3 bench/call_overhead.py [--rounds 200] [--calls 200] [--core 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--core", type=int, default=None, help="CPU to pin to (default: the first allowed)")
+    args = ap.parse_args()
+
+    core = args.core if args.core is not None else min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    import jax
+    import jax.numpy as jnp
+
+    from egraft.backends import lower
+    from egraft.ir import GraphBuilder
+
+    shape = (16, 24)
+    b = GraphBuilder()
+    x, y = b.input("x", shape, "float32"), b.input("y", shape, "float32")
+    g = b.build([x * y])
+    ex = lower(g, "jax", "cpu")
+
+    rng = np.random.default_rng(0)
+    xn = rng.standard_normal(shape).astype(np.float32)
+    yn = rng.standard_normal(shape).astype(np.float32)
+    xt, yt = torch.from_numpy(xn.copy()), torch.from_numpy(yn.copy())
+    xj, yj = jax.device_put(xn), jax.device_put(yn)
+
+    bare = jax.jit(lambda a, c: a * c)
+
+    def bare_np():
+        return bare(xn, yn)
+
+    def bare_dev():
+        return bare(xj, yj)
+
+    def ex_np():
+        return ex(xn, yn)
+
+    def ex_torch():
+        return ex(xt, yt)
+
+    def torch_eager():
+        return xt * yt
+
+    variants = {
+        "bare jit, numpy in": (bare_np, lambda r: r.block_until_ready()),
+        "bare jit, device arrays in": (bare_dev, lambda r: r.block_until_ready()),
+        "egraft executable, numpy": (ex_np, None),
+        "egraft executable, torch": (ex_torch, None),
+        "torch eager": (torch_eager, None),
+    }
+    # correctness and warm-up
+    want = xn * yn
+    np.testing.assert_allclose(np.asarray(bare_np()), want, rtol=1e-6)
+    np.testing.assert_allclose(ex_np()[0], want, rtol=1e-6)
+    np.testing.assert_allclose(ex_torch()[0].numpy(), want, rtol=1e-6)
+    for fn, _ in variants.values():
+        for _ in range(200):
+            fn()
+
+    times = {k: [] for k in variants}
+    clock = time.perf_counter
+    n = args.calls
+    for r in range(args.rounds):
+        order = list(variants.items())
+        if r % 2:
+            order.reverse()
+        for name, (fn, sync) in order:
+            t0 = clock()
+            for _ in range(n):
+                out = fn()
+            if sync is not None:
+                sync(out)
+            times[name].append((clock() - t0) / n * 1e6)
+
+    print(f"jax {jax.__version__}, torch {torch.__version__}, core {core}, "
+          f"{args.rounds} rounds x {args.calls} calls, graph x*y {shape} float32")
+    print(f"{'variant':30s} {'median us':>10s} {'p10':>8s} {'p90':>8s}")
+    for name, ts in times.items():
+        ts = sorted(ts)
+        p10, p90 = ts[len(ts) // 10], ts[(len(ts) * 9) // 10]
+        print(f"{name:30s} {statistics.median(ts):10.2f} {p10:8.2f} {p90:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
