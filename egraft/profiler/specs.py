@@ -50,7 +50,7 @@ H100_SXM = DeviceSpec(
 # NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column (same compute as H100 SXM, HBM3e 141 GB).
 H200 = DeviceSpec(
     "NVIDIA H200",
-    {"float32": 67 * T, "tf32": 494.5 * T, "bfloat16": 989.5 * T, "float16": 989.5 * T, "int8": 1979 * T},
+    dict(H100_SXM.flops),  # the same compute as H100 SXM
     4.8 * T,
     "NVIDIA H200 Tensor Core GPU datasheet (SXM)",
 )
