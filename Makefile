@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test demo bench-trace bench-saturation bench-cpu coverage fuzz-long fuzz-10k
+.PHONY: install test demo bench-trace bench-saturation bench-cpu bench-search bench-calls coverage fuzz-long fuzz-10k
 
 # torch first, only if missing: `pip install torch==2.13.0` finds the CPU
 # wheel already on disk on our machines; any other torch spec would pull a
@@ -27,6 +27,15 @@ bench-saturation: install
 
 bench-cpu: install
 	$(PYTHON) bench/cpu_backends.py --threads 1
+
+# the search vs direct / greedy / torch eager / torch.compile, one pinned core (THREADS=2 for both cores)
+THREADS ?= 1
+bench-search: install
+	$(PYTHON) bench/search.py --threads $(THREADS) --budget 40 --gpt2-compile --out bench/results/search-$(THREADS)thread.json
+
+# per-call overhead of an executable against bare jax.jit and torch eager
+bench-calls: install
+	taskset -c 0 $(PYTHON) bench/call_overhead.py --repeats 100 --calls 200 --core 0
 
 coverage: install
 	$(PYTHON) scripts/opinfo_coverage.py

@@ -2,14 +2,24 @@
 
 A two-input elementwise graph (16x24 float32) is lowered with
 ``egraft.backends.lower(g, "jax", "cpu")`` and timed, per call, as:
-bare ``jax.jit`` on numpy inputs, bare jit on jax device arrays, the egraft
-executable on numpy arrays, on torch tensors, and torch eager.  The variants
-are interleaved round by round; each round times ``--calls`` calls of one
-variant, and the per-call time of a variant is the median over rounds
-(spread: p10-p90).  Pins the process to one core, one torch thread and
-single-threaded XLA (flags set before jax is imported).
 
-    python3 bench/call_overhead.py [--rounds 200] [--calls 200] [--core 1]
+* bare ``jax.jit`` on numpy inputs (jax array out, synchronised once per round),
+* bare jit on numpy, output read back with ``np.asarray`` (what the executable
+  returns for numpy: the floor for "executable, numpy"),
+* bare jit on jax device arrays,
+* bare jit on torch tensors through the cheapest conversion: ``tensor.numpy()``
+  in (jax array out), and both ways (``torch.from_numpy(np.array(out))`` out:
+  the floor for "executable, torch"),
+* the egraft executable on numpy arrays and on torch tensors,
+* torch eager.
+
+The variants are interleaved round by round (the order reversed every other
+round); each round times ``--calls`` calls of one variant, and the per-call
+time of a variant is the median over ``--repeats`` rounds (spread: p10-p90).
+Pins the process to one core, one torch thread and single-threaded XLA
+(flags set before jax is imported).
+
+    python3 bench/call_overhead.py [--repeats 200] [--calls 200] [--core 1]
 """
 
 from __future__ import annotations
@@ -22,7 +32,8 @@ import time
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--repeats", "--rounds", dest="repeats", type=int, default=200,
+                    help="interleaved rounds: timed samples per variant")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--core", type=int, default=None, help="CPU to pin to (default: the first allowed)")
     args = ap.parse_args()
@@ -38,7 +49,6 @@ def main():
 
     torch.set_num_threads(1)
     import jax
-    import jax.numpy as jnp
 
     from egraft.backends import lower
     from egraft.ir import GraphBuilder
@@ -60,8 +70,17 @@ def main():
     def bare_np():
         return bare(xn, yn)
 
+    def bare_np_read():
+        return np.asarray(bare(xn, yn))
+
     def bare_dev():
         return bare(xj, yj)
+
+    def bare_torch_in():  # zero-copy numpy views of the tensors (DLPack import measured ~30 us)
+        return bare(xt.numpy(), yt.numpy())
+
+    def bare_torch():  # the cheapest crossing both ways: numpy views in, a copy out
+        return torch.from_numpy(np.array(bare(xt.numpy(), yt.numpy())))
 
     def ex_np():
         return ex(xn, yn)
@@ -74,7 +93,10 @@ def main():
 
     variants = {
         "bare jit, numpy in": (bare_np, lambda r: r.block_until_ready()),
+        "bare jit, numpy in, np.asarray": (bare_np_read, None),
         "bare jit, device arrays in": (bare_dev, lambda r: r.block_until_ready()),
+        "bare jit, torch in (.numpy())": (bare_torch_in, lambda r: r.block_until_ready()),
+        "bare jit, torch in/out": (bare_torch, None),
         "egraft executable, numpy": (ex_np, None),
         "egraft executable, torch": (ex_torch, None),
         "torch eager": (torch_eager, None),
@@ -83,6 +105,7 @@ def main():
     want = xn * yn
     np.testing.assert_allclose(np.asarray(bare_np()), want, rtol=1e-6)
     np.testing.assert_allclose(ex_np()[0], want, rtol=1e-6)
+    np.testing.assert_allclose(bare_torch().numpy(), want, rtol=1e-6)
     np.testing.assert_allclose(ex_torch()[0].numpy(), want, rtol=1e-6)
     for fn, _ in variants.values():
         for _ in range(200):
@@ -91,7 +114,7 @@ def main():
     times = {k: [] for k in variants}
     clock = time.perf_counter
     n = args.calls
-    for r in range(args.rounds):
+    for r in range(args.repeats):
         order = list(variants.items())
         if r % 2:
             order.reverse()
@@ -104,12 +127,18 @@ def main():
             times[name].append((clock() - t0) / n * 1e6)
 
     print(f"jax {jax.__version__}, torch {torch.__version__}, core {core}, "
-          f"{args.rounds} rounds x {args.calls} calls, graph x*y {shape} float32")
-    print(f"{'variant':30s} {'median us':>10s} {'p10':>8s} {'p90':>8s}")
+          f"{args.repeats} rounds x {args.calls} calls, graph x*y {shape} float32")
+    print(f"{'variant':32s} {'median us':>10s} {'p10':>8s} {'p90':>8s}")
+    med = {}
     for name, ts in times.items():
         ts = sorted(ts)
         p10, p90 = ts[len(ts) // 10], ts[(len(ts) * 9) // 10]
-        print(f"{name:30s} {statistics.median(ts):10.2f} {p10:8.2f} {p90:8.2f}")
+        med[name] = statistics.median(ts)
+        print(f"{name:32s} {med[name]:10.2f} {p10:8.2f} {p90:8.2f}")
+    for ex_name, floor in (("egraft executable, numpy", "bare jit, numpy in"),
+                           ("egraft executable, numpy", "bare jit, numpy in, np.asarray"),
+                           ("egraft executable, torch", "bare jit, torch in/out")):
+        print(f"{ex_name} - {floor}: {med[ex_name] - med[floor]:+.2f} us (medians)")
 
 
 if __name__ == "__main__":

@@ -50,5 +50,9 @@ class BackendError(EgraftError):
     """A backend could not lower or run a graph."""
 
 
+class SearchError(EgraftError):
+    """A search could not run: no backend runs on the device, or the model's own program fails there."""
+
+
 class ArtifactError(EgraftError):
     """A saved artifact is missing, corrupt or from an incompatible version."""

@@ -1,7 +1,8 @@
 """Backends: lower an ``ir.Graph`` to an executable for a device.
 
 ``lower(graph, backend, device, knobs=None)``: backend is ``"jax"``,
-``"triton"`` or ``"auto"`` (Triton on CUDA, JAX/XLA on CPU and TPU).
+``"triton"``, ``"torch"`` (ATen ops through torch.fx, eager or Inductor) or
+``"auto"`` (Triton on CUDA, JAX/XLA on CPU and TPU).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from ..errors import BackendError
 from ..ir.graph import Graph
 from .base import BACKENDS, Backend, Executable, default_knobs, device_kind
 
-_MODULES = {"jax": "egraft.backends.jax", "triton": "egraft.backends.triton"}
+_MODULES = {"jax": "egraft.backends.jax", "triton": "egraft.backends.triton", "torch": "egraft.backends.torch"}
 NAMES = tuple(_MODULES)  # egraft's own backends (importing one registers it in BACKENDS)
 
 

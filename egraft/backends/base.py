@@ -75,16 +75,26 @@ class Executable:
         raise NotImplementedError
 
     def run_torch(self, inputs: list) -> list:
+        """torch in, torch out through ``run_numpy``: each output a tensor of its own.
+
+        Outputs go to the device of the first tensor input.  An output ``run_numpy``
+        may share (a read-only or strided view, an input handed back, one array
+        returned twice) is copied, so a torch output never aliases an input, another
+        output or the backend's memory.
+        """
         import torch
 
         from ..ir.evaluate import to_numpy
 
-        dev = inputs[0].device
-        outs = self.run_numpy(check_inputs(self.graph, [to_numpy(x) for x in inputs]))
-        res = []
+        dev = next((x.device for x in inputs if is_torch(x)), torch.device("cpu"))
+        arrs = [to_numpy(x) for x in inputs]
+        outs = self.run_numpy(check_inputs(self.graph, arrs))
+        res, taken = [], {id(a) for a in arrs}
         for o in outs:
             if o.dtype.name == "bfloat16":
                 res.append(torch.from_numpy(o.astype(np.float32)).to(torch.bfloat16).to(dev))
-            else:
-                res.append(torch.from_numpy(np.ascontiguousarray(o)).to(dev))
+                continue
+            owned = o.base is None and o.flags.writeable and o.flags.c_contiguous and id(o) not in taken
+            taken.add(id(o))  # the same array twice: the second one is a copy
+            res.append(torch.from_numpy(o if owned else np.array(o, order="C")).to(dev))
         return res

@@ -137,7 +137,7 @@ def saturate_layered(graph: Graph, rules, limits):
     return SaturationResult(egraph=None, ctx=snap.ctx, graph=graph, output_handles=list(graph.outputs),
                             input_handles=list(graph.input_ids), stop_reason=stop, iterations=iters, nodes=nodes,
                             classes=classes, seconds=seconds, history=history, firings=firings, layers=info, snap=snap,
-                            form_firings=forms)
+                            form_firings=forms, parts=[(b, templates[b.key]) for b in blocks])
 
 
 def _stitch(graph: Graph, blocks: list[Block], templates: dict) -> tuple[Snapshot, Stitcher]:

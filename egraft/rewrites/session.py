@@ -115,6 +115,9 @@ class SaturationResult:
     layers: dict = field(default_factory=dict)  # what repeated-layer reuse did
     snap: Snapshot | None = field(default=None, repr=False)  # read from `egraph` on first use when None
     form_firings: Counter = field(default_factory=Counter)  # per egglog command: "rule#k", "rule#k=>"
+    # repeated-layer results: (Block, Template or None) per block occurrence, in graph order; the search
+    # searches each distinct template once and reuses the winner for every occurrence
+    parts: list = field(default_factory=list, repr=False)
 
     def snapshot(self) -> Snapshot:
         if self.snap is None:

@@ -1,5 +1,22 @@
-"""Search over the e-graph: the plain-Python Space and extraction of programs from it."""
+"""Search over the e-graph for the fastest equal program: space, cost model, genetic search, evaluators.
 
+``search(graph, backend="auto", device="cpu", budget=None, seed=0) -> SearchResult``
+(:mod:`.engine`).  The parts: :class:`Space` (extraction of programs from a
+saturated e-graph), :mod:`.cost` (the roofline cost model), :mod:`.genome`
+and :mod:`.genetic` (the genetic search), :mod:`.evaluate` and
+:mod:`.evaluators` (validating and timing candidates; the Ray evaluator in
+:mod:`.ray_evaluator`), :mod:`.layered` (repeated layers searched once),
+:mod:`.result`, :mod:`.report` and :mod:`.progress` (what the user sees).
+"""
+
+from .cost import Estimate, KernelCost, estimate, node_cost, rank_correlation
+from .engine import search
+from .evaluate import Candidate, Outcome, Task
+from .evaluators import LocalEvaluator
+from .genetic import Budget
+from .result import Generation, SearchResult, Trial
 from .space import Space, default_cost
 
-__all__ = ["Space", "default_cost"]
+__all__ = ["Budget", "Candidate", "Estimate", "Generation", "KernelCost", "LocalEvaluator", "Outcome",
+           "SearchResult", "Space", "Task", "Trial", "default_cost", "estimate", "node_cost", "rank_correlation",
+           "search"]

@@ -137,19 +137,55 @@ class Space:
         """The program picked by `choices` (class -> e-node index within the class) as an ir.Graph."""
         return self.build(self._node_choice(choices))
 
-    def build(self, ch: list[int]) -> Graph:
-        """The program of one e-node id per class (`ch[c]`), repaired to be acyclic (in place)."""
+    def build(self, ch: list[int], recompute: frozenset[int] | set[int] = frozenset()) -> Graph:
+        """The program of one e-node id per class (`ch[c]`), repaired to be acyclic (in place).
+
+        A class in `recompute` that the program uses more than once is emitted
+        once per use instead of once in all (each consumer recomputes it: the
+        materialise-or-recompute choice that tree extraction cannot express);
+        its own children are shared unless they are recomputed too.  Leaves
+        and views are never duplicated (they cost nothing to share).
+        """
         order = self._acyclic(ch)
+        nodes = self.nodes
+        uses: dict[int, int] = {}
+        if recompute:
+            for c in order:
+                for k in nodes[ch[c]].children:
+                    uses[k] = uses.get(k, 0) + 1
+            for r in self.roots:
+                uses[r] = uses.get(r, 0) + 1
+        dup = {c for c in recompute if uses.get(c, 0) > 1 and nodes[ch[c]].op not in Group.LEAF
+               and nodes[ch[c]].op not in Group.MOVEMENT}
         ids: dict[int, int] = {}
         out_nodes: list[Node] = []
+
+        def emit(c: int) -> int:
+            n = nodes[ch[c]]
+            out_nodes.append(Node(n.op, tuple(ref(k) for k in n.children), n.attrs, tuple(self.shape[c]),
+                                  self.dtype[c]))
+            return len(out_nodes) - 1
+
+        def ref(c: int) -> int:  # a shared node, or a fresh copy of a recomputed one
+            return emit(c) if c in dup else ids[c]
+
         for c in order:
-            n = self.nodes[ch[c]]
-            ids[c] = len(out_nodes)
-            out_nodes.append(Node(n.op, tuple(ids[k] for k in n.children), n.attrs, tuple(self.shape[c]), self.dtype[c]))
+            if c not in dup:
+                ids[c] = emit(c)
         try:
-            return Graph(out_nodes, [ids[r] for r in self.roots], [ids[c] for c in self.inputs], self.weights)
+            return Graph(out_nodes, [ref(r) for r in self.roots], [ids[c] for c in self.inputs], self.weights)
         except IRError as e:
             raise IRError(f"extraction produced an ill-typed graph (an unsound rule?): {e}") from None
+
+    def shared(self, ch: list[int]) -> list[int]:
+        """Classes the program of `ch` computes once and uses several times (materialise candidates)."""
+        order = self._acyclic(list(ch))
+        uses: dict[int, int] = {}
+        for c in order:
+            for k in self.nodes[ch[c]].children:
+                uses[k] = uses.get(k, 0) + 1
+        skip = Group.LEAF | Group.MOVEMENT
+        return [c for c in order if uses.get(c, 0) > 1 and self.nodes[ch[c]].op not in skip]
 
     def sample(self, rng: np.random.Generator | int | None = None) -> Graph:
         """A random acyclic extraction: a uniform e-node choice per class, then repaired."""
@@ -163,15 +199,20 @@ class Space:
                 ch[c] = usable[int(rng.integers(len(usable)))]
         return ch
 
-    def greedy(self, cost_fn: Callable[[ENode, "Space"], float] | None = None) -> Graph:
-        """Least tree-cost extraction; default cost: :func:`default_cost` (FLOPs + bytes)."""
+    def greedy_choice(self, cost_fn: Callable[[ENode, "Space"], float] | None = None) -> list[int]:
+        """The e-node id per class of the least tree-cost extraction (default cost: :func:`default_cost`)."""
         fn = cost_fn or default_cost
-        costs = [max(float(fn(n, self)), 1e-9) for n in self.nodes]
+        floor = 1e-9 if cost_fn is None else 1e-18  # roofline costs are seconds: tiny but meaningful
+        costs = [max(float(fn(n, self)), floor) for n in self.nodes]
         for i, n in enumerate(self.nodes):
             if n.op == "Input":
-                costs[i] = 1e-12
+                costs[i] = floor * 1e-3
         _, ch = best_by_cost(self._snap, costs, "sum")
-        return self.build([x if x >= 0 else s for x, s in zip(ch, self.safe)])
+        return [x if x >= 0 else s for x, s in zip(ch, self.safe)]
+
+    def greedy(self, cost_fn: Callable[[ENode, "Space"], float] | None = None) -> Graph:
+        """Least tree-cost extraction; default cost: :func:`default_cost` (FLOPs + bytes)."""
+        return self.build(self.greedy_choice(cost_fn))
 
 
 

@@ -6,7 +6,7 @@ per reduction of length n), not to a flat tolerance.
 
 The cases are written once (``conformance.py``, ``conformance_idioms.py``);
 adding a backend means adding it to ``BACKENDS``.  Test ids are
-``[<backend>-<case>]``, so ``pytest -k jax`` / ``-k triton`` select a backend.
+``[<backend>-<case>]``, so ``pytest -k jax`` / ``-k triton`` / ``-k torch`` select a backend.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def _triton(graph):
 BACKENDS = [
     BackendUnderTest("jax", lambda graph: lower(graph, "jax", "cpu")),
     BackendUnderTest("triton", _triton),
+    BackendUnderTest("torch", lambda graph: lower(graph, "torch", "cpu")),
 ]
 CASES = all_cases()
 

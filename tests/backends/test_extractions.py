@@ -1,15 +1,16 @@
-"""Extracted programs of every reference model, run through both backends.
+"""Extracted programs of every reference model, run through every backend.
 
 What a user hits after ``saturate`` + ``Space``: for every workload of
 ``egraft.models`` and the three ``transformers`` models (GPT-2, Llama, BERT)
-at tiny sizes, one bounded saturation (shared by both backends), then the
-greedy extraction and ``N_SAMPLES`` sampled extractions are lowered with JAX
-and with Triton (the interpreter on CPU) and compared with ``ir.evaluate`` of
-the ORIGINAL traced graph on the same random inputs.
+at tiny sizes, one bounded saturation (shared by the backends), then the
+greedy extraction and ``N_SAMPLES`` sampled extractions are lowered with JAX,
+with Triton (the interpreter on CPU) and with torch (eager ATen ops on the
+CPU) and compared with ``ir.evaluate`` of the ORIGINAL traced graph on the
+same random inputs.
 
 The attention workloads are also extracted with a cost that makes every
 ``Attention`` e-node cheap, so the program holds the idiom and each backend's
-attention rule (Triton's attention kernel, JAX's attention rule) runs: the
+attention rule (Triton's attention kernel, JAX's and torch's attention rules) runs: the
 causal mask and the bias/mask input are checked there, not only in the
 primitive form the front end writes.
 
@@ -59,7 +60,7 @@ SMALL = {
 }
 HF = ("hf_gpt2", "hf_llama", "hf_bert")
 NAMES = sorted(MODELS) + list(HF)
-BACKENDS = ("jax", "triton")
+BACKENDS = ("jax", "triton", "torch")
 # attention workloads -> (causal, has a bias operand) of the Attention node they must extract to
 ATTENTION = {"gqa_attention": (True, False), "mask_attention": (False, True),
              "mask_attention_additive": (False, True)}
@@ -111,7 +112,7 @@ def _run(c: Case, label: str, prog: Graph, backend: str):
     """Lower `prog` with `backend`, run it on the case's inputs, compare with the original graph."""
     if backend == "triton":
         require_mode()
-    ex = lower(prog, backend, "cpu" if backend == "jax" else DEVICE)
+    ex = lower(prog, backend, DEVICE if backend == "triton" else "cpu")
     got = [np.asarray(o.cpu() if isinstance(o, torch.Tensor) else o) for o in ex(*c.inputs)]
     what = f"{c.name}, {label} extraction on {backend} (seed {c.seed})"
     try:

@@ -13,7 +13,7 @@ tolerance (``egraft.testing.tolerance_for``; the flat per-dtype one for half
 types).  Float -> int casts of NaN and inf are undefined in C, XLA and torch
 alike and are not checked.
 
-Backends run from ``test_conformance.BACKENDS`` (``pytest -k jax`` / ``-k triton``).
+Backends run from ``test_conformance.BACKENDS`` (``pytest -k jax`` / ``-k triton`` / ``-k torch``).
 """
 
 from __future__ import annotations

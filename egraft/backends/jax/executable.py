@@ -38,18 +38,14 @@ from ...ir import dtypes
 from ...ir.graph import Graph
 from ..base import Executable, device_kind
 from ..fold import fold_weights
+from .callpath import fast_call
 from .program import INT32_MAX, INT32_MIN, Program, program_dtype, to_program_dtype, x64_scope
 
 _BF16 = dtypes.to_numpy("bfloat16")
-_COPY_MAX = 128 * 1024  # bytes: a CPU output up to this size goes to torch as a copy, larger through DLPack
 
 
 def _torch():
     return sys.modules["torch"]
-
-
-def _torch_from_dlpack():
-    return sys.modules["torch"].utils.dlpack.from_dlpack
 
 
 KNOBS = {
@@ -99,9 +95,10 @@ class JaxExecutable(Executable):
             self._in_types = [(s, program_dtype(d, self._x64)) for s, d in main.input_types()]
             self._out_dtypes = [d for _, d in main.output_types()]
             specs = [jax.ShapeDtypeStruct(s, d) for s, d in self._in_types]
-            if self.knobs.get("weights", "arguments") == "constants":
-                ws = self.weights
-                fn = jax.jit(lambda *xs: self.program.fn(ws, *xs))
+            if self.knobs.get("weights", "arguments") == "constants" or not self.weights:
+                # (no weights: the same program either way, and a call passes no empty weight tuple)
+                ws, prog = self.weights, self.program
+                fn = jax.jit(lambda *xs: prog.fn(ws, *xs))
                 self._compiled = fn.lower(*specs).compile()
                 self._call = self._compiled
                 self._prefix = ()
@@ -113,111 +110,11 @@ class JaxExecutable(Executable):
                 self._call = lambda *xs: compiled(ws, *xs)
                 self._prefix = (ws,)
             self._jitted = fn
-        self._build_fast_path()
-
-    def _build_fast_path(self):
-        """Precompute what a call needs, so the common call is a tuple compare and the compiled call.
-
-        The fast path takes exactly the declared inputs (numpy arrays, or torch CPU tensors
-        when the device is the CPU) whose dtype the program holds unchanged; anything else
-        (a wrong shape or dtype, int64 computed in int32, lists, other devices) goes through
-        the checking path, which explains a mismatch.
-        """
-        gtypes = self.graph.input_types()
-        self._n_in = len(gtypes)
-        same = all(program_dtype(d, self._x64) == dtypes.to_numpy(d) for _, d in gtypes)
-        self._np_sig = (tuple((np.ndarray, tuple(s), dtypes.to_numpy(d)) for s, d in gtypes) if same else None)
-        self._scope = (lambda: jax.enable_x64(True)) if self._x64 else None
-        self._fn = self._compiled
-        self._cpu = self._dev.platform == "cpu"
-        out_avals = jax.tree_util.tree_leaves(self._compiled.out_info)
-        wants = [dtypes.to_numpy(d) for d in self._out_dtypes]
-        # per output: the numpy dtype to cast to, None where the program already yields it
-        self._np_cast = tuple(None if np.dtype(a.dtype) == w else w for a, w in zip(out_avals, wants))
-        self._torch_sig = None  # built on the first torch call (torch need not be imported at build)
-        self._torch_ok = self._dev.platform == "cpu" and same
-
-    def _torch_signature(self):
-        import torch
-
-        gtypes = self.graph.input_types()
-        wants = [dtypes.to_numpy(d) for d in self._out_dtypes]
-        out_avals = jax.tree_util.tree_leaves(self._compiled.out_info)
-        # bfloat16 inputs cross as an int16 view reinterpreted as ml_dtypes' bfloat16 (no copy)
-        self._torch_bf16 = tuple(d == "bfloat16" for _, d in gtypes)
-        self._torch_cast = tuple(None if np.dtype(a.dtype) == w else getattr(torch, d)
-                                 for a, w, d in zip(out_avals, wants, self._out_dtypes))
-        # small outputs are copied out (measured: exporting a fresh XLA CPU buffer through DLPack
-        # costs ~30 us, a copy less up to a few hundred KiB); large ones and bfloat16 (no numpy
-        # twin for torch) cross through DLPack without a copy
-        self._torch_copy = tuple(d != "bfloat16" and int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize <= _COPY_MAX
-                                 for a, d in zip(out_avals, self._out_dtypes))
-        self._torch_sig = tuple((torch.Tensor, tuple(s), getattr(torch, d)) for s, d in gtypes)
-        return self._torch_sig
+        self._fast = fast_call(self)
 
     def __call__(self, *inputs):
-        if len(inputs) == self._n_in:
-            try:
-                sig = tuple([(x.__class__, x.shape, x.dtype) for x in inputs])
-            except AttributeError:
-                sig = None
-            if sig is not None:
-                if sig == self._np_sig:
-                    if self._cpu and self._scope is None and self._fn is not self._compiled:
-                        # the common case inline: numpy straight into the compiled call
-                        outs = self._fn(*self._prefix, *inputs)
-                        return [np.asarray(o) if c is None else np.asarray(o).astype(c)
-                                for o, c in zip(outs, self._np_cast)]
-                    return self._fast_numpy(inputs)
-                if self._torch_ok and sig == (self._torch_sig or self._torch_signature_if_torch()):
-                    out = self._fast_torch(inputs)
-                    if out is not None:
-                        return out
-        return Executable.__call__(self, *inputs)
-
-    def _torch_signature_if_torch(self):
-        return self._torch_signature() if "torch" in sys.modules else None
-
-    def _run_compiled(self, xs):
-        if self._scope is None:
-            outs = self._fn(*self._prefix, *xs)
-        else:
-            with self._scope():
-                outs = self._fn(*self._prefix, *xs)
-        if self._fn is self._compiled:  # after the first call, skip Compiled.__call__'s Python frame
-            self._fn = getattr(self._compiled, "_call", None) or self._compiled
-        return outs
-
-    def _fast_numpy(self, xs) -> list:
-        if not self._cpu:  # on CPU the compiled call takes numpy directly
-            xs = [jax.device_put(x, self._dev) for x in xs]
-        outs = self._run_compiled(xs)
-        return [np.asarray(o) if c is None else np.asarray(o).astype(c) for o, c in zip(outs, self._np_cast)]
-
-    def _fast_torch(self, inputs):
-        """CPU tensors in as zero-copy numpy views, outputs back through DLPack; None: take the slow path."""
-        xs = []
-        for x, bf in zip(inputs, self._torch_bf16):
-            if not x.is_cpu:
-                return None
-            if x.requires_grad:
-                x = x.detach()
-            try:
-                xs.append(x.view(_torch().int16).numpy().view(_BF16) if bf else x.numpy())
-            except (RuntimeError, TypeError, ValueError):  # conj/neg-bit views, odd strides: take the slow path
-                return None
-        outs = self._run_compiled(xs)
-        from_dlpack = _torch_from_dlpack()
-        from_numpy = _torch().from_numpy
-        res = []
-        for o, c, n, copy in zip(outs, self._torch_cast, self._np_cast, self._torch_copy):
-            if copy:
-                a = np.asarray(o)
-                res.append(from_numpy(a.copy() if n is None else a.astype(n)))
-            else:
-                t = from_dlpack(o.__dlpack__())
-                res.append(t if c is None else t.to(c))
-        return res
+        out = self._fast(inputs)  # the precomputed common case (see .callpath), None otherwise
+        return out if out is not None else Executable.__call__(self, *inputs)
 
     # -- inspection ---------------------------------------------------------------
     def jaxpr(self):

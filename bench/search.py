@@ -1,0 +1,242 @@
+"""The search against the direct lowering, greedy extraction, torch eager and torch.compile, per workload.
+
+For each workload (RMSNorm+Linear, LoRA, gated MLP, GQA attention, QK-norm
+attention, the GPT-2 and Llama blocks of ``egraft.models``):
+
+1. trace and saturate (timed);
+2. ``egraft.search.search`` with a time budget (fitness: measured on this CPU);
+3. random sampling at the same number of distinct trials (uniform genomes of
+   the same genome space, each validated and timed like the search's);
+4. the final comparison: direct lowering (input graph, JAX defaults),
+   greedy extraction (JAX defaults), the searched program (its backend and
+   knobs), torch eager, torch.compile (Inductor) -- warmed up, then timed
+   interleaved: every round calls each variant ``--calls`` times in a
+   rotating order; medians over all rounds and their spread (p10-p90 / median).
+
+Threads are fixed before torch/jax load (as bench/cpu_backends.py does: one
+thread pins the process to one core).  Writes a JSON file per run and prints
+a Markdown table.  ``--gpt2-compile`` also times trace + saturate + search of
+a 12-layer GPT-2-small-sized stack (batch 1, sequence 128).
+
+    python3 bench/search.py [--threads 1] [--size mid|bench] [--budget 40] [--rounds 7] [--only NAME ...]
+                            [--gpt2-compile] [--out bench/results/search.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_backends import MID, _set_threads  # noqa: E402
+
+WORKLOADS = ["rmsnorm_linear", "lora_linear", "gated_mlp", "gqa_attention", "qknorm_attention", "gpt2_block",
+             "llama_block"]
+
+
+def _model(name, size):
+    from egraft.models import MODELS
+
+    spec = MODELS[name]
+    if size == "mid":
+        sizes, ins = MID[name]
+        model = spec.factory(**sizes, seed=0)
+        return model, spec.example_inputs(model, batch=ins["batch"], seq=ins["seq"], seed=0)
+    model = spec.build(size, seed=0)
+    return model, spec.example_inputs(model, seed=0, size=size)
+
+
+def _stats(samples):
+    import numpy as np
+
+    s = np.asarray(samples)
+    med = float(np.median(s))
+    return med, float((np.percentile(s, 90) - np.percentile(s, 10)) / med)
+
+
+def _random_sampling(space, task, backends, graph, trials, seed):
+    """Best validated time of `trials` uniformly random genomes (distinct programs), timed like the search's."""
+    import random
+
+    from egraft.search.evaluate import evaluate_one
+    from egraft.search.genome import GenomeSpace
+
+    gs = GenomeSpace(space, space.greedy_choice(), backends, graph)
+    rng = random.Random(seed)
+    seen, best, tried = set(), math.inf, 0
+    attempts = 0
+    while tried < trials and attempts < trials * 20:
+        attempts += 1
+        cand = gs.candidate(gs.random(rng))
+        if cand.key in seen:
+            continue
+        seen.add(cand.key)
+        tried += 1
+        out = evaluate_one(task, cand)
+        if out.ok:
+            best = min(best, out.time_s)
+    return best, tried
+
+
+def run_one(name, size, budget, rounds, calls, seed):
+    import numpy as np
+    import torch
+
+    import egraft
+    from egraft.backends import lower
+    from egraft.rewrites import saturate
+    from egraft.search import Budget, Space, search
+    from egraft.search.engine import candidate_backends
+    from egraft.search.evaluate import Task
+
+    model, args = _model(name, size)
+    t0 = time.perf_counter()
+    graph = egraft.trace(model, args)
+    t_trace = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sat = saturate(graph)
+    t_sat = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res = search(graph, budget=Budget(seconds=budget), saturation=sat, seed=seed, cache=False, progress=False)
+    t_search = time.perf_counter() - t0
+    space = Space.from_egraph(sat)
+    n_trials = sum(res.counts.get(k, 0) for k in ("timed", "rejected", "failed"))
+    task = Task(graph, "cpu", "measured", seed)
+    ga_best = min([t.time_s for t in res.trials if t.status == "timed"], default=math.inf)
+    t0 = time.perf_counter()
+    rnd_best, rnd_n = _random_sampling(space, task, candidate_backends("auto", "cpu"), graph, n_trials, seed)
+    t_random = time.perf_counter() - t0
+
+    greedy = space.greedy()
+    exes = {"direct": lower(graph, "jax", "cpu"), "greedy": lower(greedy, "jax", "cpu"),
+            "searched": lower(res.graph, res.backend, "cpu", res.knobs)}
+    with torch.no_grad():
+        want = model(*args)
+    compiled = torch.compile(model)
+    variants = {"eager": lambda: model(*args), "torch.compile": lambda: compiled(*args)}
+    for k, ex in exes.items():
+        variants[k] = (lambda ex=ex: ex(*args))
+    with torch.no_grad():
+        for k, fn in variants.items():  # warm-up (compiles), and a correctness check of every variant
+            for _ in range(2):
+                out = fn()
+            got = out[0] if isinstance(out, (list, tuple)) else out
+            ref = want[0] if isinstance(want, (list, tuple)) else want
+            err = float((got.float() - ref.float()).abs().max() / (ref.float().abs().max() + 1e-30))
+            if not err < 1e-3:
+                raise AssertionError(f"{name}: {k} disagrees with eager (max rel err {err:.2e})")
+        samples = {k: [] for k in variants}
+        order = list(variants)
+        for r in range(rounds):
+            rot = order[r % len(order):] + order[:r % len(order)]
+            for k in rot:
+                for _ in range(calls):
+                    t = time.perf_counter()
+                    variants[k]()
+                    samples[k].append(time.perf_counter() - t)
+    stats = {k: _stats(v) for k, v in samples.items()}
+    eager = stats["eager"][0]
+    row = {
+        "workload": name, "size": size, "trace_s": t_trace, "saturate_s": t_sat, "search_s": t_search,
+        "random_s": t_random, "trials": n_trials, "random_trials": rnd_n, "ga_best_s": ga_best,
+        "random_best_s": rnd_best, "rank_correlation": res.rank_correlation, "backend": res.backend,
+        "knobs": res.knobs, "roofline_bound_s": res.estimate_s, "counts": res.counts,
+        "median_s": {k: v[0] for k, v in stats.items()}, "spread": {k: v[1] for k, v in stats.items()},
+        "speedup_over_eager": {k: eager / v[0] for k, v in stats.items()},
+    }
+    row["roofline_ratio"] = stats["searched"][0] / res.estimate_s if res.estimate_s > 0 else math.nan
+    row["searched_over_direct"] = stats["direct"][0] / stats["searched"][0]
+    row["searched_over_greedy"] = stats["greedy"][0] / stats["searched"][0]
+    row["searched_over_compile"] = stats["torch.compile"][0] / stats["searched"][0]
+    del np
+    return row
+
+
+def gpt2_compile(budget, seed):
+    import egraft
+    from egraft.models import MODELS
+    from egraft.rewrites import saturate
+    from egraft.search import Budget, search
+
+    spec = MODELS["gpt2_stack"]
+    model = spec.build("bench", seed=0)
+    args = spec.example_inputs(model, seed=0, size="bench")
+    t0 = time.perf_counter()
+    g = egraft.trace(model, args)
+    t1 = time.perf_counter()
+    sat = saturate(g)
+    t2 = time.perf_counter()
+    res = search(g, budget=Budget(seconds=budget), saturation=sat, seed=seed, cache=False, progress=False)
+    t3 = time.perf_counter()
+    return {"trace_s": t1 - t0, "saturate_s": t2 - t1, "search_s": t3 - t2, "total_s": t3 - t0,
+            "blocks": res.blocks, "speedup_over_direct": res.speedup, "noisy": res.noisy, "counts": res.counts}
+
+
+def _ms(s):
+    return f"{s * 1e3:.3g}" if math.isfinite(s) else "-"
+
+
+def table(rows):
+    lines = ["| workload | eager ms | torch.compile | direct | greedy | searched | searched / direct | "
+             "searched / greedy | searched / compile | search s | trials | GA best / random best | rho | "
+             "roofline ratio |", "|" + "---|" * 14]
+    for r in rows:
+        sp, m = r["speedup_over_eager"], r["median_s"]
+        spr = r["spread"]
+        lines.append(
+            f"| {r['workload']} | {_ms(m['eager'])} ±{spr['eager']:.0%} | {sp['torch.compile']:.2f}x | "
+            f"{sp['direct']:.2f}x | {sp['greedy']:.2f}x | {sp['searched']:.2f}x ±{spr['searched']:.0%} | "
+            f"{r['searched_over_direct']:.2f} | {r['searched_over_greedy']:.2f} | {r['searched_over_compile']:.2f} | "
+            f"{r['search_s']:.1f} | {r['trials']} | {r['random_best_s'] / r['ga_best_s']:.2f} | "
+            f"{r['rank_correlation']:.2f} | {r['roofline_ratio']:.1f} |")
+    geo = {k: math.exp(sum(math.log(r[k]) for r in rows) / len(rows))
+           for k in ("searched_over_direct", "searched_over_greedy", "searched_over_compile")}
+    lines.append(f"\ngeometric means: searched/direct {geo['searched_over_direct']:.2f}x, searched/greedy "
+                 f"{geo['searched_over_greedy']:.2f}x, searched/torch.compile {geo['searched_over_compile']:.2f}x")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--size", choices=["mid", "bench"], default="mid")
+    ap.add_argument("--budget", type=float, default=40.0, help="search seconds per workload")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--gpt2-compile", action="store_true")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    _set_threads(a.threads)
+    import torch
+
+    torch.set_num_threads(a.threads)
+    import jax
+
+    info = {"date": time.strftime("%Y-%m-%d"), "threads": a.threads, "size": a.size, "budget_s": a.budget,
+            "cores": sorted(os.sched_getaffinity(0)), "torch": torch.__version__, "jax": jax.__version__}
+    print(json.dumps(info), flush=True)
+    rows = []
+    for name in a.only or WORKLOADS:
+        row = run_one(name, a.size, a.budget, a.rounds, a.calls, a.seed)
+        rows.append(row)
+        print(json.dumps(row, default=str), flush=True)
+    out = {"info": info, "rows": rows}
+    if a.gpt2_compile:
+        out["gpt2_12_layers"] = gpt2_compile(a.budget, a.seed)
+        print(json.dumps(out["gpt2_12_layers"], default=str), flush=True)
+    if rows:
+        print(table(rows))
+    if a.out:
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()

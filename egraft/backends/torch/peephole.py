@@ -1,0 +1,92 @@
+"""Primitive matrix products run as ``bmm``.
+
+The torch lowering (and so every graph before or without the e-graph) writes
+``a @ b`` as ``SumReduce(Mul(View_expand(a), View_expand(b)), axis=k)``.
+Lowered literally, the ``[..., M, K, N]`` product is materialised before it
+is summed.  :func:`find` reads the pattern with the backend-neutral
+:func:`egraft.ir.patterns.matmul_form` (float dtypes, ``K > 1``, at least
+one factor broadcast: an un-broadcast product and sum is no matrix product)
+and :func:`emit_dot` runs it as one ``bmm`` over the factors' compact views
+(their broadcast axes dropped): batch axes first, then the free axes of each
+factor, then the output put back in order and broadcast over the axes
+neither factor covers.  Half types are multiplied and summed in float32, as
+the ``MatMul`` rule does.  Knob ``peephole``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from ...ir import dtypes
+from ...ir.graph import Graph
+from ...ir.patterns import Factor, matmul_form
+from .emit import Emitter, aten
+from .views import emit_view, reshape
+
+
+@dataclass(frozen=True)
+class DotPlan:
+    lhs: Factor  # read as its compact view of lhs.src (or lhs.src as is); dims = product axes lhs.axes
+    rhs: Factor
+    axis: int  # the contracted product axis
+    mul_shape: tuple[int, ...]
+
+    def deps(self) -> tuple[int, ...]:
+        return (self.lhs.src, self.rhs.src)
+
+
+def _dot_plan(graph: Graph, nid: int) -> DotPlan | None:
+    form = matmul_form(graph, nid)
+    if form is None or form.K <= 1 or not dtypes.is_float(form.dtype):
+        return None
+    if not (form.lhs.broadcast or form.rhs.broadcast):
+        return None
+    return DotPlan(form.lhs, form.rhs, form.k, form.shape)
+
+
+def find(graph: Graph) -> dict[int, DotPlan]:
+    """SumReduce node id -> plan, for every primitive matrix product."""
+    plans = {}
+    for i, n in enumerate(graph.nodes):
+        if n.op == "SumReduce":
+            p = _dot_plan(graph, i)
+            if p is not None:
+                plans[i] = p
+    return plans
+
+
+def _operand(ctx: Emitter, f: Factor, src, order: list[int], groups: list[list[int]], sizes):
+    """Factor `f`'s compact value (src through its view), permuted to `order` and reshaped to `groups`."""
+    if f.view is not None:
+        src = emit_view(ctx, src, ctx.graph.nodes[f.src].shape, *f.view)
+    src = ctx.f32(src)
+    perm = [f.axes.index(d) for d in order]
+    if perm != list(range(len(perm))):
+        src = ctx.call(aten.permute.default, (src, perm), ctx.dt(src))
+    return reshape(ctx, src, [sizes[d] for d in order], [prod(sizes[d] for d in g) for g in groups])
+
+
+def emit_dot(ctx: Emitter, plan: DotPlan, a, b):
+    """The SumReduce of a DotPlan, as permute / reshape / bmm on the factors' sources `a` and `b`."""
+    r, sizes = plan.axis, plan.mul_shape
+    batch = [d for d in plan.lhs.axes if d in plan.rhs.axes and d != r]
+    a_free = [d for d in plan.lhs.axes if d not in plan.rhs.axes]
+    b_free = [d for d in plan.rhs.axes if d not in plan.lhs.axes]
+    x = _operand(ctx, plan.lhs, a, batch + a_free + [r], [batch, a_free, [r]], sizes)
+    y = _operand(ctx, plan.rhs, b, batch + [r] + b_free, [batch, [r], b_free], sizes)
+    dt = ctx.dt(x)
+    out = ctx.call(aten.bmm.default, (x, y), dt)
+    got = batch + a_free + b_free
+    bmn = [prod(sizes[d] for d in g) for g in (batch, a_free, b_free)]
+    out = reshape(ctx, out, bmn, [sizes[d] for d in got])
+    out_axes = [d for d in range(len(sizes)) if d != r]
+    present = [d for d in out_axes if d in got]
+    perm = [got.index(d) for d in present]
+    if perm != list(range(len(perm))):
+        out = ctx.call(aten.permute.default, (out, perm), dt)
+    out_shape = [sizes[d] for d in out_axes]
+    if len(present) != len(out_axes):  # axes neither factor covers: broadcast
+        out = reshape(ctx, out, [sizes[d] for d in present], [sizes[d] if d in present else 1 for d in out_axes])
+        out = ctx.call(aten.expand.default, (out, out_shape), dt)
+    return out

@@ -1,0 +1,112 @@
+"""An IR graph as one ``torch.fx.GraphModule`` of ATen calls.
+
+:class:`Program` walks the (per-call, weight-folded) graph once, calling the
+rule table for each live node and converting each result to its node's dtype
+(:func:`.emit.convert`), so the module computes what ``ir.evaluate`` does.
+Its ``forward`` takes the model's inputs in the graph's order and returns a
+tuple of outputs.  Weights are buffers of the module, put on the device once
+here; tensor constants too.  Under the knob ``idioms="primitive"`` idiom
+nodes are first rewritten to their primitive form
+(:func:`egraft.ir.decompose.decompose`); under ``peephole=True`` (the
+default) a primitive matrix product runs as ``bmm`` (:mod:`.peephole`).
+
+Every output is a tensor of its own: one that would share memory with an
+input, a weight, a constant or an earlier output (an identity, a view of
+one, a repeated output), or that is a broadcast (stride-0) view, is cloned;
+any other output is the op's own fresh result.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...errors import BackendError
+from ...ir.decompose import decompose
+from ...ir.graph import Graph
+from . import peephole
+from .emit import Emitter, aten, convert, from_numpy
+from .rules import RULES
+
+# ATen ops whose result may share its operand's memory (reshape only sometimes: counted as one)
+_VIEW_OPS = frozenset({aten.reshape.default, aten.view.default, aten.slice.Tensor, aten.permute.default,
+                       aten.expand.default, aten.transpose.int, aten.view.dtype})
+
+
+def _needed(graph: Graph, plans: dict) -> list[bool]:
+    """Which nodes the program computes: the outputs' dependencies, a planned node's through its plan."""
+    need = [False] * len(graph.nodes)
+    for o in graph.outputs:
+        need[o] = True
+    for i in range(len(graph.nodes) - 1, -1, -1):
+        if need[i]:
+            for j in (plans[i].deps() if i in plans else graph.nodes[i].inputs):
+                need[j] = True
+    return need
+
+
+def _base(v: torch.fx.Node) -> torch.fx.Node:
+    while v.op == "call_function" and v.target in _VIEW_OPS:
+        v = v.args[0]
+    return v
+
+
+def _broadcasts(graph: Graph, nid: int) -> bool:
+    n = graph.nodes[nid]
+    return n.op == "View" and any(s == 0 and d > 1 for d, s in zip(n.attrs["shape"], n.attrs["strides"]))
+
+
+class Program:
+    """The FX form of one per-call graph under fixed knobs, for one device."""
+
+    def __init__(self, graph: Graph, knobs: dict, device: torch.device):
+        if knobs.get("idioms", "library") == "primitive":
+            graph = decompose(graph)
+        self.graph = graph
+        self.knobs = dict(knobs)
+        self.device = device
+        ctx = Emitter(device, self.knobs)
+        ctx.graph = graph
+        self.weights: dict[str, torch.Tensor] = {}  # weight name -> the module's tensor (on the device)
+        plans = peephole.find(graph) if self.knobs.get("peephole", True) else {}
+        self.stats = {"peephole_dots": len(plans)}
+        alive = _needed(graph, plans)
+        vals: dict[int, torch.fx.Node] = {}
+        for k, i in enumerate(graph.input_ids):
+            vals[i] = ctx.placeholder(f"x{k}", graph.nodes[i].dtype)
+        for i, n in enumerate(graph.nodes):
+            if not alive[i] or i in vals:
+                continue
+            if n.op == "Input":
+                vals[i] = self._weight(ctx, n)
+                continue
+            if i in plans:
+                v = peephole.emit_dot(ctx, plans[i], *[vals[j] for j in plans[i].deps()])
+            else:
+                v = RULES[n.op](ctx, n, *[vals[j] for j in n.inputs])
+            vals[i] = convert(ctx, v, n.dtype)
+        outs, bases = [], set()
+        for o in graph.outputs:
+            v = vals[o]
+            b = _base(v)
+            if b.op in ("placeholder", "get_attr") or b in bases or _broadcasts(graph, o):
+                v = ctx.call(aten.clone.default, (v,), ctx.dt(v), memory_format=torch.contiguous_format)
+            bases.add(_base(v))
+            outs.append(v)
+        ctx.fx.output(tuple(outs))
+        ctx.fx.eliminate_dead_code()  # reshapes that later reshapes bypassed
+        ctx.fx.lint()
+        self.module = torch.fx.GraphModule(ctx.root, ctx.fx, class_name="EgraftTorchProgram")
+        self.module.eval()
+
+    def _weight(self, ctx: Emitter, n) -> torch.fx.Node:
+        name = n.attrs["name"]
+        if name not in self.graph.weights:
+            raise BackendError(f"weight {name!r} has no bound value; bind it with graph.with_weights(...)")
+        t = from_numpy(self.graph.weights[name]).to(self.device)  # on the CPU: the bound array's own memory
+        self.weights[name] = t
+        return ctx.tensor(t, n.dtype, "w")
+
+    @property
+    def code(self) -> str:
+        """The module's generated Python: one ATen call per line."""
+        return self.module.code

@@ -1,0 +1,172 @@
+"""Evaluating candidates: compile, check against the reference, then time or price them.
+
+A :class:`Task` is what every evaluation of one search shares: the user's
+program (the oracle), input sets with the reference outputs computed once,
+the device and the fitness.  :func:`evaluate_one` takes one candidate
+(a program, a backend, knobs) to an :class:`Outcome` and never raises for
+the candidate's sake: a compile error is ``failed``, a wrong answer is
+``rejected`` (and can then never win), both with infinite time.
+
+Validation compares with the float64 reference of the **user's** program,
+never of the candidate itself, on two random non-zero input sets (one
+passed as torch tensors, the call path users take, one as numpy arrays),
+each output held to the tolerance the reference graph's error budget gives.
+
+Fitness ``"measured"`` lowers the candidate and times calls through the
+executable as users call it (torch tensors in, torch tensors out), with
+:func:`egraft.profiler.time` (median of repeats and their spread).
+``"model"`` checks the program itself with the numpy interpreter (no device
+needed) and prices it with the roofline cost model: the fitness when the
+target device is absent, reported as an estimate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time as _time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..backends import lower
+from ..ir import dtypes
+from ..ir.evaluate import evaluate
+from ..ir.graph import Graph
+from ..profiler import random_inputs
+from ..profiler import time as time_call
+from ..profiler.validate import compare, reference
+
+FITNESSES = ("measured", "model")
+TARGET_S = 0.15  # seconds of timed calls per candidate (5..30 repeats)
+
+
+def knob_items(knobs: Mapping[str, Any] | Sequence) -> tuple[tuple[str, Any], ...]:
+    items = knobs.items() if isinstance(knobs, Mapping) else knobs
+    return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in items))
+
+
+def candidate_key(graph: Graph, backend: str, knobs) -> str:
+    """The memo key: the program's structural hash, the backend and its knobs."""
+    text = json.dumps([graph.structural_hash(), backend, knob_items(knobs)], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    graph: Graph
+    backend: str
+    knobs: tuple[tuple[str, Any], ...]
+
+    @property
+    def key(self) -> str:
+        return candidate_key(self.graph, self.backend, self.knobs)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    key: str
+    status: str  # timed | estimated | rejected | failed
+    time_s: float
+    spread: float = 0.0
+    estimate_s: float = math.nan
+    message: str = ""
+    compile_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("timed", "estimated")
+
+
+@dataclass
+class Task:
+    """What every candidate of one search is checked and measured against."""
+
+    reference: Graph  # the user's program (or one block of it): the oracle
+    device: str = "cpu"
+    fitness: str = "measured"
+    seed: int = 0
+    inputs: list[list[np.ndarray]] = field(default_factory=list)
+    wants: list[list[np.ndarray]] = field(default_factory=list, repr=False)
+    # a candidate whose first timed call exceeds this is not repeated (set by the search: a multiple of the best)
+    cap_s: float = math.inf
+
+    def __post_init__(self):
+        if self.fitness not in FITNESSES:
+            raise ValueError(f"fitness must be one of {FITNESSES}, got {self.fitness!r}")
+        if not self.inputs:
+            self.inputs = [random_inputs(self.reference, self.seed + k) for k in (1, 2)]
+        self.wants = [reference(self.reference, xs) for xs in self.inputs]
+
+
+def _torch_inputs(xs):
+    import torch
+
+    out = []
+    for x in xs:
+        if x.dtype == dtypes.to_numpy("bfloat16"):
+            out.append(torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16))
+        else:
+            out.append(torch.from_numpy(np.ascontiguousarray(x)))
+    return out
+
+
+def check(task: Task, run) -> str:
+    """'' when `run(inputs)` agrees with the reference on every input set, else why not."""
+    for k, (xs, want) in enumerate(zip(task.inputs, task.wants)):
+        got = run(xs, k)
+        ok, errs, tols, notes = compare(task.reference, list(got), want)
+        if not ok:
+            return "; ".join(notes) or f"outputs differ from the reference (errors {errs}, allowed {tols})"
+    return ""
+
+
+def bound(graph: Graph, backend: str, knobs, device: str) -> float:
+    from .cost import estimate
+
+    try:
+        return float(estimate(graph, backend, dict(knobs), device).bound_s)
+    except Exception:  # noqa: BLE001 - a price that cannot be computed is no price, not a crash
+        return math.nan
+
+
+def evaluate_one(task: Task, cand: Candidate, est: float | None = None) -> Outcome:
+    """Validate and time (or price) one candidate; never raises for the candidate's sake."""
+    key = cand.key
+    est = bound(cand.graph, cand.backend, cand.knobs, task.device) if est is None else est
+    if task.fitness == "model":
+        try:
+            why = check(task, lambda xs, k: evaluate(cand.graph, xs))
+        except Exception as e:  # noqa: BLE001
+            return Outcome(key, "failed", math.inf, estimate_s=est, message=f"{type(e).__name__}: {e}")
+        if why:
+            return Outcome(key, "rejected", math.inf, estimate_s=est, message=why)
+        return Outcome(key, "estimated", est if math.isfinite(est) else math.inf, estimate_s=est)
+    t0 = _time.perf_counter()
+    try:
+        ex = lower(cand.graph, cand.backend, task.device, dict(cand.knobs))
+    except Exception as e:  # noqa: BLE001
+        return Outcome(key, "failed", math.inf, estimate_s=est, message=f"{type(e).__name__}: {e}")
+    compile_s = _time.perf_counter() - t0
+    try:
+        why = check(task, lambda xs, k: ex(*(_torch_inputs(xs) if k == 0 else xs)))
+    except Exception as e:  # noqa: BLE001
+        why = f"raised {type(e).__name__}: {e}"
+    if why:
+        return Outcome(key, "rejected", math.inf, estimate_s=est, message=why, compile_s=compile_s)
+    tin = _torch_inputs(task.inputs[0])
+    try:
+        t1 = _time.perf_counter()
+        ex(*tin)
+        first = max(_time.perf_counter() - t1, 1e-7)
+        if first > task.cap_s:  # far slower than the best so far: one call is evidence enough that it loses
+            return Outcome(key, "timed", first, 0.0, est, message="one call only: slower than the cap",
+                           compile_s=compile_s)
+        reps = int(min(30, max(5, TARGET_S / first)))
+        kw = {} if str(task.device).startswith("cuda") else {"warmup": 1, "repeats": reps}
+        t = time_call(lambda: ex(*tin), task.device, jax=cand.backend == "jax", **kw)
+    except Exception as e:  # noqa: BLE001
+        return Outcome(key, "failed", math.inf, estimate_s=est, message=f"timing raised {e}", compile_s=compile_s)
+    return Outcome(key, "timed", t.median, t.spread, est, compile_s=compile_s)
