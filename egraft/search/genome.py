@@ -37,6 +37,9 @@ from .space import Space
 MAX_SHARED_BITS = 64
 _PER_PROGRAM_KNOB = re.compile(r"^fuse_\d+$")
 RECOMPUTING_BACKENDS = ("triton",)
+# knobs whose every new value costs a long compile (Inductor: many seconds on one core): not genes; the
+# search tries them once, on the winner (see egraft.search.engine)
+LATE_KNOBS = {("torch", "mode"): "inductor"}
 
 
 def _differ(space: Space, members: Sequence[int]) -> bool:
@@ -68,7 +71,7 @@ class GenomeSpace:
         self.knobs = []
         for b in self.backends:
             for name, values in get_backend(b).knobs(self.reference).items():
-                if len(values) > 1 and not _PER_PROGRAM_KNOB.match(name):
+                if len(values) > 1 and not _PER_PROGRAM_KNOB.match(name) and (b, name) not in LATE_KNOBS:
                     self.knobs.append((b, name, list(values)))
 
     # -- shape of the genome ------------------------------------------------------------

@@ -29,7 +29,7 @@ class Trial:
     spread: float  # relative spread of the repeats (0 for estimates)
     estimate_s: float  # the cost model's roofline bound
     backend: str
-    generation: int
+    generation: int  # -1: a late knob (an expensive compile) tried once on the winner
     block: str = ""  # which distinct block (template) it belongs to, "" for a whole-graph search
     message: str = ""
 
