@@ -112,3 +112,30 @@ def best_by_cost(snap: Snapshot, node_cost, combine: str = "sum") -> tuple[list[
                 v = cost[pi] + (sum(kids) if summing else max(kids))
                 heapq.heappush(heap, (v, pi))
     return best, choice
+
+
+def weight_only_classes(nodes: list[ENode], n_classes: int) -> list[bool]:
+    """Per class: does it hold a program that reads only weights, constants and ``Iota``?
+
+    Such values are computed once when an executable is built or loaded
+    (``backends/fold.py``), so rules that move work onto weights check it and
+    the cost model does not charge it per call.  A worklist fixpoint: a class
+    is weight-only once one of its e-nodes has only weight-only children.
+    """
+    wo = [False] * n_classes
+    pending = [len(set(n.children)) for n in nodes]
+    parents: dict[int, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for c in set(n.children):
+            parents.setdefault(c, []).append(i)
+    work = [i for i, n in enumerate(nodes) if not n.children and (n.op != "Input" or n.attrs.get("role") == "weight")]
+    while work:
+        c = nodes[work.pop()].cls
+        if wo[c]:
+            continue
+        wo[c] = True
+        for p in parents.get(c, ()):
+            pending[p] -= 1
+            if pending[p] == 0:
+                work.append(p)
+    return wo

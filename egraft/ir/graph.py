@@ -13,7 +13,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -214,14 +214,24 @@ class Graph:
                 users[j].append(i)
         return users
 
-    def live(self) -> list[bool]:
-        alive = [False] * len(self.nodes)
+    def needed(self, deps: Callable[[int], Sequence[int]] | None = None) -> list[bool]:
+        """Which nodes the outputs depend on; `deps(i)` (default: node i's inputs) says what node i reads.
+
+        Backends pass their own `deps` where a recognised pattern reads other
+        nodes than its IR inputs (a matmul written in primitives skips its Mul).
+        """
+        need = [False] * len(self.nodes)
         for o in self.outputs:
-            alive[o] = True
+            need[o] = True
         for i in range(len(self.nodes) - 1, -1, -1):
-            if alive[i]:
-                for j in self.nodes[i].inputs:
-                    alive[j] = True
+            if need[i]:
+                for j in (deps(i) if deps is not None else self.nodes[i].inputs):
+                    need[j] = True
+        return need
+
+    def live(self) -> list[bool]:
+        """The nodes the outputs depend on, and every model input."""
+        alive = self.needed()
         for i in self.input_ids:
             alive[i] = True
         return alive

@@ -21,11 +21,12 @@ given the few ops it needs (numpy's, :class:`NumpyOps`, or a backend's).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 from typing import Sequence
 
 import numpy as np
 
-from .strided import merge_runs, unflip
+from .strided import gather_index, merge_runs, unflip
 
 
 @dataclass(frozen=True)
@@ -154,3 +155,66 @@ def run_box_plan(flat, plan: SlicePlan, ops=None):
     if tuple(y.shape) != plan.shape:
         y = ops.broadcast(y, plan.shape, plan.kept_axes)
     return y
+
+
+# -- overlapping views: a stack of nesting pieces, or a gather -------------------------------------------
+# A view whose dimensions overlap (a sliding window) has no box plan; backends split it along its smallest
+# offending dimension into a stack of nesting views, or, past MAX_STACK_PIECES pieces, read it with one
+# gather of static flat indices (the reference definition, ``strided.gather_index``).
+
+MAX_STACK_PIECES = 64  # overlapping views (backends split them into a stack of pieces): at most this many slices before using a gather
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """An overlapping view as a stack of sub-views along one output axis."""
+
+    axis: int
+    pieces: tuple
+
+    @property
+    def is_gather(self) -> bool:
+        return any(p.is_gather for p in self.pieces)
+
+
+@dataclass(frozen=True)
+class GatherPlan:
+    """The last resort: static flat indices into the source."""
+
+    index: np.ndarray  # the view's shape
+
+    @property
+    def is_gather(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class ZeroPlan:
+    shape: tuple[int, ...]
+
+    @property
+    def is_gather(self) -> bool:
+        return False
+
+
+def plan_view(src_numel: int, shape: Sequence[int], strides: Sequence[int], offset: int,
+              budget: int = MAX_STACK_PIECES):
+    """A plan realising the view on a flat source of `src_numel` elements."""
+    shape, strides, offset = tuple(int(n) for n in shape), tuple(int(s) for s in strides), int(offset)
+    if prod(shape) == 0:
+        return ZeroPlan(shape)
+    plan = box_plan(src_numel, shape, strides, offset)
+    if isinstance(plan, SlicePlan):
+        return plan
+    a, b = plan  # two output axes whose strides overlap
+    axis = a if shape[a] <= shape[b] else b
+    n = shape[axis]
+    if n > budget:
+        return GatherPlan(gather_index(shape, strides, offset))
+    sub_shape = shape[:axis] + shape[axis + 1:]
+    sub_strides = strides[:axis] + strides[axis + 1:]
+    pieces = tuple(plan_view(src_numel, sub_shape, sub_strides, offset + i * strides[axis], budget // n)
+                   for i in range(n))
+    if any(p.is_gather for p in pieces):
+        return GatherPlan(gather_index(shape, strides, offset))
+    return StackPlan(axis, pieces)

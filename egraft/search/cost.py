@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from ..backends.fold import plan as fold_plan
+from .. import egraph
 from ..egraph import ENode
 from ..errors import BackendError
 from ..ir import Group
@@ -180,24 +181,7 @@ def estimate(graph: Graph, backend: str = "jax", knobs: dict | None = None, devi
 # -- per e-node cost, for extraction ------------------------------------------------------------------
 def weight_only_classes(space: Space) -> list[bool]:
     """Per class: does it hold a program reading only weights, constants and iotas (folded at build)?"""
-    nodes = space.nodes
-    wo = [False] * space.n_classes
-    pending = [len(set(n.children)) for n in nodes]
-    parents: dict[int, list[int]] = {}
-    for i, n in enumerate(nodes):
-        for c in set(n.children):
-            parents.setdefault(c, []).append(i)
-    work = [i for i, n in enumerate(nodes) if not n.children and (n.op != "Input" or n.attrs.get("role") == "weight")]
-    while work:
-        c = nodes[work.pop()].cls
-        if wo[c]:
-            continue
-        wo[c] = True
-        for p in parents.get(c, ()):
-            pending[p] -= 1
-            if pending[p] == 0:
-                work.append(p)
-    return wo
+    return egraph.weight_only_classes(space.nodes, space.n_classes)
 
 
 def node_cost(spec: DeviceSpec | None = None, device: str = "cpu") -> Callable[[ENode, Space], float]:

@@ -25,15 +25,14 @@ from __future__ import annotations
 import math
 import time as _time
 
-from ..backends import get_backend, resolve
+from ..backends import get_backend, lower, resolve
 from ..backends.base import default_knobs
 from ..cache import Cache, CacheKey, default_cache, device_id
 from ..errors import BackendError, IRError, SearchError
 from ..ir.graph import Graph
 from ..ir.serialize import graph_from_dict, graph_to_dict
 from ..profiler import available, noisy, parse, summarize
-from ..profiler import time as time_call
-from .evaluate import Candidate, Task, bound, evaluate_one, knob_items
+from .evaluate import Candidate, Task, bound, evaluate_one, knob_items, time_calls, torch_inputs
 from .evaluators import LocalEvaluator
 from .genetic import Budget, evolve
 from .genome import LATE_KNOBS, GenomeSpace
@@ -93,20 +92,12 @@ def _from_cache(doc: dict, graph: Graph, t0: float) -> SearchResult | None:
 
 def _interleaved(task: Task, cands: list[Candidate], rounds: int) -> list:
     """Time each candidate `rounds` times in turn (same machine state for all); a Timing each."""
-    from .evaluate import _torch_inputs
-
-    from ..backends import lower
-
     exes = [lower(c.graph, c.backend, task.device, dict(c.knobs)) for c in cands]
-    tin = _torch_inputs(task.inputs[0])
+    tin = torch_inputs(task.inputs[0])
     samples: list[list[float]] = [[] for _ in cands]
     for _ in range(rounds):
         for k, (c, ex) in enumerate(zip(cands, exes)):
-            if str(task.device).startswith("cuda"):
-                t = time_call(lambda: ex(*tin), task.device)
-            else:
-                t = time_call(lambda: ex(*tin), task.device, jax=c.backend == "jax", warmup=1, repeats=7)
-            samples[k].extend(t.samples)
+            samples[k].extend(time_calls(ex, tin, task.device, c.backend, 7).samples)
     return [summarize(s, task.device) for s in samples]
 
 
@@ -186,7 +177,7 @@ def _run(graph, backends, backend, dev, plan, seed, saturation, fitness, evaluat
         stages["saturate"] = _time.perf_counter() - t
     # baseline: the direct lowering
     t = _time.perf_counter()
-    base_backend = resolve(backend, dev) if backend != "auto" else resolve("auto", dev)
+    base_backend = resolve(backend, dev)
     base_backend = base_backend if base_backend in backends else backends[0]
     task = Task(graph, dev, fitness, seed, [list(x) for x in inputs] if inputs else [])
     direct = Candidate(graph, base_backend, knob_items(default_knobs(get_backend(base_backend).knobs(graph))))
@@ -204,12 +195,13 @@ def _run(graph, backends, backend, dev, plan, seed, saturation, fitness, evaluat
                        fitness=fitness, seed=seed, spread=base_out.spread, baseline_spread=base_out.spread,
                        estimate_s=base_out.estimate_s, baseline_estimate_s=base_out.estimate_s)
     counts: dict[str, int] = {}
-    jobs = ([(p.key[:12], p.space, p.reference, p.nodes * p.occurrences, p.occurrences) for p in parts] if parts
+    jobs = ([(p.key, p.space, p.reference, p.nodes * p.occurrences, p.occurrences) for p in parts] if parts
             else [("", Space.from_egraph(saturation), graph, 1, 1)])
     total = sum(j[3] for j in jobs)
-    chosen: dict[str, Graph] = {}
+    chosen: dict[str, Graph] = {}  # block key ("" for the whole graph) -> its chosen program
     heaviest = None
-    for label, space, ref, weight, occ in jobs:
+    for key, space, ref, weight, occ in jobs:
+        label = key[:12]
         btask = task if ref is graph else Task(ref, dev, fitness, seed)
         gs = GenomeSpace(space, space.greedy_choice(), backends, ref)
         ev = evolve(gs, btask, evaluator, search_plan.share(weight / total), seed, _seeds(gs, space, dev), prog,
@@ -221,9 +213,8 @@ def _run(graph, backends, backend, dev, plan, seed, saturation, fitness, evaluat
         res.interrupted |= ev.interrupted
         if ev.best_candidate is None:
             res.notes.append(f"block {label or 'graph'}: no candidate validated; its direct program is kept")
-            chosen[label] = ref
             continue
-        chosen[label] = ev.best_candidate.graph
+        chosen[key] = ev.best_candidate.graph
         score = ev.best_outcome.time_s * occ
         if heaviest is None or score > heaviest[0]:
             heaviest = (score, ev.best_candidate)
@@ -235,10 +226,8 @@ def _run(graph, backends, backend, dev, plan, seed, saturation, fitness, evaluat
     if heaviest is None:
         return res  # nothing beat or even matched: the direct lowering stands
     cand_b = heaviest[1]
-    if parts:
-        program = splice(graph, saturation.parts, {p.key: chosen[p.key[:12]] for p in parts})
-    else:
-        program = chosen[""]
+    # a block without a winner (none validated, or not reached before Ctrl-C) keeps its own program
+    program = splice(graph, saturation.parts, chosen) if parts else chosen[""]
     best = Candidate(program, cand_b.backend, cand_b.knobs)
     return _final(res, task, direct, best, base_out, stages)
 

@@ -101,7 +101,7 @@ class Task:
         self.wants = [reference(self.reference, xs) for xs in self.inputs]
 
 
-def _torch_inputs(xs):
+def torch_inputs(xs):
     import torch
 
     out = []
@@ -111,6 +111,13 @@ def _torch_inputs(xs):
         else:
             out.append(torch.from_numpy(np.ascontiguousarray(x)))
     return out
+
+
+def time_calls(ex, inputs, device: str, backend: str, repeats: int):
+    """Time `ex(*inputs)`: ``do_bench`` on CUDA (it picks its own repeats), else `repeats` calls after one warm-up."""
+    if str(device).startswith("cuda"):
+        return time_call(lambda: ex(*inputs), device)
+    return time_call(lambda: ex(*inputs), device, jax=backend == "jax", warmup=1, repeats=repeats)
 
 
 def check(task: Task, run) -> str:
@@ -151,12 +158,12 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None) -> Outco
         return Outcome(key, "failed", math.inf, estimate_s=est, message=f"{type(e).__name__}: {e}")
     compile_s = _time.perf_counter() - t0
     try:
-        why = check(task, lambda xs, k: ex(*(_torch_inputs(xs) if k == 0 else xs)))
+        why = check(task, lambda xs, k: ex(*(torch_inputs(xs) if k == 0 else xs)))
     except Exception as e:  # noqa: BLE001
         why = f"raised {type(e).__name__}: {e}"
     if why:
         return Outcome(key, "rejected", math.inf, estimate_s=est, message=why, compile_s=compile_s)
-    tin = _torch_inputs(task.inputs[0])
+    tin = torch_inputs(task.inputs[0])
     try:
         t1 = _time.perf_counter()
         ex(*tin)
@@ -164,9 +171,7 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None) -> Outco
         if first > task.cap_s:  # far slower than the best so far: one call is evidence enough that it loses
             return Outcome(key, "timed", first, 0.0, est, message="one call only: slower than the cap",
                            compile_s=compile_s)
-        reps = int(min(30, max(5, TARGET_S / first)))
-        kw = {} if str(task.device).startswith("cuda") else {"warmup": 1, "repeats": reps}
-        t = time_call(lambda: ex(*tin), task.device, jax=cand.backend == "jax", **kw)
+        t = time_calls(ex, tin, task.device, cand.backend, int(min(30, max(5, TARGET_S / first))))
     except Exception as e:  # noqa: BLE001
         return Outcome(key, "failed", math.inf, estimate_s=est, message=f"timing raised {e}", compile_s=compile_s)
     return Outcome(key, "timed", t.median, t.spread, est, compile_s=compile_s)

@@ -101,9 +101,9 @@ class LocalEvaluator:
         for c, b, f in zip(cands, bounds, futures):
             try:
                 why = f.result()
-            except Exception as e:  # noqa: BLE001 - a dead worker: compile here instead
-                why, self._pool = "", None
-                del e
+            except Exception:  # noqa: BLE001 - a dead worker breaks the pool: compile here, a new pool next run
+                why = ""
+                self.close()
             if why:
                 out.append(Outcome(c.key, "failed", math.inf, estimate_s=b, message=why))
             else:

@@ -158,18 +158,6 @@ def kernel(graph: Graph, root: int, mat: set, dots: dict) -> Kernel:
     return Kernel(root, sorted(region), reads, flops, contraction)
 
 
-def _used(graph: Graph, dots: dict) -> list[bool]:
-    """Nodes some output needs once recognised products skip their Mul."""
-    used = [False] * len(graph.nodes)
-    for o in graph.outputs:
-        used[o] = True
-    for i in range(len(graph.nodes) - 1, -1, -1):
-        if used[i]:
-            for j in _children(graph, i, dots):
-                used[j] = True
-    return used
-
-
 XLA_ROOTS = Group.CONTRACTION | Group.ATTENTION | Group.ROW_IDIOM | Group.REDUCE | (Group.INDEX - {"Iota"})
 
 
@@ -200,7 +188,7 @@ def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
                 dots[i] = ops
             else:
                 products.add(n.inputs[0])
-    used = _used(graph, dots)
+    used = graph.needed(lambda i: _children(graph, i, dots))
     base = list(range(len(nodes)))
     for i, n in enumerate(nodes):
         if n.op == "View":

@@ -184,28 +184,9 @@ def text_report(result: SearchResult) -> str:
 
 # --- JSON -----------------------------------------------------------------------------------------
 
-def _jsonable(v: Any) -> Any:
-    """Non-finite floats to None and numpy scalars to Python ones, at any depth (strict JSON)."""
-    if isinstance(v, float):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, (str, bool, int)) or v is None:
-        return v
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    item = getattr(v, "item", None)  # numpy scalar
-    if callable(item):
-        try:
-            return _jsonable(item())
-        except (TypeError, ValueError):
-            pass
-    return str(v)
-
-
 def json_report(result: SearchResult) -> str:
-    """``result.summary()`` as strict JSON (nested non-finite numbers become null)."""
-    return json.dumps(_jsonable(result.summary()), indent=2, allow_nan=False)
+    """``result.summary()`` as strict JSON (``summary`` already maps non-finite numbers to null)."""
+    return json.dumps(result.summary(), indent=2, allow_nan=False)
 
 
 # --- PNG ------------------------------------------------------------------------------------------

@@ -11,6 +11,25 @@ from ..ir.graph import Graph
 STATUSES = ("timed", "rejected", "failed", "pruned", "estimated")
 
 
+def jsonable(v: Any) -> Any:
+    """Non-finite floats to None and numpy scalars to Python ones, at any depth (strict JSON)."""
+    if isinstance(v, float):
+        return float(v) if math.isfinite(v) else None
+    if isinstance(v, (str, bool, int)) or v is None:
+        return v
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    item = getattr(v, "item", None)  # numpy scalar
+    if callable(item):
+        try:
+            return jsonable(item())
+        except (TypeError, ValueError):
+            pass
+    return str(v)
+
+
 @dataclass(frozen=True)
 class Trial:
     """One distinct candidate the search looked at, in the order it was first evaluated.
@@ -34,7 +53,7 @@ class Trial:
     message: str = ""
 
     def as_dict(self) -> dict:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
+        return jsonable(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -51,7 +70,7 @@ class Generation:
     block: str = ""
 
     def as_dict(self) -> dict:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
+        return jsonable(self.__dict__)
 
 
 @dataclass
@@ -108,22 +127,20 @@ class SearchResult:
 
     def summary(self) -> dict[str, Any]:
         """The JSON-ready record of the result (no graph, no weights)."""
-        def num(v):
-            return None if isinstance(v, float) and not math.isfinite(v) else v
-        return {
+        return jsonable({
             "backend": self.backend, "knobs": dict(self.knobs), "device": self.device, "fitness": self.fitness,
-            "seed": self.seed, "time_s": num(self.time_s), "spread": num(self.spread),
-            "baseline_time_s": num(self.baseline_time_s), "baseline_spread": num(self.baseline_spread),
-            "speedup": num(self.speedup), "estimate_s": num(self.estimate_s),
-            "baseline_estimate_s": num(self.baseline_estimate_s), "roofline_ratio": num(self.roofline_ratio),
-            "search_s": num(self.search_s), "stages": dict(self.stages), "counts": dict(self.counts),
-            "blocks": dict(self.blocks), "rank_correlation": num(self.rank_correlation),
+            "seed": self.seed, "time_s": self.time_s, "spread": self.spread,
+            "baseline_time_s": self.baseline_time_s, "baseline_spread": self.baseline_spread,
+            "speedup": self.speedup, "estimate_s": self.estimate_s,
+            "baseline_estimate_s": self.baseline_estimate_s, "roofline_ratio": self.roofline_ratio,
+            "search_s": self.search_s, "stages": dict(self.stages), "counts": dict(self.counts),
+            "blocks": dict(self.blocks), "rank_correlation": self.rank_correlation,
             "from_cache": self.from_cache, "interrupted": self.interrupted, "noisy": self.noisy,
             "notes": list(self.notes), "history": [g.as_dict() for g in self.history],
             "trials": [t.as_dict() for t in self.trials],
             "program": {"nodes": len(self.graph.nodes), "hash": self.graph.structural_hash(),
                         "ops": dict(sorted(self.graph.op_counts().items()))},
-        }
+        })
 
     def report(self, format: str = "text", path: str | None = None) -> str:  # noqa: A002 - the natural name
         """The result as ``"text"``, ``"json"`` or ``"png"`` (a plot of best time against candidates).

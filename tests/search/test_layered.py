@@ -66,3 +66,25 @@ def test_recomputed_classes_are_duplicated_per_use_and_stay_equal():
     _equal(dup, g)
     # the genome has materialise bits only where a backend can recompute inside kernels
     assert GenomeSpace(sp, ch, ["triton", "jax"], g).shared and not GenomeSpace(sp, ch, ["jax"], g).shared
+
+
+def test_ctrl_c_in_the_first_block_keeps_the_other_blocks_own_programs(stack):
+    class Interrupt:  # a progress display whose second update is a Ctrl-C
+        calls = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, *a, **k):
+            Interrupt.calls += 1
+            if Interrupt.calls == 2:
+                raise KeyboardInterrupt
+
+    g, sat = stack
+    res = search(g, budget=Budget(seconds=None, trials=40, population=6), saturation=sat, fitness="model",
+                 cache=False, progress=Interrupt())
+    assert res.interrupted and len({t.block for t in res.trials}) == 1  # the later blocks were never searched
+    _equal(res.graph, g)

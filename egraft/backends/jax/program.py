@@ -91,15 +91,8 @@ def to_program_dtype(a: np.ndarray, x64: bool, what: str) -> np.ndarray:
 
 
 def _needed(graph: Graph, plans: dict) -> list[bool]:
-    need = [False] * len(graph.nodes)
-    for o in graph.outputs:
-        need[o] = True
-    for i in range(len(graph.nodes) - 1, -1, -1):
-        if need[i]:
-            deps = plans[i].deps() if i in plans else graph.nodes[i].inputs
-            for j in deps:
-                need[j] = True
-    return need
+    """Which nodes the program computes: the outputs' dependencies, a planned node's through its plan."""
+    return graph.needed(lambda i: plans[i].deps() if i in plans else graph.nodes[i].inputs)
 
 
 def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:

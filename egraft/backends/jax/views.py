@@ -9,83 +9,24 @@ offending dimension into a stack of nesting views; only if that would take
 too many pieces does the plan fall back to one gather from the flat source
 with static indices.
 
-The plan is pure shape arithmetic (:func:`plan_view`), tested without JAX;
+The plan is pure shape arithmetic (:func:`egraft.ir.strided_box.plan_view`,
+shared with the torch backend), tested without JAX;
 :func:`apply_view` runs a plan on a ``jax`` array (this module's emission is
 :class:`_JaxOps`, the movement ops in ``jnp`` / ``lax``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from math import prod
-from typing import Sequence
-
 import numpy as np
 
 from ...ir.strided import gather_index
-from ...ir.strided_box import NumpyOps, SlicePlan, box_plan, run_box_plan
+from ...ir.strided_box import (MAX_STACK_PIECES, GatherPlan, NumpyOps, SlicePlan, StackPlan, ZeroPlan, plan_view,
+                               run_box_plan)
 
 __all__ = [
     "GatherPlan", "MAX_STACK_PIECES", "NumpyOps", "SlicePlan", "StackPlan", "ZeroPlan", "apply_view", "gather_index",
     "plan_view",
 ]
-
-MAX_STACK_PIECES = 64  # overlapping views: at most this many slices before using a gather
-
-
-@dataclass(frozen=True)
-class StackPlan:
-    """An overlapping view as a stack of sub-views along one output axis."""
-
-    axis: int
-    pieces: tuple
-
-    @property
-    def is_gather(self) -> bool:
-        return any(p.is_gather for p in self.pieces)
-
-
-@dataclass(frozen=True)
-class GatherPlan:
-    """The last resort: static flat indices into the source."""
-
-    index: np.ndarray  # the view's shape
-
-    @property
-    def is_gather(self) -> bool:
-        return True
-
-
-@dataclass(frozen=True)
-class ZeroPlan:
-    shape: tuple[int, ...]
-
-    @property
-    def is_gather(self) -> bool:
-        return False
-
-
-def plan_view(src_numel: int, shape: Sequence[int], strides: Sequence[int], offset: int,
-              budget: int = MAX_STACK_PIECES):
-    """A plan realising the view on a flat source of `src_numel` elements."""
-    shape, strides, offset = tuple(int(n) for n in shape), tuple(int(s) for s in strides), int(offset)
-    if prod(shape) == 0:
-        return ZeroPlan(shape)
-    plan = box_plan(src_numel, shape, strides, offset)
-    if isinstance(plan, SlicePlan):
-        return plan
-    a, b = plan  # two output axes whose strides overlap
-    axis = a if shape[a] <= shape[b] else b
-    n = shape[axis]
-    if n > budget:
-        return GatherPlan(gather_index(shape, strides, offset))
-    sub_shape = shape[:axis] + shape[axis + 1:]
-    sub_strides = strides[:axis] + strides[axis + 1:]
-    pieces = tuple(plan_view(src_numel, sub_shape, sub_strides, offset + i * strides[axis], budget // n)
-                   for i in range(n))
-    if any(p.is_gather for p in pieces):
-        return GatherPlan(gather_index(shape, strides, offset))
-    return StackPlan(axis, pieces)
 
 
 class _JaxOps:

@@ -32,18 +32,6 @@ _VIEW_OPS = frozenset({aten.reshape.default, aten.view.default, aten.slice.Tenso
                        aten.expand.default, aten.transpose.int, aten.view.dtype})
 
 
-def _needed(graph: Graph, plans: dict) -> list[bool]:
-    """Which nodes the program computes: the outputs' dependencies, a planned node's through its plan."""
-    need = [False] * len(graph.nodes)
-    for o in graph.outputs:
-        need[o] = True
-    for i in range(len(graph.nodes) - 1, -1, -1):
-        if need[i]:
-            for j in (plans[i].deps() if i in plans else graph.nodes[i].inputs):
-                need[j] = True
-    return need
-
-
 def _base(v: torch.fx.Node) -> torch.fx.Node:
     while v.op == "call_function" and v.target in _VIEW_OPS:
         v = v.args[0]
@@ -69,7 +57,7 @@ class Program:
         self.weights: dict[str, torch.Tensor] = {}  # weight name -> the module's tensor (on the device)
         plans = peephole.find(graph) if self.knobs.get("peephole", True) else {}
         self.stats = {"peephole_dots": len(plans)}
-        alive = _needed(graph, plans)
+        alive = graph.needed(lambda i: plans[i].deps() if i in plans else graph.nodes[i].inputs)
         vals: dict[int, torch.fx.Node] = {}
         for k, i in enumerate(graph.input_ids):
             vals[i] = ctx.placeholder(f"x{k}", graph.nodes[i].dtype)

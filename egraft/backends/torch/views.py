@@ -8,7 +8,7 @@ when the box overhangs the buffer), run by the shared
 but ``flip`` and the pad are views of the source, and Inductor turns them
 into index arithmetic.  A view whose dims overlap (a sliding window) is split
 along its shortest offending dim into a ``stack`` of nesting views; past
-:data:`MAX_STACK_PIECES` pieces it is one ``index_select`` of static flat
+:data:`egraft.ir.strided_box.MAX_STACK_PIECES` pieces it is one ``index_select`` of static flat
 indices (the reference definition, :func:`egraft.ir.strided.gather_index`).
 ``as_strided`` is not used: its offset is relative to the storage, which an
 intermediate value's does not promise under Inductor's graph passes.
@@ -22,11 +22,8 @@ from math import prod
 import torch
 
 from ...ir.shapes import contiguous_strides
-from ...ir.strided import gather_index
-from ...ir.strided_box import SlicePlan, box_plan, run_box_plan
+from ...ir.strided_box import StackPlan, SlicePlan, plan_view, run_box_plan
 from .emit import TORCH_DTYPES, Emitter, aten
-
-MAX_STACK_PIECES = 64  # overlapping views: at most this many nesting pieces before a gather
 
 
 @dataclass(frozen=True)
@@ -79,31 +76,15 @@ class _FxOps:
         return self._call(aten.expand.default, (self.reshape(x, full).node, list(shape)), shape)
 
 
-def _plan(numel: int, shape, strides, offset, budget: int):
-    """A SlicePlan, ("stack", axis, [plans]) or ("gather", index): how to read the view of a flat source."""
-    plan = box_plan(numel, shape, strides, offset)
-    if isinstance(plan, SlicePlan):
-        return plan
-    a, b = plan  # two output axes whose strides overlap
-    axis = a if shape[a] <= shape[b] else b
-    n = shape[axis]
-    if n <= budget:
-        sub = lambda t: t[:axis] + t[axis + 1:]  # noqa: E731
-        pieces = [_plan(numel, sub(shape), sub(strides), offset + i * strides[axis], budget // n) for i in range(n)]
-        if not any(isinstance(p, tuple) and p[0] == "gather" for p in pieces):
-            return ("stack", axis, pieces)
-    return ("gather", gather_index(shape, strides, offset))
-
-
 def _run(ctx: Emitter, flat: _Val, plan, dt: str) -> _Val:
     if isinstance(plan, SlicePlan):
         return run_box_plan(flat, plan, _FxOps(ctx, dt))
-    if plan[0] == "stack":
-        _, axis, pieces = plan
-        parts = [_run(ctx, flat, p, dt) for p in pieces]
+    if isinstance(plan, StackPlan):
+        axis = plan.axis
+        parts = [_run(ctx, flat, p, dt) for p in plan.pieces]
         shape = parts[0].shape[:axis] + (len(parts),) + parts[0].shape[axis:]
         return _Val(ctx.call(aten.stack.default, ([p.node for p in parts], axis), dt), shape)
-    index = plan[1]
+    index = plan.index  # a GatherPlan (zero-size views return before planning)
     idx = ctx.tensor(torch.from_numpy(index.reshape(-1).copy()).to(ctx.device), "int64", "view_index")
     taken = ctx.call(aten.index_select.default, (flat.node, 0, idx), dt)
     return _Val(ctx.call(aten.reshape.default, (taken, list(index.shape)), dt), tuple(index.shape))
@@ -122,7 +103,7 @@ def emit_view(ctx: Emitter, x: torch.fx.Node, src_shape, shape, strides, offset)
     flat = _Val(x, tuple(src_shape))
     if len(src_shape) != 1:
         flat = _FxOps(ctx, dt).reshape(flat, (numel,))
-    return _run(ctx, flat, _plan(numel, shape, strides, int(offset), MAX_STACK_PIECES), dt).node
+    return _run(ctx, flat, plan_view(numel, shape, strides, int(offset)), dt).node
 
 
 def reshape(ctx: Emitter, x: torch.fx.Node, x_shape, shape) -> torch.fx.Node:

@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...egraph import ENode, Snapshot
+from ...egraph import ENode, Snapshot, weight_only_classes
 from ...errors import IRError
 from ...ir import Group, dtypes, shapes
 from ...ir.builder import GraphBuilder
@@ -211,24 +211,8 @@ class Index:
         weight-only.
         """
         wo = self._memo.get("weight_only")
-        if wo is None:  # worklist fixpoint: a class is weight-only once one node's children all are
-            nodes = self.snap.nodes
-            wo = [False] * self.snap.n_classes
-            pending = [len(set(n.children)) for n in nodes]
-            work = [i for i, n in enumerate(nodes) if not n.children and (n.op != "Input" or n.attrs.get("role") == "weight")]
-            parents: dict[int, list[int]] = defaultdict(list)
-            for i, n in enumerate(nodes):
-                for k in set(n.children):
-                    parents[k].append(i)
-            while work:
-                c = nodes[work.pop()].cls
-                if wo[c]:
-                    continue
-                wo[c] = True
-                for pi in parents.get(c, ()):
-                    pending[pi] -= 1
-                    if pending[pi] == 0:
-                        work.append(pi)
+        if wo is None:
+            wo = weight_only_classes(self.snap.nodes, self.snap.n_classes)
             self._memo["weight_only"] = wo
         return wo[c]
 
