@@ -50,14 +50,6 @@ def _model(name, size):
     return model, spec.example_inputs(model, seed=0, size=size)
 
 
-def _stats(samples):
-    import numpy as np
-
-    s = np.asarray(samples)
-    med = float(np.median(s))
-    return med, float((np.percentile(s, 90) - np.percentile(s, 10)) / med)
-
-
 def _random_sampling(space, task, backends, graph, trials, seed):
     """Best validated time of `trials` uniformly random genomes (distinct programs), timed like the search's."""
     import random
@@ -88,6 +80,7 @@ def run_one(name, size, budget, rounds, calls, seed):
 
     import egraft
     from egraft.backends import lower
+    from egraft.profiler import interleaved
     from egraft.rewrites import saturate
     from egraft.search import Budget, Space, search
     from egraft.search.engine import candidate_backends
@@ -129,20 +122,12 @@ def run_one(name, size, budget, rounds, calls, seed):
             err = float((got.float() - ref.float()).abs().max() / (ref.float().abs().max() + 1e-30))
             if not err < 1e-3:
                 raise AssertionError(f"{name}: {k} disagrees with eager (max rel err {err:.2e})")
-        samples = {k: [] for k in variants}
-        order = list(variants)
-        for r in range(rounds):
-            rot = order[r % len(order):] + order[:r % len(order)]
-            for k in rot:
-                for _ in range(calls):
-                    t = time.perf_counter()
-                    variants[k]()
-                    samples[k].append(time.perf_counter() - t)
-    stats = {k: _stats(v) for k, v in samples.items()}
+        timings = interleaved(variants, "cpu", rounds, calls)
+    stats = {k: (t.median, t.spread) for k, t in timings.items()}
     eager = stats["eager"][0]
     row = {
         "workload": name, "size": size, "trace_s": t_trace, "saturate_s": t_sat, "search_s": t_search,
-        "random_s": t_random, "trials": n_trials, "random_trials": rnd_n, "ga_best_s": ga_best,
+        "random_s": t_random, "search_stages": res.stages, "noisy_final": res.noisy, "trials": n_trials, "random_trials": rnd_n, "ga_best_s": ga_best,
         "random_best_s": rnd_best, "rank_correlation": res.rank_correlation, "backend": res.backend,
         "knobs": res.knobs, "roofline_bound_s": res.estimate_s, "counts": res.counts,
         "median_s": {k: v[0] for k, v in stats.items()}, "spread": {k: v[1] for k, v in stats.items()},

@@ -5,16 +5,24 @@ __version__ = "0.1.0"
 from . import errors, ir  # noqa: E402
 
 
-_LAZY_MODULES = ("backends", "models", "rewrites", "search", "testing")
+_LAZY_MODULES = ("api", "backends", "models", "rewrites", "runtime", "search", "testing")
 
 
 def __getattr__(name):
-    # `trace` and the stages import torch / egglog / jax: load them on first use
-    # so `import egraft` (and the runtime) stays light
+    # `trace`, `compile` and the stages import torch / egglog / jax: load them on first use
+    # so `import egraft` (and the runtime behind `load`) stays light
     if name == "trace":
         from .frontend import trace
 
         return trace
+    if name == "compile":
+        from .api import compile
+
+        return compile
+    if name == "load":
+        from .runtime import load
+
+        return load
     if name in _LAZY_MODULES:
         import importlib
 
@@ -22,4 +30,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'egraft' has no attribute {name!r}")
 
 
-__all__ = ["backends", "errors", "ir", "models", "rewrites", "search", "testing", "trace", "__version__"]
+__all__ = ["api", "backends", "compile", "errors", "ir", "load", "models", "rewrites", "runtime", "search",
+           "testing", "trace", "__version__"]

@@ -93,8 +93,8 @@ def device_id(device: str, name: str | None = None) -> str:
     return f"{kind}/{name.strip()}" if name else kind
 
 
-def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+def _canonical(obj: Any, allow_nan: bool = False) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=allow_nan)
 
 
 @dataclass(frozen=True)
@@ -247,7 +247,9 @@ class Cache:
             "key": key.fields(),
             "value": dict(value),
         }
-        data = _canonical(doc).encode()  # a non-JSON value raises here, before anything is touched
+        # a non-JSON value raises here, before anything is touched; non-finite floats are kept as Python's
+        # json writes them, because a program record holds inf/nan constants that way (egraft.ir.serialize)
+        data = _canonical(doc, allow_nan=True).encode()
         if self.disabled:
             return path
         try:

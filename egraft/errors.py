@@ -56,3 +56,7 @@ class SearchError(EgraftError):
 
 class ArtifactError(EgraftError):
     """A saved artifact is missing, corrupt or from an incompatible version."""
+
+
+class ValidationError(BackendError):
+    """A compiled program disagrees with the model it was compiled from; it is never handed out."""

@@ -1,120 +1,119 @@
-"""egraft demo: trace a GPT-2-style block, grow its e-graph, search it on this CPU, and time the winner.
+"""egraft demo: compile a GPT-2 block for this CPU, see what it gained, save it, and serve the saved artifact.
 
-What it shows, stage by stage (each checked against eager PyTorch):
+    python examples/demo.py                 # about a minute: 20 s of search, then the timings
+    python examples/demo.py --out out/gpt2  # keep the artifact where you want it
+    python examples/demo.py --small         # a tiny block and budget (a smoke test, seconds)
 
-1. ``egraft.trace``: the model lowered to the primitive IR, with its summary;
-2. ``egraft.rewrites.saturate``: the e-graph of equivalent programs and its stats;
-3. ``egraft.search.search``: the genetic search picks a program, a backend and
-   its knobs by validating and timing candidates (small budget), and prints
-   its report;
-4. the chosen executable against torch eager, called the way a user calls it
-   (torch tensors), timed interleaved on one pinned core with one thread for
-   both, so the number does not depend on what else the machine is doing;
-   a spread too large to conclude from is said, not hidden.
+1. ``egraft.compile`` traces the block, searches the programs equal to it
+   for the fastest on this CPU within the budget, and checks the winner
+   against eager PyTorch (a wrong program is never returned);
+2. ``cm.report()`` says what each stage did and took, and how fast the
+   result is against eager PyTorch and ``torch.compile``, timed interleaved
+   on one pinned core; a speed-up always comes with its spread, and a
+   machine too noisy to conclude is said, not hidden;
+3. ``cm.save(DIR)`` writes the artifact;
+4. a fresh Python process loads it with ``egraft.load`` (none of the
+   compiler imported) and runs it on new inputs; the demo compares its
+   outputs with the model's.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import time
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-# one pinned core, one thread, for torch and XLA alike, fixed before either library starts its pools
-if hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import egraft
+from egraft.models import MODELS
+from egraft.search import Budget
+from egraft.search.report import fmt_time
 
-import egraft  # noqa: E402
-from egraft.backends import lower  # noqa: E402
-from egraft.ir import evaluate  # noqa: E402
-from egraft.models import MODELS  # noqa: E402
-from egraft.profiler import noisy, summarize  # noqa: E402
-from egraft.rewrites import Limits, saturate  # noqa: E402
-from egraft.search import search  # noqa: E402
-from egraft.testing import rel_err  # noqa: E402
+TOLERANCE = 1e-4  # max |got - want| / max |want| allowed for float32 outputs (egraft's model-level bound)
+
+# what a serving process runs: only the light runtime, never the compiler
+SERVE = """\
+import sys, numpy as np, egraft
+art = egraft.load(sys.argv[1])             # checks the manifest and every file's SHA-256
+x, want = np.load(sys.argv[2]), np.load(sys.argv[3])
+y = art(x)                                 # numpy in, numpy out (torch tensors in: torch out)
+err = float(np.abs(y - want).max() / np.abs(want).max())
+compiler = [m for m in ("egraft.search", "egraft.rewrites", "egraft.frontend", "egglog") if m in sys.modules]
+print(f"  loaded {art!r}")
+print(f"  compiler modules imported: {', '.join(compiler) or 'none'}; torch imported: {'torch' in sys.modules}")
+ok = err <= float(sys.argv[4])
+print(f"  max relative error against the model: {err:.1e} (allowed {sys.argv[4]}): "
+      + ("same outputs" if ok else "MISMATCH"))
+sys.exit(0 if ok else 1)
+"""
 
 
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def speedup_line(name: str, c: dict) -> str:
+    """One verdict, always with both spreads; 'too noisy to conclude' when the measurement cannot carry one."""
+    s, mine, theirs = c["speedups"][name], c["times"]["egraft"], c["times"][name]
+    numbers = (f"egraft {fmt_time(mine['median_s'])} ±{mine['spread']:.0%}, "
+               f"{name} {fmt_time(theirs['median_s'])} ±{theirs['spread']:.0%}")
+    if s["conclusive"]:
+        return f"{s['speedup']:.2f}x {'faster' if s['speedup'] >= 1 else 'SLOWER'} than {name} ({numbers})"
+    return (f"{s['speedup']:.2f}x against {name} ({numbers}): too noisy to conclude ({s['why_not']}); "
+            "run again on a quiet machine")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="gpt2_block", choices=sorted(MODELS))
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--seconds", type=float, default=30.0, help="saturation time limit")
-    ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--budget", type=float, default=20.0, help="search seconds")
+    ap.add_argument("--budget", type=float, default=None, help="search seconds (default 20; --small: 3)")
+    ap.add_argument("--out", default=None, help="artifact directory (default: a new temporary directory)")
+    ap.add_argument("--small", action="store_true", help="tiny model and budget, eager comparison only")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
 
-    spec = MODELS[args.model]
-    sizes = {"hidden": args.hidden} if "hidden" in spec.tiny else {}
-    model = spec.build("tiny", seed=0, **sizes)
-    inputs = spec.example_inputs(model, batch=args.batch, seq=args.seq, seed=1)
+    # a GPT-2 block at a size where one call takes a few ms on one core (tiny for --small)
+    spec = MODELS["gpt2_block"]
+    hidden, batch, seq = (32, 2, 8) if args.small else (256, 4, 64)
+    model = spec.build("tiny", seed=0, hidden=hidden, heads=4)
+    example = spec.example_inputs(model, batch=batch, seq=seq, seed=1)
+    budget = Budget(seconds=args.budget or 3, trials=6) if args.small else (args.budget or 20)
+    print(f"== egraft.compile: GPT-2 block, hidden {hidden}, input {list(example[0].shape)}, search budget "
+          f"{budget if isinstance(budget, (int, float)) else budget.seconds} s\n")
+
+    # 1-2. compile (trace, search, lower, check against eager), then the report (the timings run here)
+    cm = egraft.compile(model, device="cpu", example_inputs=example, budget=budget,
+                        compare="eager" if args.small else True)
+    print(cm.report())
+    record = cm.report("json")["signatures"][0]  # the same report as a dict (nothing is measured twice)
+
+    # 3. save the artifact
+    out = cm.save(args.out or tempfile.mkdtemp(prefix="egraft-demo-"))
+    print(f"\n== saved the artifact to {out}")
+
+    # 4. a fresh process loads it and runs it on new inputs; the model's outputs are the reference
+    x = spec.example_inputs(model, batch=batch, seq=seq, seed=2)[0]
     with torch.no_grad():
-        want = model(*inputs)
-    want_np = [want.numpy()] if isinstance(want, torch.Tensor) else [w.numpy() for w in want]
-    print(f"== {args.model}: inputs {[tuple(x.shape) for x in inputs]} (one pinned core, one thread)")
-
-    t0 = time.perf_counter()
-    graph = egraft.trace(model, inputs)
-    print(f"\n[1] trace ({time.perf_counter() - t0:.2f} s)\n{graph.summary()}")
-    err = max(rel_err(g, w) for g, w in zip(evaluate(graph, list(inputs)), want_np))
-    print(f"    reference interpreter vs eager PyTorch: relative error {err:.1e}")
-
-    res = saturate(graph, limits=Limits(seconds=args.seconds))
-    print(f"\n[2] saturate\n{res.summary()}")
-
-    print(f"\n[3] search ({args.budget:.0f} s budget; a progress bar shows on a terminal)")
-    found = search(graph, budget=args.budget, saturation=res, cache=False)
-    print(found.report())
-    chosen = found.graph
-    x64 = [x.double().numpy() if x.is_floating_point() else x.numpy() for x in inputs]
-    err64 = max(rel_err(g, w) for g, w in zip(evaluate(chosen, x64, dtype=np.float64),
-                                              evaluate(graph, x64, dtype=np.float64)))
-    print(f"    the chosen program ({len(chosen)} nodes; idioms used: "
-          f"{ {op: c for op, c in chosen.op_counts().items() if op in egraft.ir.IDIOMS} }) "
-          f"vs the traced one in float64: relative error {err64:.1e}")
-
-    t0 = time.perf_counter()
-    ex = lower(chosen, found.backend, "cpu", found.knobs)
-    got = ex(*inputs)
-    build_s = time.perf_counter() - t0
-    err = max(rel_err(g.numpy(), w) for g, w in zip(got, want_np))
-    print(f"\n[4] {found.backend} executable built in {build_s:.2f} s; vs eager PyTorch: relative error {err:.1e}")
-    if err > 1e-4:
-        print("    MISMATCH: not timing a wrong program")
+        want = model(x)
+    print("== a fresh Python process loads it with egraft.load and runs it on new inputs:")
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(Path(tmp) / "x.npy", x.numpy())
+        np.save(Path(tmp) / "want.npy", want.numpy())
+        run = subprocess.run([sys.executable, "-c", SERVE, out, f"{tmp}/x.npy", f"{tmp}/want.npy", str(TOLERANCE)],
+                             capture_output=True, text=True)
+    print(run.stdout + run.stderr, end="")
+    if run.returncode != 0:
+        print("the loaded artifact did not reproduce the model's outputs")
         return 1
-    with torch.no_grad():
-        eager_fn = lambda: model(*inputs)  # noqa: E731
-        egraft_fn = lambda: ex(*inputs)  # noqa: E731
-        for _ in range(3):
-            egraft_fn(), eager_fn()
-        t_e, t_x = [], []
-        for _ in range(args.repeats):  # interleaved, so both see the same machine state
-            t_e.append(median_ms(eager_fn, 1) / 1e3)
-            t_x.append(median_ms(egraft_fn, 1) / 1e3)
-    te, tx = summarize(t_e), summarize(t_x)
-    me, mx = te.median * 1e3, tx.median * 1e3
-    verdict = "faster" if me > mx else "SLOWER"
-    print(f"\n== gained: torch eager {me:.3f} ms ±{te.spread:.0%}, egraft ({found.backend}, searched) {mx:.3f} ms "
-          f"±{tx.spread:.0%} -> speed-up {me / mx:.2f}x, egraft is {verdict} (median of {args.repeats} interleaved "
-          "calls each, torch tensors in and out, one pinned core, one thread)")
-    if noisy(te) or noisy(tx):
-        print("   WARNING: the spread is above 10 %: the machine is too busy to conclude; run again when it is quiet")
+
+    # the short version
+    ch, c, st = record["chosen"], record["comparison"], record["stages"]
+    knobs = ", ".join(f"{k}={v}" for k, v in ch["knobs"].items())
+    print(f"\n== summary\n  compiled in {sum(st.values()):.1f} s (search {st['search']:.1f} s); chosen: "
+          f"{ch['backend']} ({knobs})")
+    for name in c["speedups"]:
+        print("  " + speedup_line(name, c))
+    print(f"  artifact: {out}\n"
+          f"  load it:  art = egraft.load({out!r}); y = art(x)   # x: {record['signature']}\n"
+          f"  or:       egraft inspect {out}    egraft run {out} --repeat 50")
     return 0
 
 

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1] / "egraft"
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
     ("ir", "cache"),
-    ("egraph",),
+    ("egraph", "runtime"),  # runtime: loads artifacts; backends import its manifest writer
     ("frontend", "backends", "rewrites", "profiler"),
     ("search",),
-    ("testing", "models"),
+    ("testing", "models", "api", "plugins"),  # api: egraft.compile; plugins: torch.compile / serving glue
     ("__init__",),  # the package facade: egraft.trace, egraft.ir, lazily the stages
     ("cli",),
 ]
@@ -41,6 +41,7 @@ FORBIDDEN = {
     "backends": {"egglog", "deap"},
     "frontend": {"jax", "jaxlib", "triton", "egglog", "deap"},
     "profiler": {"egglog", "deap"},
+    "runtime": {"egglog", "deap"},
 }
 
 MAX_LINES = 450

@@ -211,6 +211,8 @@ def lower_program(ep: torch.export.ExportedProgram) -> Graph:
                 f"in-place update of {spec.kind.name.lower().replace('_mutation', '')} '{spec.target}'", None,
                 "the forward pass mutates state (e.g. a buffer or a KV cache); egraft compiles pure functions. "
                 "Call model.eval(), pass use_cache=False, or return the new state as an output instead")
+        if out is None:
+            continue  # a None output (torch.export keeps some): dropped, as the module docstring says
         value = env.get(out) if isinstance(out, torch.fx.Node) else out
         if isinstance(value, Missing):
             raise UnsupportedOpError(f"{value.op} output {value.index}", None, value.why)

@@ -9,6 +9,8 @@ in float32 and rounded after each op.
 
 from __future__ import annotations
 
+import string
+
 import sys
 from typing import Any, Mapping, Sequence
 
@@ -94,13 +96,58 @@ def evaluate(
     for i, arr in zip(graph.input_ids, args):
         vals[i] = arr.astype(_storage(graph.nodes[i].dtype, oracle), copy=False)
     alive = graph.live()
+    fused = _contractions(graph) if oracle else {}
+    skip = set(fused.values())
     with np.errstate(all="ignore"):
         for i, n in enumerate(graph.nodes):
-            if not alive[i] or vals[i] is not None:
+            if not alive[i] or vals[i] is not None or i in skip:
+                continue
+            if i in fused:
+                m = graph.nodes[fused[i]]
+                vals[i] = _contract(vals[m.inputs[0]], vals[m.inputs[1]], n.attrs["axis"], n.shape)
                 continue
             vals[i] = _eval_node(graph, i, n, vals, wmap, oracle)
-    # an output that is an input or weight would alias the caller's (or the graph's bound) array
-    return [np.array(vals[o]) if graph.nodes[o].op == "Input" else np.asarray(vals[o]) for o in graph.outputs]
+    # an output that is an input or weight would alias the caller's (or the graph's bound) array, and a
+    # View's value may be a read-only strided view
+    return [np.array(vals[o]) if graph.nodes[o].op == "Input" or not np.asarray(vals[o]).flags.writeable
+            else np.asarray(vals[o]) for o in graph.outputs]
+
+
+def _contractions(graph: Graph) -> dict[int, int]:
+    """SumReduce -> its float Mul operand, where nothing else reads the Mul: a matrix product in primitives.
+
+    The oracle runs those as one contraction instead of materialising the
+    whole ``[..., M, K, N]`` product (the same sum of the same products, in
+    float64), which is what made the oracle of a traced matmul slow.
+    """
+    uses = [len(c) for c in graph.consumers()]
+    outs = set(graph.outputs)
+    out = {}
+    for i, n in enumerate(graph.nodes):
+        if n.op != "SumReduce" or not dtypes.is_float(n.dtype):
+            continue
+        j = n.inputs[0]
+        if graph.nodes[j].op == "Mul" and uses[j] == 1 and j not in outs:
+            out[i] = j
+    return out
+
+
+def _contract(a: np.ndarray, b: np.ndarray, axis: int, shape: tuple) -> np.ndarray:
+    """``sum(a * b, axis)`` for same-shape `a`, `b`, reading a stride-0 (broadcast) axis once."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    letters = string.ascii_letters[:a.ndim]
+
+    def compact(x):
+        keep = [d for d in range(x.ndim) if not (x.strides[d] == 0 and x.shape[d] > 1)]
+        sub = x[tuple(slice(None) if d in keep else 0 for d in range(x.ndim))]
+        return sub, "".join(letters[d] for d in keep)
+
+    (ca, la), (cb, lb) = compact(a), compact(b)
+    present = [d for d in range(a.ndim) if d != axis and (letters[d] in la or letters[d] in lb)]
+    r = np.einsum(f"{la},{lb}->{''.join(letters[d] for d in present)}", ca, cb, optimize=True)
+    full = [d for d in range(a.ndim) if d != axis]
+    r = r.reshape([a.shape[d] if d in present else 1 for d in full])
+    return np.array(np.broadcast_to(r, shape))  # (ascontiguousarray would make a 0-d result 1-d)
 
 
 def _eval_node(graph, i, n, vals, wmap, oracle):

@@ -202,7 +202,15 @@ def _view(x, attrs, *_):
     shape = tuple(attrs["shape"])
     if shapes.numel(shape) == 0:
         return np.zeros(shape, x.dtype)
-    return flat[strided.gather_index(shape, attrs["strides"], attrs["offset"])]
+    strides, offset = tuple(attrs["strides"]), attrs["offset"]
+    lo = offset + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    hi = offset + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
+    if 0 <= lo and hi < flat.size:
+        # the same elements as the gather below, read in place: a broadcast (stride 0) view of a
+        # large operand costs no index array (the float64 oracle of a traced matmul is such a view)
+        return np.lib.stride_tricks.as_strided(flat[offset:], shape, [s * flat.itemsize for s in strides],
+                                               writeable=False)
+    return flat[strided.gather_index(shape, strides, offset)]
 
 
 def _max_reduce(x, attrs, *_):

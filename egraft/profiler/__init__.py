@@ -17,7 +17,7 @@ from .calibrate import calibrate_cpu, spec_for
 from .device import Device, available, parse, require
 from .inputs import random_array, random_inputs
 from .specs import TABLE, DeviceSpec, lookup
-from .timing import Timing, faster, noisy, pin, summarize, time, time_cpu, time_cuda, time_jax
+from .timing import Timing, faster, interleaved, noisy, pin, summarize, time, time_cpu, time_cuda, time_jax
 from .tolerances import TOLERANCE, eps, error_budgets, rel_err, tolerance, tolerance_for
 from .validate import Validation, poison, validate
 

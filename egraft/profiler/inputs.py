@@ -33,7 +33,38 @@ def random_array(shape, dtype: str, rng: np.random.Generator, low=None, high=Non
     return a.astype(dtypes.to_numpy(dtype))
 
 
+def index_ranges(graph: Graph) -> dict[int, int]:
+    """Input position -> n, for int inputs that reach a ``Gather`` as its index: draw those from ``[0, n)``.
+
+    Token ids are the common case: an embedding lookup rejects ids outside
+    its table, so the small default int range (which includes negatives) is
+    no input for it.  The index is followed through int-valued ops (views,
+    casts, index arithmetic); `n` is the smallest gathered axis it reaches.
+    """
+    consumers = graph.consumers()
+    out: dict[int, int] = {}
+    for pos, nid in enumerate(graph.input_ids):
+        if not dtypes.is_int(graph.nodes[nid].dtype):
+            continue
+        seen, todo, n = {nid}, [nid], None
+        while todo:
+            i = todo.pop()
+            for c in consumers[i]:
+                node = graph.nodes[c]
+                if node.op == "Gather" and len(node.inputs) > 1 and node.inputs[1] == i:
+                    size = graph.nodes[node.inputs[0]].shape[node.attrs["axis"]]
+                    n = size if n is None else min(n, size)
+                elif dtypes.is_int(node.dtype) and c not in seen:
+                    seen.add(c)
+                    todo.append(c)
+        if n:
+            out[pos] = n
+    return out
+
+
 def random_inputs(graph: Graph, seed: int | None = None) -> list[np.ndarray]:
-    """One random array per graph input, in order, drawn from `seed`."""
+    """One random array per graph input, in order, drawn from `seed`; gather indices within their table."""
     rng = np.random.default_rng(seed)
-    return [random_array(s, d, rng) for s, d in graph.input_types()]
+    bounds = index_ranges(graph)
+    return [random_array(s, d, rng, *((0, bounds[k]) if k in bounds else ()))
+            for k, (s, d) in enumerate(graph.input_types())]

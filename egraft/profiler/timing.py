@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time as _time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -135,6 +135,26 @@ def time(fn: Callable[[], object], device: str = "cpu", jax: bool = False, **kw)
         require(d)
         return time_jax(fn, device=str(d), **kw)
     return time_cpu(fn, **kw)
+
+
+def interleaved(fns: Mapping[str, Callable[[], object]], device: str = "cpu", rounds: int = 5, calls: int = 7,
+                jax: Collection[str] = ()) -> dict[str, Timing]:
+    """Time several variants in rotating turns, so all see the same machine state; a Timing per name.
+
+    Each of `rounds` rounds times every variant once in turn (the order
+    rotates between rounds): `calls` calls after one warm-up on a CPU or
+    TPU, ``do_bench`` on CUDA.  Names in `jax` are blocked on.  The search's
+    final comparison, ``CompiledModel.report`` and ``egraft bench`` all
+    compare through this.
+    """
+    names = list(fns)
+    samples: dict[str, list[float]] = {k: [] for k in names}
+    cuda = parse(device).kind == "cuda"
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            kw = {} if cuda else {"warmup": 1, "repeats": calls}
+            samples[k].extend(time(fns[k], device, jax=k in jax, **kw).samples)
+    return {k: summarize(v, device) for k, v in samples.items()}
 
 
 def noisy(t: Timing, threshold: float = NOISE) -> bool:

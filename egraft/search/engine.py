@@ -25,14 +25,14 @@ from __future__ import annotations
 import math
 import time as _time
 
-from ..backends import get_backend, lower, resolve
+from ..backends import get_backend, resolve
 from ..backends.base import default_knobs
 from ..cache import Cache, CacheKey, default_cache, device_id
 from ..errors import BackendError, IRError, SearchError
 from ..ir.graph import Graph
 from ..ir.serialize import graph_from_dict, graph_to_dict
-from ..profiler import available, noisy, parse, summarize
-from .evaluate import Candidate, Task, bound, evaluate_one, knob_items, time_calls, torch_inputs
+from ..profiler import available, interleaved, noisy, parse
+from .evaluate import Candidate, Task, bound, evaluate_one, executable, knob_items, torch_inputs
 from .evaluators import LocalEvaluator
 from .genetic import Budget, evolve
 from .genome import LATE_KNOBS, GenomeSpace
@@ -42,7 +42,9 @@ from .space import Space
 
 ORDER = {"cpu": ("jax", "torch"), "cuda": ("triton", "jax", "torch"), "tpu": ("jax",)}
 FINAL_ROUNDS = 5
-SEARCH_SHARE = 0.8  # of the time budget; the rest is for the baseline and the final comparison
+MAX_FINAL_CALLS = 7  # per turn; fewer when the budget's remainder is short (a 12-layer model: 0.1 s a call)
+SEARCH_SHARE = 0.8  # of the time budget, less saturation's and the baseline's time; the rest: the final comparison
+MIN_SEARCH_SHARE = 0.25
 
 
 def candidate_backends(backend: str, device: str) -> list[str]:
@@ -80,7 +82,8 @@ def _from_cache(doc: dict, graph: Graph, t0: float) -> SearchResult | None:
                            estimate_s=s["estimate_s"] or math.nan, blocks=dict(s["blocks"]),
                            baseline_estimate_s=s["baseline_estimate_s"] or math.nan, noisy=bool(s["noisy"]),
                            rank_correlation=s["rank_correlation"] or math.nan, from_cache=True,
-                           notes=list(s["notes"]) + ["returned from the search cache"])
+                           notes=list(s["notes"]) + ["returned from the search cache"],
+                           saturation=dict(s.get("saturation") or {}))
     except (KeyError, TypeError, ValueError, IRError):
         return None  # an entry of another shape: search again (and overwrite it)
     if prog.input_names() != graph.input_names() or prog.output_types() != graph.output_types():
@@ -90,15 +93,20 @@ def _from_cache(doc: dict, graph: Graph, t0: float) -> SearchResult | None:
     return res
 
 
-def _interleaved(task: Task, cands: list[Candidate], rounds: int) -> list:
-    """Time each candidate `rounds` times in turn (same machine state for all); a Timing each."""
-    exes = [lower(c.graph, c.backend, task.device, dict(c.knobs)) for c in cands]
+def _interleaved(task: Task, cands: list[Candidate], rounds: int, calls: int = MAX_FINAL_CALLS) -> list:
+    """Time each candidate `rounds` times in turn (same machine state for all), `calls` calls a turn; a Timing each."""
+    exes = [executable(task, c) for c in cands]
     tin = torch_inputs(task.inputs[0])
-    samples: list[list[float]] = [[] for _ in cands]
-    for _ in range(rounds):
-        for k, (c, ex) in enumerate(zip(cands, exes)):
-            samples[k].extend(time_calls(ex, tin, task.device, c.backend, 7).samples)
-    return [summarize(s, task.device) for s in samples]
+    fns = {str(k): (lambda ex=ex: ex(*tin)) for k, ex in enumerate(exes)}
+    out = interleaved(fns, task.device, rounds, calls, jax={str(k) for k, c in enumerate(cands) if c.backend == "jax"})
+    return [out[str(k)] for k in range(len(cands))]
+
+
+def final_calls(allowance_s: float | None, per_call_s: float) -> int:
+    """Calls per turn of the final comparison, so its FINAL_ROUNDS turns (each with a warm-up call) fit the allowance."""
+    if allowance_s is None or not math.isfinite(per_call_s) or per_call_s <= 0:
+        return MAX_FINAL_CALLS
+    return max(1, min(MAX_FINAL_CALLS, int(allowance_s / (FINAL_ROUNDS * per_call_s)) - 1))
 
 
 def _seeds(gs: GenomeSpace, space: Space, device: str) -> list[list[int]]:
@@ -181,14 +189,17 @@ def _run(graph, backends, backend, dev, plan, seed, saturation, fitness, evaluat
     base_backend = base_backend if base_backend in backends else backends[0]
     task = Task(graph, dev, fitness, seed, [list(x) for x in inputs] if inputs else [])
     direct = Candidate(graph, base_backend, knob_items(default_knobs(get_backend(base_backend).knobs(graph))))
-    base_out = evaluate_one(task, direct)
+    base_out = evaluate_one(task, direct, pin=True)
     if not base_out.ok:
         raise SearchError(f"the model's own program does not run on {base_backend!r} on {dev!r}: "
                           f"{base_out.message or base_out.status}")
     stages["baseline"] = _time.perf_counter() - t
     # search
     t = _time.perf_counter()
-    search_plan = plan if plan.seconds is None else Budget(plan.seconds * SEARCH_SHARE, plan.trials, plan.generations,
+    # the genetic search gets what saturation and the baseline left of its share (never under MIN_SEARCH_SHARE)
+    left = max(plan.seconds * MIN_SEARCH_SHARE, plan.seconds * SEARCH_SHARE - sum(stages.values())) \
+        if plan.seconds is not None else None
+    search_plan = plan if plan.seconds is None else Budget(left, plan.trials, plan.generations,
                                                            plan.population, plan.patience)
     parts = block_tasks(saturation) if reuse_layers and saturation.parts else []
     res = SearchResult(graph, base_backend, dict(direct.knobs), base_out.time_s, base_out.time_s, device=dev,
@@ -221,6 +232,9 @@ def _run(graph, backends, backend, dev, plan, seed, saturation, fitness, evaluat
         if res.interrupted:
             break
     res.counts = counts
+    res.saturation = {"classes": saturation.classes, "nodes": saturation.nodes,
+                      "iterations": saturation.iterations, "stop_reason": saturation.stop_reason,
+                      "seconds": round(saturation.seconds, 4)}
     res.blocks = {"distinct": len(parts), "occurrences": sum(p.occurrences for p in parts)} if parts else {}
     stages["search"] = _time.perf_counter() - t
     if heaviest is None:
@@ -229,10 +243,12 @@ def _run(graph, backends, backend, dev, plan, seed, saturation, fitness, evaluat
     # a block without a winner (none validated, or not reached before Ctrl-C) keeps its own program
     program = splice(graph, saturation.parts, chosen) if parts else chosen[""]
     best = Candidate(program, cand_b.backend, cand_b.knobs)
-    return _final(res, task, direct, best, base_out, stages)
+    allowance = None if plan.seconds is None else max(2.0, plan.seconds * (1 - SEARCH_SHARE))
+    return _final(res, task, direct, best, base_out, stages, allowance)
 
 
-def _final(res: SearchResult, task: Task, direct: Candidate, best: Candidate, base_out, stages) -> SearchResult:
+def _final(res: SearchResult, task: Task, direct: Candidate, best: Candidate, base_out, stages,
+           allowance: float | None = None) -> SearchResult:
     t = _time.perf_counter()
     from .cost import rank_correlation
 
@@ -263,7 +279,7 @@ def _final(res: SearchResult, task: Task, direct: Candidate, best: Candidate, ba
                                     -1, "", f"late knob {name}={value}: {lo.message}"[:300]))
             if lo.ok and lo.time_s < out.time_s:
                 best, out = late, lo
-    tb, tw = _interleaved(task, [direct, best], FINAL_ROUNDS)
+    tb, tw = _interleaved(task, [direct, best], FINAL_ROUNDS, final_calls(allowance, base_out.time_s + out.time_s))
     res.baseline_time_s, res.baseline_spread = tb.median, tb.spread
     res.noisy = noisy(tb) or noisy(tw)
     if tw.median < tb.median:

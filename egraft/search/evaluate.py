@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import time as _time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -139,7 +140,43 @@ def bound(graph: Graph, backend: str, knobs, device: str) -> float:
         return math.nan
 
 
-def evaluate_one(task: Task, cand: Candidate, est: float | None = None) -> Outcome:
+FIRST_CALL_CAP = 3.0  # x the cap, plus FIRST_CALL_SLACK_S for a first call's one-time costs
+FIRST_CALL_SLACK_S = 1.0
+
+
+class _OverCap(Exception):
+    def __init__(self, seconds: float):
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+KEEP_EXECUTABLES = 3  # the last few lowered candidates a task keeps (a 12-layer XLA compile takes seconds)
+
+
+def executable(task: Task, cand: Candidate, pin: bool = False):
+    """`cand` lowered for `task`'s device, from the task's small memo when it was lowered lately (or pinned).
+
+    The memo lives in the task's ``__dict__`` (not a field: tasks travel to
+    Ray actors as their parts, never pickled with executables in them).
+    """
+    pinned = task.__dict__.setdefault("_pinned", {})
+    recent = task.__dict__.setdefault("_recent", OrderedDict())
+    # the structural key leaves weight values out: the bound arrays' identities go in (each entry keeps its
+    # graph, so those arrays stay alive and their ids cannot be reused)
+    key = (cand.key, tuple(sorted((k, id(v)) for k, v in cand.graph.weights.items())))
+    hit = pinned.get(key) or recent.get(key)
+    ex = hit[1] if hit else lower(cand.graph, cand.backend, task.device, dict(cand.knobs))
+    if pin:
+        pinned[key] = (cand.graph, ex)
+    elif key not in pinned:
+        recent[key] = (cand.graph, ex)
+        recent.move_to_end(key)
+        while len(recent) > KEEP_EXECUTABLES:
+            recent.popitem(last=False)
+    return ex
+
+
+def evaluate_one(task: Task, cand: Candidate, est: float | None = None, pin: bool = False) -> Outcome:
     """Validate and time (or price) one candidate; never raises for the candidate's sake."""
     key = cand.key
     est = bound(cand.graph, cand.backend, cand.knobs, task.device) if est is None else est
@@ -153,16 +190,38 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None) -> Outco
         return Outcome(key, "estimated", est if math.isfinite(est) else math.inf, estimate_s=est)
     t0 = _time.perf_counter()
     try:
-        ex = lower(cand.graph, cand.backend, task.device, dict(cand.knobs))
+        ex = executable(task, cand, pin)
     except Exception as e:  # noqa: BLE001
         return Outcome(key, "failed", math.inf, estimate_s=est, message=f"{type(e).__name__}: {e}")
     compile_s = _time.perf_counter() - t0
+    second: list[float] = []  # the second checking call, timed: the first one warmed the executable up
+
+    def run(xs, k):
+        if k == 0:
+            t1 = _time.perf_counter()
+            out = ex(*torch_inputs(xs))
+            # a first call (warm-up costs and all) this far over the cap: a program that materialises what
+            # the best one streams; neither validated nor timed further, it cannot win
+            if _time.perf_counter() - t1 > FIRST_CALL_CAP * task.cap_s + FIRST_CALL_SLACK_S:
+                raise _OverCap(_time.perf_counter() - t1)
+            return out
+        t1 = _time.perf_counter()
+        out = ex(*xs)
+        second.append(_time.perf_counter() - t1)
+        return out
+
     try:
-        why = check(task, lambda xs, k: ex(*(torch_inputs(xs) if k == 0 else xs)))
+        why = check(task, run)
+    except _OverCap as over:
+        return Outcome(key, "pruned", over.seconds, 0.0, est, compile_s=compile_s,
+                       message=f"its first call took {over.seconds:.3g} s, far over the cap of {task.cap_s:.3g} s")
     except Exception as e:  # noqa: BLE001
         why = f"raised {type(e).__name__}: {e}"
     if why:
         return Outcome(key, "rejected", math.inf, estimate_s=est, message=why, compile_s=compile_s)
+    if second and second[0] > task.cap_s:  # validated, and one call is evidence enough that it loses
+        return Outcome(key, "timed", second[0], 0.0, est, message="one call only: slower than the cap",
+                       compile_s=compile_s)
     tin = torch_inputs(task.inputs[0])
     try:
         t1 = _time.perf_counter()

@@ -137,13 +137,16 @@ def evolve(gs: GenomeSpace, task: Task, evaluator, budget: Budget, seed: int = 0
                 continue
             fresh[cand.key] = (cand, bound(cand.graph, cand.backend, cand.knobs, task.device))
         to_run = []
+        # before anything validated, the direct lowering's time is the one to beat (a block's share of it is
+        # smaller, so for a block this prunes less, never wrongly)
+        ceiling = min(best_s(), baseline_s if math.isfinite(baseline_s) else math.inf)
         for key, (cand, est) in fresh.items():
-            if task.fitness == "measured" and math.isfinite(est) and est > best_s():
+            if task.fitness == "measured" and math.isfinite(est) and est > ceiling:
                 ev.outcomes[key] = Outcome(key, "pruned", est, estimate_s=est, message="roofline bound above best")
                 _log(key, ev.outcomes[key], cand, gen)
             else:
                 to_run.append((cand, est))
-        task.cap_s = CAP * best_s()
+        task.cap_s = CAP * ceiling
         chunk = max(1, getattr(evaluator, "workers", 0) or 0) * 2 or 1  # small batches: budget checked between
         for i in range(0, len(to_run), chunk):
             if i and out_of_budget():

@@ -110,6 +110,7 @@ class SearchResult:
     interrupted: bool = False
     noisy: bool = False  # the final comparison's spread is too large to conclude a speed-up
     notes: list[str] = field(default_factory=list)
+    saturation: dict = field(default_factory=dict)  # the e-graph searched: classes, nodes, iterations, stop
 
     @property
     def estimated(self) -> bool:
@@ -136,7 +137,8 @@ class SearchResult:
             "search_s": self.search_s, "stages": dict(self.stages), "counts": dict(self.counts),
             "blocks": dict(self.blocks), "rank_correlation": self.rank_correlation,
             "from_cache": self.from_cache, "interrupted": self.interrupted, "noisy": self.noisy,
-            "notes": list(self.notes), "history": [g.as_dict() for g in self.history],
+            "notes": list(self.notes), "saturation": dict(self.saturation),
+            "history": [g.as_dict() for g in self.history],
             "trials": [t.as_dict() for t in self.trials],
             "program": {"nodes": len(self.graph.nodes), "hash": self.graph.structural_hash(),
                         "ops": dict(sorted(self.graph.op_counts().items()))},

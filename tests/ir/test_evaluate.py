@@ -147,3 +147,44 @@ def test_outputs_do_not_alias_inputs():
     (y,) = evaluate(g, [a])
     y[0] = 5
     assert a[0] == 1
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_oracle_contraction_equals_the_literal_product_sum(trial, rng, monkeypatch):
+    """The oracle runs SumReduce(Mul(...)) as one contraction: the same numbers as the product, then the sum."""
+    import importlib
+
+    bsz, m, k, n = (int(v) for v in rng.gen.integers(1, 5, size=4))
+    b = GraphBuilder()
+    x = b.input("x", (bsz, m, k), "float32")
+    w = b.input("w", (k, n), "float32")
+    y = b.input("y", (bsz, m, k), "float32")
+    d = b.input("d", (k,), "float32")
+    g = b.build([x @ w, ((x * y).sum(2)), (x @ w).sum(1), (d * d).sum(0)])  # the last one: a 0-d result
+    xs = [rand((bsz, m, k), "float32", rng), rand((k, n), "float32", rng), rand((bsz, m, k), "float32", rng),
+          rand((k,), "float32", rng)]
+    fast = evaluate(g, xs, np.float64)
+    assert any(nd.op == "SumReduce" for nd in g.nodes)
+    module = importlib.import_module("egraft.ir.evaluate")
+    assert len(module._contractions(g)) == 3  # x @ w (built once, read twice), (x * y).sum(2), (d * d).sum(0)
+    monkeypatch.setattr(module, "_contractions", lambda graph: {})  # the literal path: product, then sum
+    slow = evaluate(g, xs, np.float64)
+    x64 = [v.astype(np.float64) for v in xs]
+    np.testing.assert_allclose(fast[0], x64[0] @ x64[1], rtol=1e-12, atol=1e-12)
+    for f, s in zip(fast, slow):
+        np.testing.assert_allclose(f, s, rtol=1e-12, atol=1e-12)
+
+
+def test_view_reads_in_place_and_by_gather_alike(rng):
+    """A View is read as a strided view when in bounds (broadcast, negative strides): the gather's elements."""
+    from egraft.ir.strided import gather_index
+
+    b = GraphBuilder()
+    x = b.input("x", (4, 6), "float32")
+    cases = [((4, 6, 3), (6, 1, 0), 0), ((6, 4), (-1, 6), 5), ((2, 3), (12, -2), 5), ((3, 3), (0, 0), 7)]
+    g = b.build([b.view(x, s, st, off) for s, st, off in cases])
+    xv = rand((4, 6), "float32", rng)
+    got = evaluate(g, [xv])
+    for (s, st, off), out in zip(cases, got):
+        np.testing.assert_array_equal(out, xv.reshape(-1)[gather_index(s, st, off)])
+        out += 1  # outputs are the caller's own arrays, writeable

@@ -113,3 +113,27 @@ def test_poison_is_a_noop_for_fresh_array_candidates():
     c = _Prealloc(_graph(), forget=False)
     assert poison(c) == 2
     assert all(np.isnan(b).all() for b in c.output_buffers)
+
+
+def test_gather_indices_are_drawn_inside_their_table():
+    """Token ids feed an embedding: random inputs stay in [0, table) through views and casts, other ints do not."""
+    import torch
+
+    import egraft
+    from egraft.profiler.inputs import index_ranges
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(13, 4)
+
+        def forward(self, ids, other):
+            return self.emb(ids.reshape(-1)).sum() + other.float().sum()
+
+    g = egraft.trace(Embed(), (torch.randint(0, 13, (2, 5)), torch.randint(0, 3, (3,))))
+    assert index_ranges(g) == {0: 13}
+    draws = [random_inputs(g, seed) for seed in range(5)]
+    for ids, _ in draws:
+        assert ids.min() >= 0 and ids.max() < 13 and ids.any()
+    assert min(int(other.min()) for _, other in draws) < 0  # the other int input keeps the default range
+    egraft.ir.evaluate(g, random_inputs(g, 9))  # an out-of-range id would raise

@@ -7,14 +7,14 @@ in :mod:`.rules` (one per op), views become XLA movement ops in
 library ops in :mod:`.peephole` (sliding-window convolution and pooling:
 ``conv_general_dilated`` / ``reduce_window``, in :mod:`.windows`), :mod:`.program` traces a graph into one
 function, :mod:`.executable` binds weights on the device and runs it, and
-:mod:`.export` writes StableHLO for cpu/cuda/tpu (and loads it back).
+:mod:`.export` writes StableHLO for cpu/cuda/tpu (``egraft.runtime`` loads it).
 """
 
 from __future__ import annotations
 
 from ..base import Backend, register
 from .executable import KNOBS, JaxExecutable, knobs, lower
-from .export import export_executable, load_exported
+from .export import export_executable
 from .rules import RULES
 
 
@@ -24,5 +24,4 @@ def rule_table():
 
 BACKEND = register(Backend(name="jax", devices=("cpu", "cuda", "tpu"), lower=lower, knobs=knobs, rule_table=rule_table))
 
-__all__ = ["BACKEND", "KNOBS", "JaxExecutable", "RULES", "export_executable", "knobs", "load_exported", "lower",
-           "rule_table"]
+__all__ = ["BACKEND", "KNOBS", "JaxExecutable", "RULES", "export_executable", "knobs", "lower", "rule_table"]

@@ -21,25 +21,14 @@ sm_90 without a GPU.
 
 from __future__ import annotations
 
-import os
-import sys
-
 from ...errors import BackendError
 from ...ir.graph import Graph
+from ...runtime.triton_loader import interpreter_active  # one definition, shared with the artifact loader
 from ..base import Backend, default_knobs, device_kind, register
 from ..fold import fold_weights, plan as fold_plan
 from .expand import expand_idioms
 from .partition import anchors, partition
 from .rules import RULES
-
-def interpreter_active() -> bool:
-    """Whether triton was imported in interpreter mode (TRITON_INTERPRET=1 at import)."""
-    if "triton" not in sys.modules:
-        return os.environ.get("TRITON_INTERPRET", "0") == "1"
-    import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(tl.sum, InterpretedFunction)
 
 
 def _check_mode(device: str):

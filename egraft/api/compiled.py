@@ -1,0 +1,231 @@
+"""``egraft.compile``: a model in, a :class:`CompiledModel` (an ``nn.Module``) out.
+
+A compiled model keeps one program per input signature, as ``torch.compile``
+does: with ``example_inputs`` the first is compiled at once, any other
+signature on its first call (:mod:`.pipeline` says what compiling one
+involves).  A call costs one tuple of (shape, dtype, device) per input and
+one dict lookup more than the executable's own call: nothing is checked per
+call that was checked when the signature was compiled.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ArtifactError, BackendError, InputError
+from ..profiler import parse, require
+from .pipeline import Options, Program, build, call_key, flat_inputs
+
+COMPARE = (True, False, "eager")
+
+
+class CompiledModel(torch.nn.Module):
+    """A model with its forward pass compiled by egraft, one program per input signature.
+
+    Call it like the model: torch tensors in, the model's own output
+    structure out (a tensor, tuple, list or dict; a Hugging Face
+    ``ModelOutput`` comes back as a dict of its non-None fields), on the
+    inputs' device.  Compiled programs are inference programs: the weights
+    are frozen at compile time (changing the wrapped model's parameters
+    afterwards does not change them) and no gradients flow through them.
+
+    ``executables`` / ``results`` map each signature name (``"4x32:float32"``)
+    to its :class:`~egraft.backends.Executable` / search result;
+    :meth:`report` says what was done and how fast it is; :meth:`save`
+    writes an artifact for :func:`egraft.load`.
+    """
+
+    def __init__(self, model: torch.nn.Module, options: Options, compare: Any = True):
+        super().__init__()
+        self.model = model  # a reference, registered as a submodule: no weights are copied here
+        self.options = options
+        self.compare = compare
+        self._programs: dict[tuple, Program] = {}
+        self._status = _status_printer(options.progress)
+
+    # --- the call path --------------------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        if kwargs:
+            return self._call_with_kwargs(args, kwargs)
+        try:
+            key = tuple([(a.shape, a.dtype, a.device) for a in args])
+        except AttributeError:
+            key = None  # a non-tensor input: compile_for explains
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self.compile_for(*args)
+        return prog.call(*args)
+
+    def _call_with_kwargs(self, args: tuple, kwargs: dict):
+        try:
+            key = call_key(args, kwargs)
+        except AttributeError:
+            key = None
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self.compile_for(*args, **kwargs)
+        return prog.call(*flat_inputs(args, kwargs, prog.kwarg_order))
+
+    def compile_for(self, *args, **kwargs) -> Program:
+        """Compile the signature of these inputs now (a call does this on a signature's first use)."""
+        try:
+            key = call_key(args, kwargs)
+        except AttributeError:
+            bad = next(k for k, a in enumerate(args) if not isinstance(a, torch.Tensor))
+            raise InputError(f"input {bad} is a {type(args[bad]).__name__}, not a torch.Tensor; a compiled model "
+                             "takes tensors as positional inputs") from None
+        if key not in self._programs:
+            self._programs[key] = build(self.model, tuple(args), dict(kwargs), key, self.options, self._status)
+        return self._programs[key]
+
+    # --- what was compiled ----------------------------------------------------------------------
+
+    @property
+    def programs(self) -> dict[str, Program]:
+        """Signature name -> :class:`~egraft.api.pipeline.Program`, in compile order."""
+        return {p.name: p for p in self._programs.values()}
+
+    @property
+    def executables(self) -> dict:
+        return {p.name: p.executable for p in self._programs.values()}
+
+    @property
+    def results(self) -> dict:
+        return {p.name: p.result for p in self._programs.values()}
+
+    def _program(self, signature: str | None) -> Program:
+        progs = self.programs
+        if not progs:
+            raise InputError("nothing is compiled yet: pass example_inputs to egraft.compile or call the model once")
+        if signature is None:
+            if len(progs) > 1:
+                raise InputError(f"{len(progs)} signatures are compiled ({', '.join(progs)}); name one with "
+                                 "signature=...")
+            return next(iter(progs.values()))
+        if signature not in progs:
+            raise InputError(f"no compiled signature {signature!r}; compiled: {', '.join(progs)}")
+        return progs[signature]
+
+    def report(self, fmt: str = "text", signature: str | None = None):
+        """What was traced, searched, chosen and measured: a string (``"text"``) or a dict (``"json"``).
+
+        The comparison with eager PyTorch and ``torch.compile`` runs on the
+        first report of each signature (see ``egraft.api.measure``) unless the
+        model was compiled with ``compare=False`` (``compare="eager"``: eager
+        only).
+        """
+        from .measure import measure
+        from .report import json_report, text_report
+
+        if fmt not in ("text", "json"):
+            raise InputError(f"unknown report format {fmt!r}; use 'text' or 'json'")
+        progs = [self._program(signature)] if signature is not None else list(self._programs.values())
+        if not progs:
+            self._program(None)  # raises: nothing compiled
+        for p in progs:
+            if self.compare and p.comparison is None:
+                self._status(f"timing {p.name} against eager PyTorch"
+                             + ("" if self.compare == "eager" else " and torch.compile"))
+                p.comparison = measure(self, self.model, p, inductor=self.compare is True)
+        doc = json_report(self, progs)
+        return doc if fmt == "json" else text_report(doc)
+
+    def save(self, directory: str | os.PathLike, signature: str | None = None) -> str:
+        """Write the compiled program as an artifact directory for :func:`egraft.load`; returns its path.
+
+        With one signature compiled (or ``signature=`` naming one) the
+        artifact is `directory` itself.  With several and no ``signature``,
+        each goes to its own subdirectory ``directory/<signature>/`` (the
+        name made file-safe) and `directory` is returned.
+        """
+        from ..backends.artifact import save_artifact
+
+        if not self._programs:
+            raise ArtifactError("nothing to save: nothing is compiled yet; pass example_inputs to egraft.compile "
+                                "or call the model once before save()")
+        if signature is not None or len(self._programs) == 1:
+            p = self._program(signature)
+            return save_artifact(p.executable, str(directory), meta=self._meta(p))
+        root = Path(directory)
+        for p in self._programs.values():
+            save_artifact(p.executable, str(root / safe_name(p.name)), meta=self._meta(p))
+        return str(root)
+
+    def _meta(self, p: Program) -> dict:
+        from .report import json_report
+
+        return {"input_names": list(p.input_names), "output_tree": p.output_tree,
+                "model": type(self.model).__name__, "report": json_report(self, [p])}
+
+    def extra_repr(self) -> str:
+        return f"device={self.options.device!r}, signatures={list(self.programs)}"
+
+
+def safe_name(name: str) -> str:
+    """A signature name as a directory name: letters, digits, 'x', '.', '_' and '-' only."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "signature"
+
+
+def _status_printer(progress):
+    """A one-line status per stage: on a terminal (progress=None) or when asked (progress=True)."""
+    on = progress is True or (progress is None and _isatty(sys.stderr))
+    if not on:
+        return lambda msg: None
+    from rich.console import Console
+
+    console = Console(file=sys.stderr, force_terminal=progress is True or None)
+    return lambda msg: console.print(f"[dim]egraft:[/dim] {msg}", highlight=False)
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:  # noqa: BLE001 - a closed or fake stream is not a terminal
+        return False
+
+
+def compile(model, device: str = "cpu", example_inputs=None, backend: str = "auto", budget=None, *,  # noqa: A001
+            example_kwargs: dict | None = None, fitness: str | None = None, seed: int = 0, cache=True,
+            progress=None, compare=True) -> CompiledModel:
+    """Compile `model`'s forward pass with egraft; see docs/compile.md.
+
+    `example_inputs`: a tensor or a tuple of tensors (and `example_kwargs`,
+    tensors or python values): compile that signature now; without them the
+    first call compiles.  `device`: ``"cpu"``, ``"cuda"``, ``"cuda:N"``,
+    ``"tpu"``.  `backend`: ``"auto"`` (the search picks among those that run
+    on the device) or one of ``"jax"``, ``"torch"``, ``"triton"``.
+    `budget`, `fitness`, `seed`, `cache`, `progress`: passed to
+    :func:`egraft.search.search`.  `compare`: what :meth:`CompiledModel.report`
+    times the program against: True (eager PyTorch and torch.compile),
+    ``"eager"``, or False (nothing).
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"egraft.compile takes a torch.nn.Module, got {type(model).__name__}; wrap a function "
+                         "in an nn.Module whose forward calls it")
+    dev = str(parse(device))
+    require(dev)
+    if backend != "auto":
+        from ..backends import get_backend
+
+        b = get_backend(backend)  # an unknown name raises BackendError listing the known ones
+        if dev.split(":")[0] not in b.devices:
+            raise BackendError(f"backend {backend!r} does not run on {dev!r}; it runs on {', '.join(b.devices)}")
+    if compare not in COMPARE:
+        raise InputError(f"compare must be True, False or 'eager', got {compare!r}")
+    model.eval()
+    cm = CompiledModel(model, Options(dev, backend, budget, fitness, seed, cache, progress), compare)
+    if example_inputs is not None or example_kwargs:
+        args = example_inputs if example_inputs is not None else ()
+        if isinstance(args, torch.Tensor):
+            args = (args,)
+        if not isinstance(args, (tuple, list)):
+            raise InputError(f"example_inputs must be a tensor or a tuple of tensors, got {type(args).__name__}")
+        cm.compile_for(*args, **(example_kwargs or {}))
+    return cm

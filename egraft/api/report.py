@@ -1,0 +1,135 @@
+"""A compiled model's report: a JSON record per signature, and the text a person reads.
+
+Per signature: what was traced (nodes, ops, weights), how far the e-graph
+grew, what the search looked at (candidates timed, rejected, answered from
+its memo; whether the result came from the cache), what it chose (backend,
+knobs, roofline ratio, whether its own comparison was noisy), the seconds of
+each stage, the check against eager PyTorch, and the measured speed-up over
+eager PyTorch and torch.compile with their spreads (:mod:`.measure`), or
+that the machine was too noisy to conclude one.
+"""
+
+from __future__ import annotations
+
+from ..search.report import fmt_time
+from ..search.result import jsonable
+
+STAGES = ("trace", "saturate", "search", "lower", "validate")
+COUNTS = ("timed", "estimated", "rejected", "failed", "pruned", "cached")
+
+
+def json_report(cm, progs) -> dict:
+    """The strict-JSON record of `progs` (Programs of `cm`)."""
+    o = cm.options
+    return jsonable({
+        "model": type(cm.model).__name__, "device": o.device, "backend": o.backend,
+        "signatures": [_signature(p) for p in progs],
+    })
+
+
+def _signature(p) -> dict:
+    r = p.result
+    s = r.summary()
+    return {
+        "signature": p.name,
+        "inputs": p.traced["inputs"],
+        "traced": {k: p.traced[k] for k in ("nodes", "ops", "weights", "weight_bytes")},
+        "saturated": dict(r.saturation),
+        "searched": {"fitness": r.fitness, "from_cache": r.from_cache, "interrupted": r.interrupted,
+                     "counts": s["counts"], "trials": len(r.trials), "blocks": s["blocks"],
+                     "stages": s["stages"], "notes": s["notes"]},
+        "chosen": {"backend": r.backend, "knobs": s["knobs"], "nodes": len(r.graph.nodes),
+                   "time_s": s["time_s"], "spread": s["spread"], "estimated": r.estimated,
+                   "estimate_s": s["estimate_s"], "roofline_ratio": s["roofline_ratio"],
+                   "speedup_over_direct": s["speedup"], "noisy": r.noisy},
+        "stages": {k: p.stages.get(k, 0.0) for k in STAGES},
+        "validation": p.validation,
+        "comparison": p.comparison,
+    }
+
+
+def text_report(doc: dict) -> str:
+    """The JSON record as lines a person reads."""
+    n = len(doc["signatures"])
+    lines = [f"egraft: {doc['model']} compiled for {doc['device']} (backend {doc['backend']}), "
+             f"{n} signature{'s' if n != 1 else ''}"]
+    for sig in doc["signatures"]:
+        lines += [""] + _signature_lines(sig)
+    return "\n".join(lines)
+
+
+def _signature_lines(s: dict) -> list[str]:
+    t, sat, se, ch = s["traced"], s["saturated"], s["searched"], s["chosen"]
+    ops = sorted(t["ops"].items(), key=lambda kv: -kv[1])
+    top = ", ".join(f"{k} {v}" for k, v in ops[:6]) + (", ..." if len(ops) > 6 else "")
+    out = [f"signature {s['signature']}  (" + ", ".join(f"{i['name']}" for i in s["inputs"]) + ")",
+           f"  traced     {t['nodes']} nodes ({top}); {t['weights']} weights, {_bytes(t['weight_bytes'])}"]
+    size = f"{sat['classes']} e-classes, {sat['nodes']} e-nodes" if "classes" in sat else "size not recorded"
+    stop = f" ({sat['stop_reason']})" if sat.get("stop_reason") else ""
+    if se["from_cache"]:
+        out.append(f"  saturated  {size}{stop}, when the cached search ran; not run again")
+    else:
+        out.append(f"  saturated  {size}{stop} in {_secs(s['stages']['saturate'])}")
+    counts = ", ".join(f"{se['counts'][k]} {k}" for k in COUNTS if se["counts"].get(k))
+    out.append(f"  searched   {counts or 'no candidates'} ({se['fitness']} fitness"
+               + (", from the cache" if se["from_cache"] else "") + (", interrupted" if se["interrupted"] else "")
+               + ")")
+    knobs = ", ".join(f"{k}={v}" for k, v in ch["knobs"].items())
+    est = "estimated " if ch["estimated"] else ""
+    roof = "" if ch["estimated"] else f", {_x(ch['roofline_ratio'])} the roofline bound"
+    out.append(f"  chosen     {ch['backend']} ({knobs}); {ch['nodes']} nodes; {est}{_time(ch['time_s'])}"
+               + ("" if ch["estimated"] else f" {_pct(ch['spread'])}")
+               + f"{roof}, {_x(ch['speedup_over_direct'])} faster than the direct lowering"
+               + (" (noisy: the search's own comparison could not conclude)" if ch["noisy"] else ""))
+    out.append("  stages     " + ", ".join(f"{k} {_secs(s['stages'][k])}" for k in STAGES))
+    v = s["validation"]
+    out.append(f"  checked    against eager PyTorch on {v['sets']} input sets: max relative error "
+               f"{v['max_error']:.2g} (allowed {max(v['tolerances'], default=0):.2g})")
+    out += _comparison_lines(s["comparison"])
+    return out
+
+
+def _comparison_lines(c: dict | None) -> list[str]:
+    if c is None:
+        return ["  measured   not measured (compiled with compare=False, or saved before its first report())"]
+    cond = c["conditions"]
+    where = (f"pinned to core {','.join(map(str, cond['pinned']))}, {cond['torch_threads']} torch thread"
+             if cond["pinned"] else f"{cond['device']}, {cond['torch_threads']} torch threads")
+    times = ", ".join(f"{k} {_time(v['median_s'])} {_pct(v['spread'])}" for k, v in c["times"].items())
+    out = [f"  measured   {times}  (medians of {cond['rounds']} interleaved rounds x {cond['repeats']} calls, "
+           f"{where})"]
+    for name, v in c["speedups"].items():
+        if v["conclusive"]:
+            word = "faster" if v["speedup"] >= 1 else "SLOWER"
+            out.append(f"  vs {name:13s} {v['speedup']:.2f}x ({word})")
+        else:
+            out.append(f"  vs {name:13s} {_x(v['speedup'])}, but the machine was too noisy to conclude "
+                       f"({v['why_not']}); measure again on a quiet machine")
+    if c.get("torch_compile_s") is not None:
+        out.append(f"  (torch.compile took {_secs(c['torch_compile_s'])} to compile, not counted)")
+    out += [f"  note: {n}" for n in c.get("notes", [])]
+    return out
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover - the loop returns
+
+
+def _secs(x) -> str:
+    return f"{x:.2f} s" if isinstance(x, (int, float)) else "n/a"
+
+
+def _time(x) -> str:
+    return fmt_time(x) if isinstance(x, (int, float)) else "n/a"
+
+
+def _pct(x) -> str:
+    return f"±{100 * x:.1f}%" if isinstance(x, (int, float)) else "±n/a"
+
+
+def _x(x) -> str:
+    return f"{x:.2f}x" if isinstance(x, (int, float)) else "n/a"

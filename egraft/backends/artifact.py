@@ -1,0 +1,149 @@
+"""Save an executable as an artifact directory that ``egraft.load`` (the runtime) runs.
+
+``save_artifact(executable, directory, *, meta)`` hands the executable to its
+backend's writer (``WRITERS``: a module with ``write(executable, directory,
+**options) -> WrittenProgram``) in a fresh staging directory next to the
+target, writes the weights (``weights.safetensors``) and then the manifest,
+last, with every file's hash (``egraft.runtime.manifest``).  Only a finished
+staging directory replaces the target, so a failed save leaves the target as
+it was.
+
+Overwriting: a missing or empty target is created; a target holding an
+artifact (any egraft manifest) is replaced by two renames (old -> aside,
+staged -> target) and the old one deleted; a non-empty directory that is not
+an artifact is refused, so a typo cannot wipe someone's files.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ArtifactError, BackendError
+from ..ir import dtypes
+from ..runtime import outputs
+from ..runtime.manifest import is_artifact, write_manifest
+from ..runtime.weights import WEIGHTS_FILE, write_weights
+
+# backend name -> the module whose ``write`` serialises that backend's executables
+WRITERS = {"jax": "egraft.backends.jax.export", "torch": "egraft.backends.torch.export",
+           "triton": "egraft.backends.triton.export"}
+META_KEYS = ("input_names", "output_tree", "model", "report", "source")
+
+
+@dataclass
+class WrittenProgram:
+    """What a backend writer produced: the per-call weights, in the program's order, and its manifest fields.
+
+    ``fields`` holds ``target`` (device, backend, ...), ``backend_versions``
+    and ``kernels``; the writer has written the files its kernels name.
+    """
+
+    weights: dict[str, np.ndarray]
+    fields: dict = field(default_factory=dict)
+
+
+def _check_meta(meta: dict, ex) -> dict:
+    unknown = sorted(set(meta) - set(META_KEYS))
+    if unknown:
+        raise ArtifactError(f"unknown meta key(s) {unknown}; save_artifact takes {', '.join(META_KEYS)}")
+    names = list(meta.get("input_names") or ex.graph.input_names())
+    if len(names) != len(ex.graph.input_ids):
+        raise ArtifactError(f"meta['input_names'] has {len(names)} name(s), the program takes "
+                            f"{len(ex.graph.input_ids)} input(s)")
+    n_out = len(ex.graph.outputs)
+    tree = meta.get("output_tree") or outputs.flat_tree(n_out)
+    outputs.check(tree, "meta['output_tree']")
+    if outputs.count(tree) != n_out:
+        raise ArtifactError(f"meta['output_tree'] takes {outputs.count(tree)} tensor(s), the program returns {n_out}")
+    try:
+        json.dumps(meta.get("report") or {}, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ArtifactError(f"meta['report'] is not plain JSON ({e}); pass SearchResult.summary(), "
+                            "which is cleaned for JSON") from None
+    return {"input_names": names, "output_tree": tree}
+
+
+def _manifest(ex, meta: dict, checked: dict, written: WrittenProgram) -> dict:
+    g = ex.graph
+    m = {"model": str(meta.get("model") or "model")}
+    if meta.get("source"):
+        m["source"] = str(meta["source"])
+    m.update(written.fields)
+    m["knobs"] = {k: list(v) if isinstance(v, tuple) else v for k, v in ex.knobs.items()}
+    m["graph_hash"] = g.structural_hash()
+    m["inputs"] = [{"name": n, "shape": list(s), "dtype": d} for n, (s, d) in zip(checked["input_names"], g.input_types())]
+    m["outputs"] = [{"shape": list(s), "dtype": d} for s, d in g.output_types()]
+    m["output_tree"] = checked["output_tree"]
+    m["weights"] = [{"name": n, "shape": list(a.shape), "dtype": dtypes.from_numpy(a.dtype)}
+                    for n, a in written.weights.items()]
+    m["report"] = meta.get("report") or {}
+    return m
+
+
+def _prepare_target(directory: str) -> None:
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ArtifactError(f"{directory!r} is a file; an artifact is saved as a directory: choose another path")
+    if os.path.isdir(directory) and os.listdir(directory) and not is_artifact(directory):
+        raise ArtifactError(f"{directory!r} is a non-empty directory that does not hold an egraft artifact; "
+                            "egraft will not overwrite it: choose a new or empty directory")
+
+
+def _commit(staging: str, directory: str) -> None:
+    """Move the finished `staging` directory to `directory`, replacing an artifact there."""
+    if not os.path.exists(directory):
+        os.rename(staging, directory)
+        return
+    if not os.listdir(directory):
+        os.rmdir(directory)
+        os.rename(staging, directory)
+        return
+    aside = tempfile.mkdtemp(dir=os.path.dirname(directory), prefix=f".{os.path.basename(directory)}.old-")
+    os.rmdir(aside)
+    os.rename(directory, aside)
+    try:
+        os.rename(staging, directory)
+    except BaseException:
+        os.rename(aside, directory)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None = None, **options) -> str:
+    """Write `executable` to `directory` (see the module docstring); returns the directory's path.
+
+    `meta` keys: ``input_names``, ``output_tree`` (from
+    ``egraft.runtime.outputs.describe(model_output)``; default: a list of the
+    outputs), ``model`` (a display name), ``report`` (JSON-able), ``source``.
+    `options` go to the backend's writer (JAX: ``platforms``; Triton: ``ptx_archs``).
+    """
+    backend = getattr(executable, "backend", None)
+    if backend not in WRITERS:
+        raise BackendError(f"cannot save an executable of backend {backend!r}: artifacts are written for "
+                           f"{', '.join(WRITERS)}")
+    checked = _check_meta(dict(meta or {}), executable)
+    directory = os.path.abspath(os.fspath(directory))
+    _prepare_target(directory)
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(directory)}.tmp-")
+    try:
+        writer = importlib.import_module(WRITERS[backend])
+        written = writer.write(executable, staging, **options)
+        write_weights(os.path.join(staging, WEIGHTS_FILE), written.weights)
+        write_manifest(staging, _manifest(executable, dict(meta or {}), checked, written))
+        os.chmod(staging, 0o755)  # mkdtemp makes it private; an artifact is as readable as any directory
+        _commit(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory
+
+
+__all__ = ["META_KEYS", "WRITERS", "WrittenProgram", "save_artifact"]

@@ -1,0 +1,210 @@
+"""``egraft bench``: egraft against torch eager and torch.compile (Inductor), measured so the numbers compare.
+
+The protocol (the one ``egraft.profiler.timing`` and the search's final
+comparison use):
+
+* fixed cores and threads: the process is pinned to ``--threads`` cores
+  (``os.sched_setaffinity``; XLA sizes its pools to them) and torch runs that
+  many threads, set before torch or JAX start their pools where this process
+  has not loaded them yet;
+* every variant is checked against eager PyTorch first: a wrong program is
+  not timed;
+* warm-up calls absorb compilation (Inductor's compile time is reported on
+  its own line);
+* the variants are timed interleaved, round by round in a rotating order
+  (each round: one untimed call, then ``--calls`` timed calls per variant,
+  through ``egraft.search.evaluate.time_calls``), so every variant sees the
+  same machine state; the table shows medians over all rounds and their
+  relative spread ((p90 - p10) / median);
+* a speed-up is concluded only as ``egraft.compile``'s report concludes one
+  (``egraft.api.measure.verdict``): both spreads within 10 % and the
+  intervals apart; otherwise the table says why not, with a warning when the
+  machine was too busy.
+
+``egraft bench MODEL`` compiles the model first (same options as ``egraft
+compile``); ``egraft bench DIR --check MODEL`` times a saved artifact against
+the model it was compiled from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import EgraftError
+from .common import compare_outputs, load_model, run_model, step
+from .compile import add_search_args, compile_model
+from .trace import add_model_args
+
+EXAMPLES = """examples:
+  egraft bench gated_mlp --budget 30s --threads 1 --rounds 20
+  egraft bench mymodels:build --input 4x128:int64 --threads 2
+  egraft bench out/gated_mlp --check gated_mlp --threads 1
+
+A spread above 10 % means the machine was too busy to conclude: run again when it is quiet."""
+
+
+def pin_threads(threads: int):
+    """Pin to the last `threads` allowed cores and run torch (and JAX, if not loaded yet) on that many threads.
+
+    Returns a function that restores the previous affinity and torch thread count.
+    """
+    from ..profiler import pin
+
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if threads < 1:
+        raise EgraftError(f"--threads must be at least 1, got {threads}")
+    if cores and threads > len(cores):
+        raise EgraftError(f"--threads {threads}: this process may use {len(cores)} cores ({cores})")
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[key] = str(threads)
+    if "jax" not in sys.modules and threads == 1:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+    pinned = pin(cores[-threads:]) if cores else None
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+
+    def restore():
+        torch.set_num_threads(before)
+        if pinned is not None:
+            pinned.restore()
+
+    return restore
+
+
+def _variants(args, model, inputs) -> tuple[dict, str, list[str] | None]:
+    """({name: callable}, the egraft variant's name, None or the lines of a mismatch with eager PyTorch).
+
+    Eager first, then torch.compile (compiled and warmed up here), then egraft:
+    a saved artifact, or the model compiled now under the pinned conditions
+    (the search then times candidates the way they will be timed here).
+    """
+    import torch
+
+    want = run_model(model, inputs, args.int_high)
+    variants = {"torch eager": model}
+    if not args.no_inductor:
+        compiled = torch.compile(model)
+        try:
+            with torch.no_grad(), step("torch.compile (Inductor) warm-up"):
+                compiled(*inputs)
+                compiled(*inputs)
+            variants["torch.compile"] = compiled
+        except Exception as e:  # noqa: BLE001 - Inductor failing on this model is a result to show, not a crash
+            print(f"torch.compile failed on this model, left out: {type(e).__name__}: {str(e).splitlines()[0]}")
+    if os.path.isdir(args.target):
+        from .. import load
+
+        mine = load(args.target, device=args.device)
+        label = f"egraft ({mine.backend})"
+    else:
+        mine = compile_model(args, model, inputs)
+        label = f"egraft ({', '.join(sorted({r.backend for r in mine.results.values()}))})"
+    with torch.no_grad():
+        ok, lines = compare_outputs(mine(*inputs), want)
+    variants[label] = mine
+    return variants, label, None if ok else lines
+
+
+def time_interleaved(variants: dict, inputs, device: str, rounds: int, calls: int) -> dict:
+    """{name: Timing} from `rounds` rotating rounds of `calls` timed calls per variant (after one untimed)."""
+    import torch
+
+    from ..profiler import interleaved
+
+    with torch.no_grad():
+        return interleaved({k: (lambda fn=fn: fn(*inputs)) for k, fn in variants.items()}, device, rounds, calls)
+
+
+def table(timings: dict, label: str) -> str:
+    """Medians and spreads per variant, then egraft's speed-up over each other one and whether it is conclusive."""
+    from ..api.measure import verdict
+    from ..profiler.timing import NOISE
+
+    lines = [f"{'variant':<24}{'median':>12}{'spread':>9}", "-" * 45]
+    for name, t in timings.items():
+        lines.append(f"{name:<24}{t.median * 1e3:>10.3f}ms{'±' + format(t.spread, '.1%'):>9}")
+    lines.append("")
+    noisy = False
+    for name, t in timings.items():
+        if name == label:
+            continue
+        v = verdict(timings[label], t)
+        speedup = v["speedup"] if v["speedup"] is not None else float("nan")
+        if v["conclusive"]:
+            lines.append(f"{label} vs {name}: {speedup:.2f}x ({'faster' if speedup >= 1 else 'SLOWER'})")
+        else:
+            noisy = noisy or "spread" in v["why_not"]
+            lines.append(f"{label} vs {name}: {speedup:.2f}x, not conclusive ({v['why_not']})")
+    if noisy:
+        lines.append(f"WARNING: a spread is above {NOISE:.0%}: the machine was too busy to conclude; "
+                     "run again when it is quiet")
+    return "\n".join(lines)
+
+
+def cmd_bench(args) -> int:
+    if args.rounds < 1 or args.calls < 1:
+        raise EgraftError("--rounds and --calls must be at least 1")
+    is_dir = os.path.isdir(args.target)
+    if is_dir and not args.check:
+        raise EgraftError(f"bench of the artifact {args.target} needs --check MODEL: the model it was compiled "
+                          "from, to time torch against")
+    if not is_dir and args.check:
+        raise EgraftError("--check names the model of an artifact DIR; with a MODEL, bench compiles it itself")
+    restore = pin_threads(args.threads)
+    try:
+        if is_dir:
+            from .run import artifact_inputs
+
+            model, _ = load_model(args.check, (), args.seed, args.int_high, need_inputs=False)
+            inputs = artifact_inputs(args.target, args.device, args.input, args.seed, args.int_high)
+        else:
+            model, inputs = load_model(args.target, args.input, args.seed, args.int_high)
+        model, inputs = _on_device(model, inputs, args.device)
+        variants, label, mismatch = _variants(args, model, inputs)
+        if mismatch:
+            print("\n".join("  " + line for line in mismatch))
+            print("egraft: error: egraft's outputs differ from eager PyTorch's; not timing a wrong program",
+                  file=sys.stderr)
+            return 1
+        threads, cores = _conditions()
+        print(f"\n{args.rounds} rounds x {args.calls} calls per variant, interleaved; device {args.device}, "
+              f"{threads} thread(s) on cores {list(cores)}; inputs {[tuple(x.shape) for x in inputs]}")
+        print(table(time_interleaved(variants, inputs, args.device, args.rounds, args.calls), label))
+    finally:
+        restore()
+    return 0
+
+
+def _conditions():
+    import torch
+
+    from ..profiler.timing import conditions
+
+    return torch.get_num_threads(), conditions()[1]
+
+
+def _on_device(model, inputs, device: str):
+    if device == "cpu":
+        return model, inputs
+    return model.to(device), tuple(x.to(device) for x in inputs)
+
+
+def add_parsers(sub, formatter, parents) -> None:
+    p = sub.add_parser("bench", help="time egraft against torch eager and torch.compile", parents=parents,
+                       formatter_class=formatter, epilog=EXAMPLES,
+                       description="Time egraft (a model compiled now, or a saved artifact DIR) against torch "
+                                   "eager and torch.compile (Inductor): fixed cores and threads, interleaved "
+                                   "calls, medians with their relative spread.")
+    add_model_args(p, positional="target", metavar="MODEL|DIR",
+                   help="the model to compile and time (as for egraft compile), or an artifact directory")
+    p.add_argument("--check", metavar="MODEL", default=None,
+                   help="with an artifact DIR: the model it was compiled from (same --seed)")
+    add_search_args(p)
+    p.add_argument("--threads", type=int, default=1, metavar="N", help="pin to N cores, N threads (default 1)")
+    p.add_argument("--rounds", type=int, default=20, metavar="N", help="interleaved rounds (default 20)")
+    p.add_argument("--calls", type=int, default=3, metavar="N", help="timed calls per variant per round (default 3)")
+    p.add_argument("--no-inductor", action="store_true", help="leave torch.compile out (its compile takes a while)")
+    p.set_defaults(fn=cmd_bench)

@@ -1,0 +1,130 @@
+"""``egraft run``: call a saved artifact on random (or given) inputs, optionally checked against the model.
+
+The artifact is loaded with ``egraft.load`` (which verifies its manifest and
+checksums); inputs are drawn to match the manifest's input shapes and dtypes
+(integers in ``[0, --int-high)``), or given as ``--input SHAPE:DTYPE`` specs
+or ``--input-file x.npy`` arrays, one per model input in order.  With
+``--check MODEL`` the model is built (same ``--seed`` as at compile time) and
+its outputs compared with the artifact's, float outputs to the dtype's
+model-level tolerance, the others exactly; a mismatch exits with status 1.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import EgraftError
+from .common import (compare_outputs, dtype_name, inputs_from_specs, leaves, load_model, random_tensors, run_model,
+                     shape_text, to_numpy)
+
+EXAMPLES = """examples:
+  egraft run out/gated_mlp
+  egraft run out/gated_mlp --check gated_mlp --repeat 50
+  egraft run out/gpt --input-file ids.npy --check mymodels:build
+  egraft run out/m --input 4x8x64:float32 --device cuda"""
+
+
+def input_pairs(art) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of each input the artifact takes, in order."""
+    return [(s.shape, s.dtype) for s in art.input_specs]
+
+
+def load_artifact(directory: str, device: str = "cpu"):
+    from .. import load
+
+    return load(directory, device=device)  # a missing, tampered or too-new artifact: ArtifactError, one line
+
+
+def _read_files(paths) -> tuple:
+    import numpy as np
+    import torch
+
+    out = []
+    for p in paths:
+        try:
+            a = np.load(p, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise EgraftError(f"--input-file {p}: cannot read it as a .npy array ({e})") from None
+        out.append(torch.from_numpy(np.ascontiguousarray(a)))
+    return tuple(out)
+
+
+def artifact_inputs(art_or_dir, device: str, specs=(), seed: int = 0, int_high: int = 100, files=()) -> tuple:
+    """The inputs to call an artifact with: files, specs, or random ones matching its manifest."""
+    art = load_artifact(art_or_dir, device) if isinstance(art_or_dir, str) else art_or_dir
+    want = input_pairs(art)
+    if files and specs:
+        raise EgraftError("pass either --input or --input-file, not both")
+    if files:
+        xs = _read_files(files)
+    elif specs:
+        xs = inputs_from_specs(specs, seed, int_high)
+    else:
+        xs = random_tensors(want, seed, int_high)
+    if len(xs) != len(want):
+        takes = ", ".join(f"{shape_text(s)}:{d}" for s, d in want)
+        raise EgraftError(f"the artifact takes {len(want)} inputs ({takes}), got {len(xs)}")
+    return tuple(x.to(device) if device != "cpu" else x for x in xs)
+
+
+def describe_output(k: int, x) -> str:
+    a = to_numpy(x)
+    head = f"output {k}: {shape_text(a.shape)}:{dtype_name(x)}"
+    if a.size == 0:
+        return head + "  (empty)"
+    if a.dtype.kind == "f":
+        return head + f"  mean {a.mean():.4g}  std {a.std():.4g}  min {a.min():.4g}  max {a.max():.4g}"
+    return head + f"  min {a.min()}  max {a.max()}"
+
+
+def cmd_run(args) -> int:
+    art = load_artifact(args.dir, args.device)
+    inputs = artifact_inputs(art, args.device, args.input, args.seed, args.int_high, args.input_file)
+    print(f"inputs: {', '.join(shape_text(x.shape) + ':' + dtype_name(x) for x in inputs)}")
+    got = art(*inputs)
+    for k, x in enumerate(leaves(got)):
+        print(describe_output(k, x))
+    if args.repeat:
+        from ..profiler import noisy
+        from ..search.evaluate import time_calls
+
+        t = time_calls(art, inputs, args.device, "torch", args.repeat)
+        note = "  (spread above 10 %: the machine is busy)" if noisy(t) else ""
+        print(f"time per call: {t.median * 1e3:.3f} ms median of {t.n} ±{t.spread:.0%}{note}")
+    if args.check:
+        model, _ = load_model(args.check, (), args.seed, args.int_high, need_inputs=False)
+        if args.device != "cpu":
+            model = model.to(args.device)
+        want = run_model(model, inputs, args.int_high)
+        ok, lines = compare_outputs(got, want)
+        print(f"check against {args.check} (eager PyTorch):")
+        for line in lines:
+            print("  " + line)
+        if not ok:
+            print("egraft: error: the artifact's outputs differ from the model's", file=sys.stderr)
+            return 1
+        print("  outputs match")
+    return 0
+
+
+def add_parsers(sub, formatter, parents) -> None:
+    from .common import INT_HIGH
+
+    p = sub.add_parser("run", help="run a saved artifact (and check it against the model)", parents=parents,
+                       formatter_class=formatter, epilog=EXAMPLES,
+                       description="Load an artifact with egraft.load (manifest and checksums verified), call it "
+                                   "on random inputs matching its manifest (or the given ones), print the "
+                                   "outputs' shapes, dtypes and a summary; --check compares with the model.")
+    p.add_argument("dir", metavar="DIR", help="artifact directory (egraft compile -o DIR)")
+    p.add_argument("--input", action="append", default=[], metavar="SHAPE:DTYPE",
+                   help="random input of this shape and dtype instead of the manifest's (repeat per input)")
+    p.add_argument("--input-file", action="append", default=[], metavar="X.npy",
+                   help="an input read from a .npy file (repeat per input, in order)")
+    p.add_argument("--check", metavar="MODEL", default=None,
+                   help="compare with this model's outputs (workload name or module:factory; same --seed as compile)")
+    p.add_argument("--device", default="cpu", help="device to run on (default cpu)")
+    p.add_argument("--repeat", type=int, default=0, metavar="N", help="time N calls; print the median per call")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of the --check model")
+    p.add_argument("--int-high", type=int, default=INT_HIGH, metavar="N",
+                   help=f"random integer inputs are drawn from [0, N) (default {INT_HIGH})")
+    p.set_defaults(fn=cmd_run)

@@ -1,0 +1,18 @@
+"""egraft inside other systems: the torch.compile backend and serving-engine glue.
+
+* :mod:`.dynamo` — ``egraft_backend``, registered as the ``egraft``
+  TorchDynamo backend (entry point ``torch_dynamo_backends``), so
+  ``torch.compile(model, backend="egraft")`` works after ``pip install``.
+  Its parts: :mod:`.options` (the backend's options), :mod:`.binding` (a
+  Dynamo graph as a module with its weights bound), :mod:`.program`
+  (export, search, lower), :mod:`.partition` (the lowerable pieces of a
+  graph that egraft cannot take whole).
+* :mod:`.vllm` — ``register()``, the ``vllm.general_plugins`` hook: the
+  backend name for vLLM's compilation config and saved artifacts as torch
+  custom ops.
+
+docs/serving.md is the user's guide.
+
+Nothing is imported here: the entry points name the modules directly, and a
+serving process that only loads artifacts never pays for the compiler.
+"""

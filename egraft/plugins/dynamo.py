@@ -1,0 +1,188 @@
+"""``torch.compile(model, backend="egraft")``: egraft as a TorchDynamo backend.
+
+Registered through the ``torch_dynamo_backends`` entry point, so after
+``pip install egraft`` the name resolves without importing egraft.  Dynamo
+hands :func:`egraft_backend` each captured graph (a ``GraphModule`` over
+torch functions, the module's parameters and buffers lifted to inputs); the
+backend returns a :class:`DynamoGraph`, which compiles on the first call
+per input signature:
+
+1. the graph is rebound as a module with its weights as buffers and only
+   the user's tensors as inputs (:mod:`.binding`), run once in PyTorch for
+   its output structure and the reference outputs, and ``torch.export``-ed;
+2. the whole program is lowered, searched and compiled (:mod:`.program`);
+3. if an op has no lowering, the program is split: lowerable pieces are
+   compiled, the rest runs in PyTorch, with ONE
+   :class:`EgraftFallbackWarning` naming the ops (:mod:`.partition`);
+4. the compiled graph is checked against the PyTorch outputs of step 1; a
+   mismatch warns and runs the graph in PyTorch, never returns wrong numbers.
+
+A graph that cannot be exported, mutates state, or cannot be split runs in
+PyTorch, with one warning saying why.  Any other error (a failing search, a
+bad option) is raised.  Dynamic shapes: SymInts arrive as ints at call time
+and each signature is compiled on its own, up to ``max_shapes`` per graph.
+Outputs carry no autograd history (egraft compiles inference).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..errors import InputError, TraceError, UnsupportedOpError
+from ..ir import dtypes
+from ..profiler.tolerances import rel_err, tolerance
+from .binding import Bound, is_weight, placeholders, signature
+from .options import Options
+from .partition import CannotSplit, split_compile
+from .program import compile_exported, device_of, export
+
+_GRAPH_IDS = itertools.count(1)
+
+
+class EgraftFallbackWarning(UserWarning):
+    """Part or all of a graph handed to the egraft backend runs in PyTorch instead."""
+
+
+def egraft_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict | None = None,
+                   mode: str | None = None, **kwargs) -> "DynamoGraph":
+    """The TorchDynamo backend: ``torch.compile(model, backend="egraft", options={...})``.
+
+    ``options`` (see :class:`~egraft.plugins.options.Options`): ``budget``,
+    ``device``, ``backend``, ``fitness``, ``limits``, ``seed``, ``cache``,
+    ``validate``, ``max_shapes``, ``progress``, over those of
+    ``$EGRAFT_DYNAMO_OPTIONS``; keyword arguments are merged into them (for
+    ``functools.partial(egraft_backend, budget=...)``).  ``example_inputs``
+    are not needed: compilation happens on the first call per signature,
+    with real inputs (Dynamo's may be fake tensors or SymInts).
+    """
+    del example_inputs
+    return DynamoGraph(gm, Options.parse({**(options or {}), **kwargs}, mode))
+
+
+@dataclass
+class Entry:
+    """One compiled signature: ``run`` maps the user tensors to the flat tensor outputs (None: PyTorch)."""
+
+    bound: Bound | None
+    run: Callable[..., list] | None
+    results: list = field(default_factory=list)  # the SearchResults behind it
+    fallback_ops: dict = field(default_factory=dict)  # ops left to PyTorch -> their source line
+
+    def __call__(self, gm, args):
+        if self.run is None:
+            return gm(*args)
+        with torch.no_grad():
+            return self.bound.rebuild(self.run(*self.bound.user_args(args)))
+
+
+class DynamoGraph:
+    """What the backend returns to Dynamo: the graph, compiled per input signature on first call."""
+
+    def __init__(self, gm: torch.fx.GraphModule, opts: Options):
+        self.gm, self.opts = gm, opts
+        self.label = f"dynamo graph {next(_GRAPH_IDS)}"
+        self.entries: dict[tuple, Entry] = {}
+        self._names = placeholders(gm)
+        self._weights: frozenset[int] | None = None  # positions of the parameters and buffers, found on 1st call
+        self._warned: set[str] = set()
+
+    def __call__(self, *args):
+        if self._weights is None:
+            self._weights = frozenset(i for i, (n, a) in enumerate(zip(self._names, args))
+                                      if isinstance(a, torch.Tensor) and is_weight(n, a))
+        key = signature(args, self._weights)
+        entry = self.entries.get(key)
+        if entry is None or (entry.bound is not None and entry.bound.stale(args)):
+            entry = self._build(key, args)
+        return entry(self.gm, args)
+
+    @property
+    def results(self) -> list:
+        """The SearchResult of every compiled graph or piece, over all signatures."""
+        return [r for e in self.entries.values() for r in e.results]
+
+    def _warn(self, message: str) -> None:
+        """Each distinct message once per graph (a new input shape does not repeat it)."""
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(f"egraft: {self.label}: {message}", EgraftFallbackWarning, stacklevel=4)
+
+    def _eager(self, key, why: str) -> Entry:
+        self._warn(f"runs in PyTorch, not egraft: {why}")
+        self.entries[key] = Entry(None, None)
+        return self.entries[key]
+
+    def _build(self, key, args) -> Entry:
+        if key not in self.entries and len(self.entries) >= self.opts.max_shapes:
+            self._warn(f"compiled for {self.opts.max_shapes} input shapes (the max_shapes option); "
+                       "further shapes run in PyTorch")
+            return Entry(None, None)
+        bound = Bound(self.gm, args, self._weights, self._names)
+        user = bound.user_args(args)
+        device = device_of(args, self.opts)
+        try:  # export runs on fake tensors: a graph that mutates state is refused before it runs for real
+            ep = export(bound, user)
+        except (TraceError, InputError) as e:
+            return self._eager(key, _first_line(e))
+        except UnsupportedOpError as e:
+            return self._eager(key, e.op)
+        with torch.no_grad():
+            want = bound(*user)  # the output structure, and the reference for the check below
+        try:
+            exe, res = compile_exported(ep, self.opts, device, user, label=self.label)
+            entry = Entry(bound, _runner(exe), [res])
+        except UnsupportedOpError as first:
+            try:
+                split = split_compile(ep, user, self.opts, device)
+            except CannotSplit as e:
+                return self._eager(key, f"it uses {first.op}, which egraft cannot lower, and {e}")
+            ops = "; ".join(f"{op}" + (f" (at {src})" if src else "") for op, src in split.fallback_ops.items())
+            self._warn(f"operators egraft cannot lower run in PyTorch: {ops}; "
+                       f"the rest of the graph ({len(split.results)} piece(s)) is compiled by egraft")
+            entry = Entry(bound, split, split.results, split.fallback_ops)
+        if self.opts.validate:
+            with torch.no_grad():
+                problem = mismatch(entry.run(*user), want)
+            if problem:
+                return self._eager(key, f"its compiled program does not match PyTorch on the first inputs "
+                                        f"({problem}); please report this as an egraft bug")
+        self.entries[key] = entry
+        return entry
+
+
+def _runner(exe):
+    def run(*user):
+        return exe.run_torch(list(user))
+
+    return run
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def mismatch(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> str:
+    """Why ``got`` does not match ``want`` (flat tensor outputs), or '' when it does.
+
+    Float outputs are compared by the norm-relative error against the
+    model-level tolerance of their dtype; integer and bool outputs exactly.
+    """
+    if len(got) != len(want):
+        return f"{len(got)} outputs, PyTorch gives {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        if tuple(g.shape) != tuple(w.shape) or g.dtype != w.dtype or g.device != w.device:
+            return (f"output {k} is {g.dtype} {tuple(g.shape)} on {g.device}, PyTorch gives {w.dtype} "
+                    f"{tuple(w.shape)} on {w.device}")
+        allowed = tolerance(dtypes.from_torch(w.dtype))
+        g, w = g.detach().cpu(), w.detach().cpu()
+        if w.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds it exactly
+            g, w = g.float(), w.float()
+        err = rel_err(g.numpy(), w.numpy())
+        if err > allowed:
+            return f"output {k}: relative error {err:.3g} > {allowed:.3g}"
+    return ""

@@ -1,0 +1,300 @@
+"""The egraft TorchDynamo backend: entry point, fallback, dynamic shapes, weight updates, options, safety.
+
+The models here are small on purpose; what is checked is what the backend
+does around the compiler: which graph pieces egraft runs, what falls back to
+PyTorch and how loudly, and that every result equals eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from importlib.metadata import entry_points
+
+import pytest
+import torch
+from torch import nn
+
+from egraft.errors import InputError
+from egraft.plugins import dynamo
+from egraft.plugins.dynamo import EgraftFallbackWarning, egraft_backend
+from egraft.plugins.options import ENV_VAR, Options
+from egraft.search import Budget
+from egraft.testing import fresh_seed, rel_err
+from plugin_helpers import FAST, fallback_messages
+
+
+
+class ErfinvMLP(nn.Module):
+    """Linear, tanh, erfinv (no lowering rule in egraft), Linear: egraft takes the pieces around erfinv."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.relu(self.b(torch.erfinv(torch.tanh(self.a(x)) * 0.9) * 0.5)) + 1.0
+
+
+class SpectralMLP(nn.Module):
+    """An FFT in the middle: complex values egraft's IR has no dtype for."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d // 2 + 1, d)
+
+    def forward(self, x):
+        return self.b(torch.fft.rfft(torch.tanh(self.a(x))).abs() * 2.0).sigmoid()
+
+
+class Counter(nn.Module):
+    """Mutates a buffer in place every call (the shape of a KV-cache update)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.lin(x) * self.calls
+
+
+def _capture(options=None):
+    """A backend that records the DynamoGraphs egraft_backend returns."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(egraft_backend(gm, example_inputs, options=options or FAST))
+        return graphs[-1]
+
+    return backend, graphs
+
+
+def _run(compiled, model, inputs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x in inputs:
+            with torch.no_grad():
+                got, want = compiled(x), model(x)
+            assert got.shape == want.shape and rel_err(got.numpy(), want.numpy()) < 1e-4
+    return fallback_messages(caught)
+
+
+# --- the entry point -----------------------------------------------------------------------------
+
+def test_entry_point_is_registered():
+    (ep,) = [e for e in entry_points(group="torch_dynamo_backends") if e.name == "egraft"]
+    assert ep.value == "egraft.plugins.dynamo:egraft_backend"
+    assert ep.load() is egraft_backend
+    assert "egraft" in torch._dynamo.list_backends()
+
+
+def test_entry_point_works_in_a_fresh_process_without_importing_egraft(tmp_path):
+    script = textwrap.dedent(f"""
+        import json, sys, torch
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+        x = torch.randn(3, 8)
+        before = sorted(k for k in sys.modules if k.split(".")[0] == "egraft")
+        f = torch.compile(m, backend="egraft", options=json.loads({json.dumps(FAST)!r}))
+        with torch.no_grad():
+            got, want = f(x), m(x)
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        print(json.dumps({{"before": before, "err": err, "loaded": "egraft.plugins.dynamo" in sys.modules}}))
+    """)
+    env = {**os.environ, "EGRAFT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYTHONPATH", None)  # egraft must come from its installation (and its entry points)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["before"] == [], "the script imported egraft before torch.compile did"
+    assert result["loaded"], "torch did not load egraft's backend through the entry point"
+    assert result["err"] < 1e-4
+
+
+# --- fallback to PyTorch -----------------------------------------------------------------------
+
+def test_unsupported_op_runs_in_pytorch_with_one_warning():
+    seed = fresh_seed()
+    torch.manual_seed(seed)
+    model = ErfinvMLP().eval()
+    backend, graphs = _capture()
+    compiled = torch.compile(model, backend=backend)
+    g = torch.Generator().manual_seed(seed)
+    messages = _run(compiled, model, [torch.randn(2, 8, generator=g) for _ in range(3)])
+    assert len(messages) == 1, messages
+    assert "aten.erfinv.default" in messages[0]
+    assert os.path.basename(__file__) in messages[0], "the warning names the model's source line"
+    (graph,) = graphs
+    (entry,) = graph.entries.values()
+    assert list(entry.fallback_ops) == ["aten.erfinv.default"]
+    assert len(entry.results) == 2, "the pieces before and after erfinv are compiled by egraft"
+
+
+def test_complex_values_run_in_pytorch():
+    seed = fresh_seed()
+    torch.manual_seed(seed)
+    model = SpectralMLP().eval()
+    backend, graphs = _capture()
+    g = torch.Generator().manual_seed(seed)
+    messages = _run(torch.compile(model, backend=backend), model, [torch.randn(2, 8, generator=g)])
+    assert len(messages) == 1 and "aten._fft_r2c.default" in messages[0], messages
+    assert "complex64" in messages[0]
+    (entry,) = graphs[0].entries.values()
+    assert entry.results, "the real-valued pieces are still compiled by egraft"
+
+
+def test_graph_with_nothing_egraft_can_take_runs_in_pytorch():
+    def fn(x):
+        return torch.erfinv(x * 0.5)
+
+    g = torch.Generator().manual_seed(fresh_seed())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = torch.rand(4, generator=g)
+        got = torch.compile(fn, backend="egraft", options=FAST)(x)
+    assert torch.equal(got, fn(x))
+    (message,) = fallback_messages(caught)
+    assert "runs in PyTorch" in message and "aten.erfinv.default" in message
+
+
+def test_state_mutation_runs_in_pytorch_and_mutates_once_per_call():
+    torch.manual_seed(fresh_seed())
+    model, twin = Counter().eval(), Counter().eval()
+    twin.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="egraft", options=FAST)
+    x = torch.randn(2, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            for _ in range(2):
+                assert torch.allclose(compiled(x), twin(x), rtol=1e-6, atol=0)
+    assert model.calls.item() == twin.calls.item() == 2.0
+    (message,) = fallback_messages(caught)
+    assert "in-place update" in message
+
+
+def test_an_input_dtype_egraft_lacks_runs_in_pytorch():
+    def fn(img):
+        return img.float() * (1 / 255)
+
+    img = torch.randint(0, 256, (2, 4, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(fresh_seed()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(fn, backend="egraft", options=FAST)(img)
+    assert torch.equal(got, fn(img))
+    (message,) = fallback_messages(caught)
+    assert "uint8" in message
+
+
+def test_a_wrong_compiled_program_is_never_returned(monkeypatch):
+    """If the compiled program disagrees with PyTorch, the graph runs in PyTorch with a warning."""
+    real = dynamo.compile_exported
+
+    class OffByOne:
+        def __init__(self, exe):
+            self.exe = exe
+
+        def run_torch(self, xs):
+            return [o + 1 for o in self.exe.run_torch(xs)]
+
+    def wrong(*args, **kwargs):
+        exe, res = real(*args, **kwargs)
+        return OffByOne(exe), res
+
+    monkeypatch.setattr(dynamo, "compile_exported", wrong)
+    torch.manual_seed(fresh_seed())
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    messages = _run(torch.compile(model, backend="egraft", options=FAST), model, [torch.randn(2, 8)] * 2)
+    assert len(messages) == 1 and "does not match PyTorch" in messages[0], messages
+
+
+# --- shapes and weights --------------------------------------------------------------------------
+
+def test_dynamic_shapes_are_compiled_per_signature():
+    torch.manual_seed(fresh_seed())
+    model = nn.Sequential(nn.Linear(8, 16), nn.SiLU(), nn.Linear(16, 8)).eval()
+    backend, graphs = _capture({**FAST, "max_shapes": 2})
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    messages = _run(compiled, model, [torch.randn(n, 8) for n in (2, 3, 3, 5)])
+    (graph,) = graphs
+    assert any(isinstance(n.meta.get("example_value"), torch.SymInt) for n in graph._names), "not a dynamic graph"
+    compiled_keys = [k for k, e in graph.entries.items() if e.run is not None]
+    assert len(compiled_keys) == 2, "two shapes compiled (max_shapes=2)"
+    assert len(messages) == 1 and "max_shapes" in messages[0], messages
+
+
+def test_updated_weights_are_seen():
+    torch.manual_seed(fresh_seed())
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 4)).eval()
+    compiled = torch.compile(model, backend="egraft", options=FAST)
+    x = torch.randn(3, 8)
+    assert _run(compiled, model, [x]) == []
+    with torch.no_grad():
+        model[0].weight.mul_(-2.0)  # in place: same tensor, new version
+    assert _run(compiled, model, [x]) == []
+    model[2].weight = nn.Parameter(torch.randn(4, 8))  # replaced: another tensor
+    assert _run(compiled, model, [x]) == []
+
+
+def test_inference_mode():
+    """vLLM runs models under torch.inference_mode; weights made there have no version counter."""
+    torch.manual_seed(fresh_seed())
+    with torch.inference_mode():
+        model = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 4)).eval()
+        compiled = torch.compile(model, backend="egraft", options=FAST)
+        for n in (2, 2):
+            x = torch.randn(n, 8)
+            got, want = compiled(x), model(x)
+            assert rel_err(got.numpy(), want.numpy()) < 1e-4
+
+
+def test_bfloat16_model():
+    torch.manual_seed(fresh_seed())
+    model = nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 16)).to(torch.bfloat16).eval()
+    x = torch.randn(4, 16).to(torch.bfloat16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            got, want = torch.compile(model, backend="egraft", options=FAST)(x), model(x)
+    assert fallback_messages(caught) == [], "a bfloat16 program is checked with the bfloat16 tolerance"
+    assert got.dtype == torch.bfloat16 and rel_err(got.float().numpy(), want.float().numpy()) < 5e-2
+
+
+# --- options -------------------------------------------------------------------------------------
+
+def test_options_are_checked():
+    assert Options.parse({"budget": {"seconds": None, "trials": 3}}).search_budget() == Budget(seconds=None, trials=3)
+    assert Options.parse({"budget": "20s"}).search_budget(0.5).seconds == 10.0
+    assert Options.parse({"limits": {"iterations": 2}}).rewrite_limits().iterations == 2
+    with pytest.raises(InputError, match="unknown egraft backend option.*'budgt'.*budget"):
+        Options.parse({"budgt": 3})
+    with pytest.raises(InputError, match="budget"):
+        Options.parse({"budget": "soon"})
+    with pytest.raises(InputError, match="fitness"):
+        Options.parse({"fitness": "fast"})
+    with pytest.raises(InputError, match="limits"):
+        Options.parse({"limits": {"iters": 2}})
+    with pytest.raises(InputError, match="Inductor"):
+        Options.parse(None, mode="max-autotune")
+
+
+def test_options_from_the_environment(monkeypatch):
+    monkeypatch.setenv(ENV_VAR, json.dumps({"budget": "5s", "seed": 3}))
+    opts = Options.parse({"seed": 4})
+    assert opts.search_budget().seconds == 5.0 and opts.seed == 4  # passed options win key by key
+    monkeypatch.setenv(ENV_VAR, "{budget: 5}")
+    with pytest.raises(InputError, match=ENV_VAR):
+        Options.parse(None)
+
+
+def test_a_bad_option_fails_the_compile():
+    model = nn.Linear(4, 4).eval()
+    with pytest.raises(Exception, match="unknown egraft backend option"):
+        torch.compile(model, backend="egraft", options={"budgt": 1})(torch.randn(2, 4))

@@ -1,0 +1,88 @@
+"""Shared pieces of the runtime tests: models with structured outputs, building and saving artifacts."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+import egraft
+from egraft.backends import lower
+from egraft.backends.artifact import save_artifact
+from egraft.runtime import outputs
+from egraft.testing import random_array
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class DictHeads(nn.Module):
+    """Several outputs in a nested structure: a dict with a tuple holding a None, an int64 argmax, a list."""
+
+    def __init__(self, d: int = 16, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.proj = nn.Linear(d, 2 * d)
+        self.head = nn.Linear(2 * d, 5)
+
+    def forward(self, x, bias):
+        h = torch.relu(self.proj(x)) + bias
+        logits = self.head(h)
+        return {"logits": logits, "extra": (h.sum(-1), None), "best": [logits.argmax(-1)]}
+
+
+class Bf16Block(nn.Module):
+    """bfloat16 weights and activations: Linear, SiLU, Linear (weights must round trip as bfloat16)."""
+
+    def __init__(self, d: int = 16, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.a = nn.Linear(d, 32)
+        self.b = nn.Linear(32, d)
+        self.to(torch.bfloat16)
+
+    def forward(self, x):
+        return self.b(torch.nn.functional.silu(self.a(x)))
+
+
+def dict_heads(seed: int = 0):
+    m = DictHeads(seed=seed).eval()
+    g = torch.Generator().manual_seed(seed)
+    return m, (torch.randn(2, 3, 16, generator=g), torch.randn(32, generator=g))
+
+
+def bf16_block(seed: int = 0):
+    m = Bf16Block(seed=seed).eval()
+    return m, (torch.randn(4, 16, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16),)
+
+
+def workload(name: str, seed: int = 0):
+    """(model, example inputs) for an egraft.models workload or one of the models above."""
+    if name == "dict_heads":
+        return dict_heads(seed)
+    if name == "bf16_block":
+        return bf16_block(seed)
+    return egraft.models.make(name, seed=seed)
+
+
+def build(name: str, backend: str, directory: str, seed: int = 0, knobs=None, **options):
+    """Trace, lower and save `name` (`options` go to the writer); returns (model, args, graph, executable, directory)."""
+    model, args = workload(name, seed)
+    g = egraft.trace(model, args)
+    ex = lower(g, backend, "cpu", knobs)
+    with torch.no_grad():
+        tree = outputs.describe(model(*args))
+    save_artifact(ex, directory, meta={"model": name, "output_tree": tree, "report": {"speedup": 1.0},
+                                       "source": f"egraft.models:{name}"}, **options)
+    return model, args, g, ex, directory
+
+
+def random_args(graph, rng) -> list[np.ndarray]:
+    """Random inputs for `graph` (never all zero)."""
+    return [random_array(s, d, rng) for s, d in graph.input_types()]
+
+
+def flat(obj) -> list:
+    """The tensors of a model output in trace order (torch's pytree leaves; None is no leaf)."""
+    return [t for t in torch.utils._pytree.tree_leaves(obj) if t is not None]
