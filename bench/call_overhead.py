@@ -11,7 +11,10 @@ A two-input elementwise graph (16x24 float32) is lowered with
   in (jax array out), and both ways (``torch.from_numpy(np.array(out))`` out:
   the floor for "executable, torch"),
 * the egraft executable on numpy arrays and on torch tensors,
-* torch eager.
+* torch eager,
+* ``egraft.compile``'s ``CompiledModel`` of the same product (JAX backend), its
+  own executable called directly, and the artifact it saves loaded back with
+  ``egraft.load``: what the user-facing wrappers add per call.
 
 The variants are interleaved round by round (the order reversed every other
 round); each round times ``--calls`` calls of one variant, and the per-call
@@ -91,6 +94,30 @@ def main():
     def torch_eager():
         return xt * yt
 
+    # the user-facing wrappers around the same program: egraft.compile's CompiledModel and a loaded artifact
+    import tempfile
+
+    import egraft
+
+    class Mul(torch.nn.Module):
+        def forward(self, a, c):
+            return a * c
+
+    cm = egraft.compile(Mul(), example_inputs=(xt, yt), backend="jax", budget="2s", compare=False, progress=False)
+    cm_ex = next(iter(cm.executables.values()))
+    art_dir = tempfile.mkdtemp(prefix="egraft-overhead-")
+    cm.save(art_dir)
+    art = egraft.load(art_dir)
+
+    def cm_torch():
+        return cm(xt, yt)
+
+    def cm_ex_torch():
+        return cm_ex(xt, yt)
+
+    def art_torch():
+        return art(xt, yt)
+
     variants = {
         "bare jit, numpy in": (bare_np, lambda r: r.block_until_ready()),
         "bare jit, numpy in, np.asarray": (bare_np_read, None),
@@ -100,6 +127,9 @@ def main():
         "egraft executable, numpy": (ex_np, None),
         "egraft executable, torch": (ex_torch, None),
         "torch eager": (torch_eager, None),
+        "CompiledModel's executable, torch": (cm_ex_torch, None),
+        "CompiledModel, torch": (cm_torch, None),
+        "egraft.load artifact, torch": (art_torch, None),
     }
     # correctness and warm-up
     want = xn * yn
@@ -107,6 +137,8 @@ def main():
     np.testing.assert_allclose(ex_np()[0], want, rtol=1e-6)
     np.testing.assert_allclose(bare_torch().numpy(), want, rtol=1e-6)
     np.testing.assert_allclose(ex_torch()[0].numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(cm_torch().numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(art_torch().numpy(), want, rtol=1e-6)
     for fn, _ in variants.values():
         for _ in range(200):
             fn()
@@ -137,7 +169,9 @@ def main():
         print(f"{name:32s} {med[name]:10.2f} {p10:8.2f} {p90:8.2f}")
     for ex_name, floor in (("egraft executable, numpy", "bare jit, numpy in"),
                            ("egraft executable, numpy", "bare jit, numpy in, np.asarray"),
-                           ("egraft executable, torch", "bare jit, torch in/out")):
+                           ("egraft executable, torch", "bare jit, torch in/out"),
+                           ("CompiledModel, torch", "CompiledModel's executable, torch"),
+                           ("egraft.load artifact, torch", "CompiledModel's executable, torch")):
         print(f"{ex_name} - {floor}: {med[ex_name] - med[floor]:+.2f} us (medians)")
 
 

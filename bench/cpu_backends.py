@@ -41,22 +41,11 @@ SETTLE_BLOCK = 4  # timed calls per variant per round with --settle (after one u
 
 
 def _set_threads(n: int) -> None:
-    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[k] = str(n)
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    flags = os.environ.get("XLA_FLAGS", "")
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if n == 1:
-        flags += " --xla_cpu_multi_thread_eigen=false"
-    if cores and n < len(cores):
-        # XLA's CPU client sizes its pools to the schedulable cores, and the eigen flag does not
-        # reach YNNPACK, which runs XLA's dots on its own pool: with the flag alone a "1-thread"
-        # JAX dot still used both cores (measured: cpu/wall 1.97, 164 GFLOP/s vs 80 on one core).
-        # Pinning the process to n cores (before torch/jax start their pools) limits both libraries.
-        os.sched_setaffinity(0, cores[:n])
-    elif n < (os.cpu_count() or n):
+    """n threads and n pinned cores, before torch and jax start (egraft.profiler.fix_threads says why)."""
+    from egraft.profiler import fix_threads
+
+    if len(fix_threads(n)) > n:
         print(f"warning: cannot pin to {n} cores; XLA may use all {os.cpu_count()}", file=sys.stderr)
-    os.environ["XLA_FLAGS"] = flags.strip()
 
 
 # "mid" sizes: the bench shapes scaled down so one forward takes ~1-100 ms on 2 cores

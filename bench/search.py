@@ -18,7 +18,7 @@ thread pins the process to one core).  Writes a JSON file per run and prints
 a Markdown table.  ``--gpt2-compile`` also times trace + saturate + search of
 a 12-layer GPT-2-small-sized stack (batch 1, sequence 128).
 
-    python3 bench/search.py [--threads 1] [--size mid|bench] [--budget 40] [--rounds 7] [--only NAME ...]
+    python3 bench/search.py [--threads 1] [--size mid|bench] [--budget 40] [--rounds 9] [--only NAME ...]
                             [--gpt2-compile] [--out bench/results/search.json]
 """
 
@@ -190,8 +190,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--size", choices=["mid", "bench"], default="mid")
     ap.add_argument("--budget", type=float, default=40.0, help="search seconds per workload")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--calls", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--gpt2-compile", action="store_true")

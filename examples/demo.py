@@ -25,10 +25,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-import torch
+from egraft.profiler import fix_threads
 
-import egraft
+fix_threads(1)  # one core, one thread for torch and XLA, before either starts: the measuring protocol
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import egraft  # noqa: E402
 from egraft.models import MODELS
 from egraft.search import Budget
 from egraft.search.report import fmt_time
@@ -57,6 +61,8 @@ def speedup_line(name: str, c: dict) -> str:
     s, mine, theirs = c["speedups"][name], c["times"]["egraft"], c["times"][name]
     numbers = (f"egraft {fmt_time(mine['median_s'])} ±{mine['spread']:.0%}, "
                f"{name} {fmt_time(theirs['median_s'])} ±{theirs['spread']:.0%}")
+    lo, hi = s["interval"]
+    numbers += f"; 95 % interval of the speed-up {lo:.2f}-{hi:.2f}x"
     if s["conclusive"]:
         return f"{s['speedup']:.2f}x {'faster' if s['speedup'] >= 1 else 'SLOWER'} than {name} ({numbers})"
     return (f"{s['speedup']:.2f}x against {name} ({numbers}): too noisy to conclude ({s['why_not']}); "
@@ -68,6 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=None, help="search seconds (default 20; --small: 3)")
     ap.add_argument("--out", default=None, help="artifact directory (default: a new temporary directory)")
     ap.add_argument("--small", action="store_true", help="tiny model and budget, eager comparison only")
+    ap.add_argument("--cached", action="store_true", help="reuse a cached search result for this model, if any")
     args = ap.parse_args(argv)
 
     # a GPT-2 block at a size where one call takes a few ms on one core (tiny for --small)
@@ -79,9 +86,11 @@ def main(argv=None) -> int:
     print(f"== egraft.compile: GPT-2 block, hidden {hidden}, input {list(example[0].shape)}, search budget "
           f"{budget if isinstance(budget, (int, float)) else budget.seconds} s\n")
 
-    # 1-2. compile (trace, search, lower, check against eager), then the report (the timings run here)
+    # 1-2. compile (trace, search, lower, check against eager), then the report (the timings run here).
+    # The search cache is off unless --cached: each run measures this machine as it is now (a cached
+    # result would repeat the choice, and the search numbers, of whichever run filled the cache)
     cm = egraft.compile(model, device="cpu", example_inputs=example, budget=budget,
-                        compare="eager" if args.small else True)
+                        compare="eager" if args.small else True, cache=args.cached)
     print(cm.report())
     record = cm.report("json")["signatures"][0]  # the same report as a dict (nothing is measured twice)
 

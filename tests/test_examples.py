@@ -24,7 +24,8 @@ TOL = 1e-4  # float32 model-level tolerance (egraft.profiler.TOLERANCE)
 @pytest.fixture
 def run(tmp_path):
     def run(name: str, *args: str) -> str:
-        env = {**os.environ, "EGRAFT_CACHE_DIR": str(tmp_path / "cache")}
+        # a fresh search cache, and the examples' temporary artifact directories under tmp_path
+        env = {**os.environ, "EGRAFT_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
         env.pop("EGRAFT_DYNAMO_OPTIONS", None)
         p = subprocess.run([sys.executable, str(EXAMPLES / name), "--small", *args], capture_output=True,
                            text=True, env=env, cwd=EXAMPLES.parent, timeout=300)

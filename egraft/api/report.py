@@ -11,6 +11,8 @@ that the machine was too noisy to conclude one.
 
 from __future__ import annotations
 
+import math
+
 from ..search.report import fmt_time
 from ..search.result import jsonable
 
@@ -41,7 +43,8 @@ def _signature(p) -> dict:
         "chosen": {"backend": r.backend, "knobs": s["knobs"], "nodes": len(r.graph.nodes),
                    "time_s": s["time_s"], "spread": s["spread"], "estimated": r.estimated,
                    "estimate_s": s["estimate_s"], "roofline_ratio": s["roofline_ratio"],
-                   "speedup_over_direct": s["speedup"], "noisy": r.noisy},
+                   "speedup_over_direct": s["speedup"], "noisy": r.noisy,
+                   "direct_time_s": s["baseline_time_s"], "direct_spread": s["baseline_spread"]},
         "stages": {k: p.stages.get(k, 0.0) for k in STAGES},
         "validation": p.validation,
         "comparison": p.comparison,
@@ -76,10 +79,13 @@ def _signature_lines(s: dict) -> list[str]:
                + ")")
     knobs = ", ".join(f"{k}={v}" for k, v in ch["knobs"].items())
     est = "estimated " if ch["estimated"] else ""
-    roof = "" if ch["estimated"] else f", {_x(ch['roofline_ratio'])} the roofline bound"
+    # measured over the cost model's bound: below 1 the model's peaks for this device are too low
+    roof = "" if ch["estimated"] else f", {_x(ch['roofline_ratio'])} the roofline estimate"
     out.append(f"  chosen     {ch['backend']} ({knobs}); {ch['nodes']} nodes; {est}{_time(ch['time_s'])}"
                + ("" if ch["estimated"] else f" {_pct(ch['spread'])}")
                + f"{roof}, {_x(ch['speedup_over_direct'])} faster than the direct lowering"
+               + ("" if ch["estimated"] or ch.get("direct_time_s") is None
+                  else f" ({_time(ch['direct_time_s'])} {_pct(ch.get('direct_spread') or 0.0)})")
                + (" (noisy: the search's own comparison could not conclude)" if ch["noisy"] else ""))
     out.append("  stages     " + ", ".join(f"{k} {_secs(s['stages'][k])}" for k in STAGES))
     v = s["validation"]
@@ -99,11 +105,13 @@ def _comparison_lines(c: dict | None) -> list[str]:
     out = [f"  measured   {times}  (medians of {cond['rounds']} interleaved rounds x {cond['repeats']} calls, "
            f"{where})"]
     for name, v in c["speedups"].items():
+        lo, hi = v.get("interval") or (math.nan, math.nan)
+        ci = f"95 % interval {lo:.2f}-{hi:.2f}x"
         if v["conclusive"]:
             word = "faster" if v["speedup"] >= 1 else "SLOWER"
-            out.append(f"  vs {name:13s} {v['speedup']:.2f}x ({word})")
+            out.append(f"  vs {name:13s} {v['speedup']:.2f}x ({word}; {ci})")
         else:
-            out.append(f"  vs {name:13s} {_x(v['speedup'])}, but the machine was too noisy to conclude "
+            out.append(f"  vs {name:13s} {_x(v['speedup'])} ({ci}), but the machine was too noisy to conclude "
                        f"({v['why_not']}); measure again on a quiet machine")
     if c.get("torch_compile_s") is not None:
         out.append(f"  (torch.compile took {_secs(c['torch_compile_s'])} to compile, not counted)")

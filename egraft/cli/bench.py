@@ -121,7 +121,6 @@ def time_interleaved(variants: dict, inputs, device: str, rounds: int, calls: in
 def table(timings: dict, label: str) -> str:
     """Medians and spreads per variant, then egraft's speed-up over each other one and whether it is conclusive."""
     from ..api.measure import verdict
-    from ..profiler.timing import NOISE
 
     lines = [f"{'variant':<24}{'median':>12}{'spread':>9}", "-" * 45]
     for name, t in timings.items():
@@ -133,14 +132,14 @@ def table(timings: dict, label: str) -> str:
             continue
         v = verdict(timings[label], t)
         speedup = v["speedup"] if v["speedup"] is not None else float("nan")
+        ci = f"95 % interval {v['interval'][0]:.2f}-{v['interval'][1]:.2f}x"
         if v["conclusive"]:
-            lines.append(f"{label} vs {name}: {speedup:.2f}x ({'faster' if speedup >= 1 else 'SLOWER'})")
+            lines.append(f"{label} vs {name}: {speedup:.2f}x ({'faster' if speedup >= 1 else 'SLOWER'}; {ci})")
         else:
-            noisy = noisy or "spread" in v["why_not"]
-            lines.append(f"{label} vs {name}: {speedup:.2f}x, not conclusive ({v['why_not']})")
+            noisy = True
+            lines.append(f"{label} vs {name}: {speedup:.2f}x ({ci}), not conclusive ({v['why_not']})")
     if noisy:
-        lines.append(f"WARNING: a spread is above {NOISE:.0%}: the machine was too busy to conclude; "
-                     "run again when it is quiet")
+        lines.append("WARNING: the machine was too noisy to conclude every comparison; run again when it is quiet")
     return "\n".join(lines)
 
 

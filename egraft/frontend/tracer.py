@@ -34,6 +34,7 @@ import functools
 import operator
 import os
 import re
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -121,7 +122,9 @@ def export_program(model, example_inputs: Sequence[Any], kwargs: dict | None = N
             "unsupported python side effects); torch's message above says where. "
             "See https://pytorch.org/docs/stable/export.html") from e
     try:
-        return ep.run_decompositions(decompositions if decompositions is not None else decomposition_table())
+        with warnings.catch_warnings():  # torch's own deepcopy of pytree specs warns about its own API
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            return ep.run_decompositions(decompositions if decompositions is not None else decomposition_table())
     except Exception as e:
         raise TraceError(f"decomposing {name}'s exported graph to core ATen failed: {_summarise(e)}") from e
 

@@ -17,13 +17,14 @@ from .calibrate import calibrate_cpu, spec_for
 from .device import Device, available, parse, require
 from .inputs import random_array, random_inputs
 from .specs import TABLE, DeviceSpec, lookup
-from .timing import Timing, faster, interleaved, noisy, pin, summarize, time, time_cpu, time_cuda, time_jax
+from .timing import (Timing, compare, faster, fix_threads, interleaved, median_interval, noisy, pin, summarize, time, time_cpu,
+                     time_cuda, time_jax)
 from .tolerances import TOLERANCE, eps, error_budgets, rel_err, tolerance, tolerance_for
 from .validate import Validation, poison, validate
 
 __all__ = [
-    "TABLE", "TOLERANCE", "Device", "DeviceSpec", "Timing", "Validation", "available", "calibrate_cpu", "eps",
-    "error_budgets", "faster", "lookup", "noisy", "parse", "pin", "poison", "random_array", "random_inputs",
+    "TABLE", "TOLERANCE", "Device", "DeviceSpec", "Timing", "Validation", "available", "calibrate_cpu", "compare",
+    "eps", "error_budgets", "faster", "fix_threads", "interleaved", "lookup", "median_interval", "noisy", "parse", "pin", "poison", "random_array", "random_inputs",
     "rel_err", "require", "spec_for", "summarize", "time", "time_cpu", "time_cuda", "time_jax", "tolerance",
     "tolerance_for", "validate",
 ]

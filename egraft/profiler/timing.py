@@ -23,7 +23,9 @@ Nothing heavy is imported at module load: triton only inside
 
 from __future__ import annotations
 
+import math
 import os
+import sys
 import time as _time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
@@ -169,6 +171,91 @@ def faster(a: Timing, b: Timing) -> bool:
     difference is inside it are a tie, and a tie is never "faster".
     """
     return b.median - a.median > (a.width + b.width) / 2
+
+
+COLLAPSE = 0.5  # a relative spread above this says the machine itself misbehaved: nothing is concluded
+
+
+def median_interval(t: Timing, z: float = 1.96) -> tuple[float, float]:
+    """A distribution-free ~95 % confidence interval of `t`'s median: two order statistics of its samples.
+
+    The ranks ``n/2 -/+ z*sqrt(n)/2`` bracket the median for any
+    distribution of call times, so a skewed, spiky machine widens the
+    interval instead of faking a difference.  Under 6 samples: min and max.
+    """
+    s = sorted(t.samples)
+    n = len(s)
+    if n < 6:
+        return s[0], s[-1]
+    k = max(0, int(math.floor(n / 2 - z * math.sqrt(n) / 2)))
+    return s[k], s[n - 1 - k]
+
+
+def compare(mine: Timing, theirs: Timing) -> dict:
+    """`mine`'s speed-up over `theirs` (their median over mine), its ~95 % interval, and whether it concludes.
+
+    A speed-up is concluded when the two medians' intervals
+    (:func:`median_interval`) do not overlap and neither spread is above
+    ``COLLAPSE``.  The p10-p90 spread of one call can be 15-20 % on a quiet
+    2-core VM (one pinned torch matmul measured 16.5 %), so asking each
+    spread to stay under ``NOISE`` would refuse every conclusion there; the
+    median's interval shrinks with the number of samples, the spread does not.
+    """
+    a_lo, a_hi = median_interval(mine)
+    b_lo, b_hi = median_interval(theirs)
+    ratio = theirs.median / mine.median if mine.median > 0 else math.nan
+    interval = (b_lo / a_hi if a_hi > 0 else math.nan, b_hi / a_lo if a_lo > 0 else math.nan)
+    collapsed = max(mine.spread, theirs.spread) > COLLAPSE
+    overlap = not (a_hi < b_lo or b_hi < a_lo)
+    why = (f"a spread is above {COLLAPSE:.0%}: the machine is too busy" if collapsed else
+           "the 95 % intervals of the medians overlap" if overlap else "")
+    return {"speedup": ratio, "interval": interval, "conclusive": not why, "why_not": why}
+
+
+def fix_threads(n: int) -> tuple[int, ...]:
+    """Run this process on its first `n` cores with `n` threads everywhere; call it before torch or jax start.
+
+    The measuring protocol's first step, for scripts and benchmarks:
+    OpenMP/MKL take ``n`` threads; at one thread XLA's Eigen pool is turned
+    off (``--xla_cpu_multi_thread_eigen=false``); and the process is pinned
+    to ``n`` cores, because XLA sizes its pools (YNNPACK's dots included,
+    which the flag does not reach) from the cores it may use when it starts.
+    Pinned later, a two-thread XLA pool time-shares one core and a program's
+    spread swells (seen: 58 % against eager's 17 %).  Returns the cores.
+    """
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[k] = str(n)
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    if n == 1 and "--xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+    if not hasattr(os, "sched_setaffinity"):
+        return ()
+    cores = sorted(os.sched_getaffinity(0))
+    if n < len(cores):
+        os.sched_setaffinity(0, cores[:n])
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def xla_started_wider() -> bool:
+    """True when JAX's CPU backend is already up and this process may now use fewer cores than it could then.
+
+    Then XLA's thread pools are wider than the cores a measurement pins to;
+    the report says so (see :func:`fix_threads`).
+    """
+    jax = sys.modules.get("jax")
+    if jax is None or not hasattr(os, "sched_getaffinity"):
+        return False
+    try:
+        from jax._src import xla_bridge  # the only place that knows whether a backend exists yet
+
+        started = bool(getattr(xla_bridge, "_backends", None))
+    except Exception:  # noqa: BLE001 - a jax without that module: assume it started
+        started = True
+    return started and len(os.sched_getaffinity(0)) < (os.cpu_count() or 1) and \
+        "--xla_cpu_multi_thread_eigen=false" not in os.environ.get("XLA_FLAGS", "")
 
 
 class pin:  # noqa: N801 - used like a function: pin([0]) or `with pin([0]) as p:`

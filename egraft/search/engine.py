@@ -42,6 +42,7 @@ from .space import Space
 
 ORDER = {"cpu": ("jax", "torch"), "cuda": ("triton", "jax", "torch"), "tpu": ("jax",)}
 FINAL_ROUNDS = 5
+LATE_KNOB_MIN_S = 10.0  # an Inductor compile takes seconds to tens of seconds on one core and cannot be stopped
 MAX_FINAL_CALLS = 7  # per turn; fewer when the budget's remainder is short (a 12-layer model: 0.1 s a call)
 SEARCH_SHARE = 0.8  # of the time budget, less saturation's and the baseline's time; the rest: the final comparison
 MIN_SEARCH_SHARE = 0.25
@@ -270,15 +271,20 @@ def _final(res: SearchResult, task: Task, direct: Candidate, best: Candidate, ba
             res.time_s, res.estimate_s = out.time_s, out.estimate_s
         stages["final"] = _time.perf_counter() - t
         return res
-    for (b, name), value in LATE_KNOBS.items():  # expensive knobs: tried once, on the winner
-        if best.backend == b and dict(best.knobs).get(name) != value:
-            late = Candidate(best.graph, b, knob_items({**dict(best.knobs), name: value}))
-            lo = evaluate_one(task, late)
-            res.counts[lo.status] = res.counts.get(lo.status, 0) + 1
-            res.trials.append(Trial(len(res.trials), late.key, lo.status, lo.time_s, lo.spread, lo.estimate_s, b,
-                                    -1, "", f"late knob {name}={value}: {lo.message}"[:300]))
-            if lo.ok and lo.time_s < out.time_s:
-                best, out = late, lo
+    for (b, name), value in LATE_KNOBS.items():  # expensive knobs: tried once, on the winner, if time is left
+        if best.backend != b or dict(best.knobs).get(name) == value:
+            continue
+        if allowance is not None and allowance < LATE_KNOB_MIN_S:
+            res.notes.append(f"late knob {b}.{name}={value} not tried: its compile does not fit the "
+                             f"{allowance:.0f} s the budget keeps for the end")
+            continue
+        late = Candidate(best.graph, b, knob_items({**dict(best.knobs), name: value}))
+        lo = evaluate_one(task, late)
+        res.counts[lo.status] = res.counts.get(lo.status, 0) + 1
+        res.trials.append(Trial(len(res.trials), late.key, lo.status, lo.time_s, lo.spread, lo.estimate_s, b,
+                                -1, "", f"late knob {name}={value}: {lo.message}"[:300]))
+        if lo.ok and lo.time_s < out.time_s:
+            best, out = late, lo
     tb, tw = _interleaved(task, [direct, best], FINAL_ROUNDS, final_calls(allowance, base_out.time_s + out.time_s))
     res.baseline_time_s, res.baseline_spread = tb.median, tb.spread
     res.noisy = noisy(tb) or noisy(tw)

@@ -128,3 +128,24 @@ def test_pin_rejects_cores_not_allowed():
     with pytest.raises(BackendError):
         pin([])
     assert os.sched_getaffinity(0) == before
+
+
+def test_a_speedup_is_concluded_from_the_medians_intervals_not_from_the_spread():
+    """15 % spread per call (a quiet VM) still concludes a 1.3x difference from 35 samples; overlap does not."""
+    import numpy as np
+
+    from egraft.profiler import compare, median_interval, summarize
+
+    rng = np.random.default_rng(0)
+    fast = summarize(1e-3 * (1 + 0.15 * rng.random(35)))
+    slow = summarize(1.3e-3 * (1 + 0.15 * rng.random(35)))
+    assert fast.spread > 0.10 and slow.spread > 0.10  # the old rule would refuse to conclude
+    lo, hi = median_interval(fast)
+    assert lo <= fast.median <= hi and hi - lo < fast.width
+    v = compare(fast, slow)
+    assert v["conclusive"] and 1.2 < v["speedup"] < 1.4 and v["interval"][0] < v["speedup"] < v["interval"][1]
+    same = summarize(1e-3 * (1 + 0.15 * rng.random(35)))
+    tie = compare(fast, same)
+    assert not tie["conclusive"] and "overlap" in tie["why_not"]
+    wild = summarize(1e-3 * np.exp(2 * rng.random(35)))  # a machine that collapses: spread far above 50 %
+    assert not compare(wild, summarize(5e-3 * np.ones(35)))["conclusive"]
