@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ArtifactError, InputError
 from ..ir import dtypes
-from .manifest import read_verified
+from .manifest import read_verified, single_kernel
 from .tensors import to_numpy, to_torch, torch_module
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -32,11 +32,7 @@ JAX_DEVICES = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}  # egraft device kind 
 
 
 def _entry(manifest: dict) -> dict:
-    ks = manifest["kernels"]
-    if len(ks) != 1 or ks[0].get("kind") != "stablehlo":
-        raise ArtifactError("a JAX artifact holds one StableHLO program; this manifest lists "
-                            f"{[k.get('kind') for k in ks]}: rebuild it with `egraft compile`")
-    return ks[0]
+    return single_kernel(manifest, "stablehlo", "JAX")
 
 
 def files(manifest: dict) -> list[str]:

@@ -195,6 +195,15 @@ def read_verified(directory: str, manifest: dict, rel: str, keep: bool = True) -
     return data
 
 
+def single_kernel(manifest: dict, kind: str, what: str) -> dict:
+    """The one kernel entry of a one-program artifact (JAX's StableHLO, torch's exported program)."""
+    ks = manifest["kernels"]
+    if len(ks) != 1 or ks[0].get("kind") != kind:
+        raise ArtifactError(f"a {what} artifact holds one {kind} program; this manifest lists "
+                            f"{[k.get('kind') for k in ks]}: rebuild it with `egraft compile`")
+    return ks[0]
+
+
 def check_versions(manifest: dict, directory: str = "") -> None:
     """Compare the recorded backend library versions with the installed ones (see ``VERSION_POLICY``)."""
     where = f"{directory!r}" if directory else "the artifact"
@@ -218,5 +227,6 @@ def check_versions(manifest: dict, directory: str = "") -> None:
 
 
 __all__ = ["ArtifactVersionWarning", "FORMAT", "FORMAT_VERSION", "MANIFEST_FILE", "VERSION_POLICY", "check_versions",
+           "single_kernel",
            "is_artifact", "library_version", "listed_files", "read_manifest", "read_verified", "sha256_file",
            "write_manifest"]

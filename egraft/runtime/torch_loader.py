@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import ArtifactError
-from .manifest import read_verified
+from .manifest import read_verified, single_kernel
 from .tensors import to_numpy, to_torch
 
 # the torch backend's Inductor options (egraft.backends.torch.executable): keep every half-type rounding
@@ -27,11 +27,7 @@ INDUCTOR_OPTIONS = {"emulate_precision_casts": True}
 
 
 def _entry(manifest: dict) -> dict:
-    ks = manifest["kernels"]
-    if len(ks) != 1 or ks[0].get("kind") != "torch.export":
-        raise ArtifactError("a torch artifact holds one torch.export program; this manifest lists "
-                            f"{[k.get('kind') for k in ks]}: rebuild it with `egraft compile`")
-    return ks[0]
+    return single_kernel(manifest, "torch.export", "torch")
 
 
 def files(manifest: dict) -> list[str]:
