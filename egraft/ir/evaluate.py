@@ -145,6 +145,8 @@ def _contract(a: np.ndarray, b: np.ndarray, axis: int, shape: tuple) -> np.ndarr
     (ca, la), (cb, lb) = compact(a), compact(b)
     present = [d for d in range(a.ndim) if d != axis and (letters[d] in la or letters[d] in lb)]
     r = np.einsum(f"{la},{lb}->{''.join(letters[d] for d in present)}", ca, cb, optimize=True)
+    if letters[axis] not in la and letters[axis] not in lb:  # both broadcast along it: K equal terms
+        r = r * a.shape[axis]
     full = [d for d in range(a.ndim) if d != axis]
     r = r.reshape([a.shape[d] if d in present else 1 for d in full])
     return np.array(np.broadcast_to(r, shape))  # (ascontiguousarray would make a 0-d result 1-d)

@@ -160,13 +160,15 @@ def test_oracle_contraction_equals_the_literal_product_sum(trial, rng, monkeypat
     w = b.input("w", (k, n), "float32")
     y = b.input("y", (bsz, m, k), "float32")
     d = b.input("d", (k,), "float32")
-    g = b.build([x @ w, ((x * y).sum(2)), (x @ w).sum(1), (d * d).sum(0)])  # the last one: a 0-d result
+    # (d * d).sum(0): a 0-d result; the last: both factors broadcast along the summed axis (K equal terms)
+    both = (b.view(d, (m, 3, k), (0, 0, 1)) * b.view(d, (m, 3, k), (0, 0, 1))).sum(1)
+    g = b.build([x @ w, ((x * y).sum(2)), (x @ w).sum(1), (d * d).sum(0), both])
     xs = [rand((bsz, m, k), "float32", rng), rand((k, n), "float32", rng), rand((bsz, m, k), "float32", rng),
           rand((k,), "float32", rng)]
     fast = evaluate(g, xs, np.float64)
     assert any(nd.op == "SumReduce" for nd in g.nodes)
     module = importlib.import_module("egraft.ir.evaluate")
-    assert len(module._contractions(g)) == 3  # x @ w (built once, read twice), (x * y).sum(2), (d * d).sum(0)
+    assert len(module._contractions(g)) == 4  # x @ w (built once, read twice), (x * y).sum(2), (d * d).sum(0), both
     monkeypatch.setattr(module, "_contractions", lambda graph: {})  # the literal path: product, then sum
     slow = evaluate(g, xs, np.float64)
     x64 = [v.astype(np.float64) for v in xs]
