@@ -148,3 +148,36 @@ def test_importing_the_runtime_imports_no_backend_library():
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert "MODS []" in p.stdout, p.stdout + p.stderr
+
+
+def test_the_fast_torch_path_equals_the_checked_one_and_steps_aside(tmp_path):
+    """A plain CPU torch call takes the runner's fast path; grad, a wrong shape or numpy inputs take the checked one."""
+    import numpy as np
+    import pytest
+    import torch
+
+    import egraft
+    from egraft.backends import lower
+    from egraft.backends.artifact import save_artifact
+    from egraft.errors import InputError
+    from egraft.models import MODELS
+
+    spec = MODELS["mlp"]
+    model = spec.build("tiny", seed=3)
+    (x,) = spec.example_inputs(model, seed=4)
+    from egraft.runtime.outputs import describe
+
+    ex = lower(egraft.trace(model, (x,)), "jax", "cpu")
+    with torch.no_grad():
+        want = model(x)
+    art = egraft.load(save_artifact(ex, str(tmp_path / "a"), meta={"input_names": ["x"], "output_tree": describe(want)}))
+    calls = []
+    fast = art.runner.fast_torch
+    art._fast = lambda xs: calls.append(1) or fast(xs)
+    got = art(x)
+    assert calls and torch.equal(got, art.run_flat(x)[0]) and torch.equal(got, ex(x)[0])
+    assert got.is_contiguous() and got.numpy().flags.writeable  # the caller's own memory
+    assert torch.allclose(art(x.clone().requires_grad_(True)), want, rtol=1e-5, atol=1e-6)  # checked path
+    np.testing.assert_array_equal(art(x.numpy()), got.numpy())  # numpy in, numpy out
+    with pytest.raises(InputError, match="expected shape"):
+        art(torch.cat([x, x]))
