@@ -93,6 +93,27 @@ def test_outputs_match_eager_on_fresh_inputs(mlp):
     assert list(cm.executables) == ["4x32:float32"] and list(cm.results) == ["4x32:float32"]
 
 
+def test_one_signature_calls_take_the_executables_fast_path(store):
+    """With one compiled signature a call goes straight to the executable's precomputed path; a second
+    signature turns it off (keyed lookup), and the answers are the model's either way."""
+    model = DictOut().eval()
+    a, b = torch.randn(2, 8), torch.randn(3, 5, 8)
+    cm = egraft.compile(model, example_inputs=(a,), backend="jax", **fast(store))
+    assert cm._fast is not None
+    seen = []
+    inner = cm._fast
+    cm._fast = lambda xs: seen.append(len(xs)) or inner(xs)
+    with torch.no_grad():
+        got = cm(a + 1)
+        assert seen == [1]
+        for k, v in model(a + 1).items():
+            close(got[k], v)
+        got_b = cm(b)  # another shape: the fast path declines it, then a second program is compiled
+        assert len(cm.executables) == 2 and cm._fast is None
+        for k, v in model(b).items():
+            close(got_b[k], v)
+
+
 def test_each_signature_is_compiled_once_on_first_call(store, monkeypatch):
     model = DictOut().eval()
     cm = egraft.compile(model, **fast(store))

@@ -4,8 +4,9 @@ A compiled model keeps one program per input signature, as ``torch.compile``
 does: with ``example_inputs`` the first is compiled at once, any other
 signature on its first call (:mod:`.pipeline` says what compiling one
 involves).  A call costs one tuple of (shape, dtype, device) per input and
-one dict lookup more than the executable's own call: nothing is checked per
-call that was checked when the signature was compiled.
+one dict lookup more than the executable's own call, and with a single
+signature not even that (:meth:`CompiledModel._set_fast`): nothing is
+checked per call that was checked when the signature was compiled.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from ..errors import ArtifactError, BackendError, InputError
 from ..profiler import parse, require
+from ..runtime.outputs import rebuild
 from .pipeline import Options, Program, build, call_key, flat_inputs
 
 COMPARE = (True, False, "eager")
@@ -47,6 +49,8 @@ class CompiledModel(torch.nn.Module):
         self.options = options
         self.compare = compare
         self._programs: dict[tuple, Program] = {}
+        self._fast = None  # see _set_fast
+        self._fast_rebuild = None
         self._status = _status_printer(options.progress)
 
     # --- the call path --------------------------------------------------------------------------
@@ -54,6 +58,12 @@ class CompiledModel(torch.nn.Module):
     def forward(self, *args, **kwargs):
         if kwargs:
             return self._call_with_kwargs(args, kwargs)
+        fast = self._fast
+        # one signature compiled: the executable's own fast path checks the inputs fit it (torch in, torch out)
+        if fast is not None and args and args[0].__class__ is torch.Tensor:
+            out = fast(args)
+            if out is not None:
+                return self._fast_rebuild(out)
         try:
             key = tuple([(a.shape, a.dtype, a.device) for a in args])
         except AttributeError:
@@ -83,7 +93,25 @@ class CompiledModel(torch.nn.Module):
                              "takes tensors as positional inputs") from None
         if key not in self._programs:
             self._programs[key] = build(self.model, tuple(args), dict(kwargs), key, self.options, self._status)
+            self._set_fast()
         return self._programs[key]
+
+    def _set_fast(self) -> None:
+        """With exactly one positional-only signature, calls first try its executable's precomputed path.
+
+        That path (the JAX executable's, ``backends.jax.callpath``) returns
+        None unless the inputs are exactly the ones it was compiled for
+        (shapes, dtypes, CPU tensors), so nothing is looked up per call. With
+        several signatures a miss would cost a rejected call, so the keyed
+        lookup decides instead.
+        """
+        progs = list(self._programs.values())
+        only = progs[0] if len(progs) == 1 and not progs[0].kwarg_order else None
+        self._fast = getattr(only.executable, "_fast", None) if only is not None else None
+        if self._fast is not None:
+            tree = only.output_tree
+            self._fast_rebuild = (lambda out: out[0]) if tree.get("type") == "tensor" else \
+                (lambda out: rebuild(tree, out))
 
     # --- what was compiled ----------------------------------------------------------------------
 
