@@ -107,7 +107,7 @@ class CompiledModel(torch.nn.Module):
         """
         progs = list(self._programs.values())
         only = progs[0] if len(progs) == 1 and not progs[0].kwarg_order else None
-        self._fast = getattr(only.executable, "_fast", None) if only is not None else None
+        self._fast = only.executable.fast_path() if only is not None else None
         if self._fast is not None:
             tree = only.output_tree
             self._fast_rebuild = (lambda out: out[0]) if tree.get("type") == "tensor" else \

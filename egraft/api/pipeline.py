@@ -200,7 +200,7 @@ def flat_inputs(args: tuple, kwargs: dict, kwarg_order: tuple[str, ...]) -> list
 
 def _enable_xla_cache(cache) -> None:
     """XLA's persistent compilation cache under the search cache, so lowering a cached winner is a read."""
-    from ..search.evaluators import _enable_xla_cache as enable
+    from ..search.evaluators import enable_xla_cache as enable
     from ..search.evaluators import xla_cache_dir
 
     root = getattr(cache, "root", None)

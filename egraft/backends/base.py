@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, InputError
 from ..ir.evaluate import check_inputs
 from ..ir.graph import Graph
 
@@ -44,6 +44,17 @@ def device_kind(device: str) -> str:
     return kind
 
 
+def guarded_lower(label: str, graph: Graph, build: Callable[[], "Executable"]) -> "Executable":
+    """`build()`, with any failure but a user-facing one reported as `label`'s backend bug on this graph."""
+    try:
+        return build()
+    except (BackendError, InputError):
+        raise
+    except Exception as e:  # a rule or the compiler below failing is a backend bug: say which graph
+        raise BackendError(f"the {label} backend failed to lower graph {graph.structural_hash()[:12]}: "
+                           f"{type(e).__name__}: {e}") from e
+
+
 def default_knobs(choices: Mapping[str, Sequence]) -> dict:
     return {k: v[0] for k, v in choices.items()}
 
@@ -70,6 +81,15 @@ class Executable:
         if inputs and any(is_torch(x) for x in inputs):
             return self.run_torch(list(inputs))
         return self.run_numpy(check_inputs(self.graph, inputs))
+
+    def fast_path(self):
+        """A precomputed ``fast(inputs) -> list | None`` for the common call (None: the backend has none).
+
+        It returns None for any call that is not exactly the common case, so
+        a caller that tries it first falls back to ``__call__``, which checks
+        and explains.
+        """
+        return None
 
     def run_numpy(self, inputs: list[np.ndarray]) -> list[np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError

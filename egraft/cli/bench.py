@@ -13,13 +13,13 @@ comparison use):
   its own line);
 * the variants are timed interleaved, round by round in a rotating order
   (each round: one untimed call, then ``--calls`` timed calls per variant,
-  through ``egraft.search.evaluate.time_calls``), so every variant sees the
+  through ``egraft.profiler.interleaved``), so every variant sees the
   same machine state; the table shows medians over all rounds and their
   relative spread ((p90 - p10) / median);
 * a speed-up is concluded only as ``egraft.compile``'s report concludes one
-  (``egraft.api.measure.verdict``): both spreads within 10 % and the
-  intervals apart; otherwise the table says why not, with a warning when the
-  machine was too busy.
+  (``egraft.profiler.compare``): the medians' ~95 % intervals apart and no
+  spread above 50 %; otherwise the table says why not, with a warning that
+  the machine was too noisy.
 
 ``egraft bench MODEL`` compiles the model first (same options as ``egraft
 compile``); ``egraft bench DIR --check MODEL`` times a saved artifact against
@@ -41,35 +41,34 @@ EXAMPLES = """examples:
   egraft bench mymodels:build --input 4x128:int64 --threads 2
   egraft bench out/gated_mlp --check gated_mlp --threads 1
 
-A spread above 10 % means the machine was too busy to conclude: run again when it is quiet."""
+A speed-up is concluded only when the medians' 95 % intervals do not overlap and no spread is
+above 50 %; otherwise the table says the machine was too noisy: run again when it is quiet."""
 
 
 def pin_threads(threads: int):
-    """Pin to the last `threads` allowed cores and run torch (and JAX, if not loaded yet) on that many threads.
+    """`egraft.profiler.fix_threads(threads)` (pinned cores, torch and XLA threads), undone by the returned function.
 
-    Returns a function that restores the previous affinity and torch thread count.
+    Restoring gives back the affinity and, when torch was already loaded,
+    its thread count (the in-process tests call the command several times).
     """
-    from ..profiler import pin
+    from ..profiler import fix_threads
 
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if threads < 1:
         raise EgraftError(f"--threads must be at least 1, got {threads}")
     if cores and threads > len(cores):
         raise EgraftError(f"--threads {threads}: this process may use {len(cores)} cores ({cores})")
-    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[key] = str(threads)
-    if "jax" not in sys.modules and threads == 1:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
-    pinned = pin(cores[-threads:]) if cores else None
+    torch_before = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+    fix_threads(threads)
     import torch
 
-    before = torch.get_num_threads()
     torch.set_num_threads(threads)
 
     def restore():
-        torch.set_num_threads(before)
-        if pinned is not None:
-            pinned.restore()
+        if torch_before is not None:
+            torch.set_num_threads(torch_before)
+        if cores:
+            os.sched_setaffinity(0, cores)
 
     return restore
 

@@ -10,7 +10,6 @@ in float32 and rounded after each op.
 from __future__ import annotations
 
 import string
-
 import sys
 from typing import Any, Mapping, Sequence
 

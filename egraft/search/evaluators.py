@@ -43,7 +43,7 @@ def xla_cache_dir() -> str:
     return str(cache_root() / "xla")
 
 
-def _enable_xla_cache(path: str) -> None:
+def enable_xla_cache(path: str) -> None:
     import jax
 
     if not jax.config.jax_compilation_cache_dir:  # a user's own setting is kept
@@ -53,7 +53,7 @@ def _enable_xla_cache(path: str) -> None:
 
 
 def _worker_init(path: str) -> None:
-    _enable_xla_cache(path)
+    enable_xla_cache(path)
 
 
 def precompile(doc: dict, weight_types: dict, backend: str, knobs: tuple, device: str) -> str:
@@ -83,7 +83,7 @@ class LocalEvaluator:
             from concurrent.futures import ProcessPoolExecutor
 
             path = xla_cache_dir()
-            _enable_xla_cache(path)
+            enable_xla_cache(path)
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
                                              initializer=_worker_init, initargs=(path,))
         return self._pool

@@ -86,9 +86,9 @@ class _Worker:
                 loaded[ref.hex()] = _own(ray.get(ref))
             weights.update(loaded[ref.hex()])
         if task.fitness == "measured" and not self.xla:
-            from .evaluators import _enable_xla_cache, xla_cache_dir
+            from .evaluators import enable_xla_cache, xla_cache_dir
 
-            _enable_xla_cache(xla_cache_dir())
+            enable_xla_cache(xla_cache_dir())
             self.xla = True
         # a record that does not rebuild raises here: the driver reports the candidate failed
         return evaluate_one(task, Candidate(graph_from_dict(doc, weights), backend, knobs), est)

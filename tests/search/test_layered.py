@@ -14,6 +14,7 @@ from egraft.search import Budget, Space, cost, search
 from egraft.search.genome import GenomeSpace
 from egraft.search.layered import block_tasks, splice
 from egraft.testing import assert_close, fresh_seed, random_inputs
+from search_helpers import CtrlCOnSecondUpdate
 
 
 @pytest.fixture(scope="module")
@@ -69,22 +70,8 @@ def test_recomputed_classes_are_duplicated_per_use_and_stay_equal():
 
 
 def test_ctrl_c_in_the_first_block_keeps_the_other_blocks_own_programs(stack):
-    class Interrupt:  # a progress display whose second update is a Ctrl-C
-        calls = 0
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def update(self, *a, **k):
-            Interrupt.calls += 1
-            if Interrupt.calls == 2:
-                raise KeyboardInterrupt
-
     g, sat = stack
     res = search(g, budget=Budget(seconds=None, trials=40, population=6), saturation=sat, fitness="model",
-                 cache=False, progress=Interrupt())
+                 cache=False, progress=CtrlCOnSecondUpdate())
     assert res.interrupted and len({t.block for t in res.trials}) == 1  # the later blocks were never searched
     _equal(res.graph, g)

@@ -16,6 +16,7 @@ from egraft.rewrites import Limits, all_rules, saturate
 from egraft.rewrites.rule import RuleSpec
 from egraft.search import Budget, search
 from egraft.testing import assert_close, fresh_seed, random_inputs
+from search_helpers import CtrlCOnSecondUpdate
 
 SMALL = Budget(seconds=20, trials=16, population=8, patience=2)
 DROP_SIN = RuleSpec("algebra.drop-sin", "(rewrite (Sin x) x)")  # deliberately unsound: sin(x) = x
@@ -105,27 +106,10 @@ def test_a_corrupted_cache_entry_is_survived_and_rewritten(tmp_path):
 
 
 def test_ctrl_c_returns_the_best_so_far_and_is_not_cached(tmp_path):
-    class Interrupt:
-        calls = 0
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def update(self, *a, **k):
-            Interrupt.calls += 1
-            if Interrupt.calls == 2:
-                raise KeyboardInterrupt
-
-        def note(self, msg):
-            pass
-
     g = _graph()
     store = Cache(tmp_path)
     res = search(g, budget=Budget(seconds=None, trials=40, population=6), fitness="model", cache=store,
-                 progress=Interrupt())
+                 progress=CtrlCOnSecondUpdate())
     assert res.interrupted and len(res.history) == 2
     _same_function(res.graph, g)
     assert store.entries() == []

@@ -36,7 +36,7 @@ import numpy as np
 from ...errors import BackendError, InputError
 from ...ir import dtypes
 from ...ir.graph import Graph
-from ..base import Executable, device_kind
+from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
 from .callpath import fast_call
 from .program import INT32_MAX, INT32_MIN, Program, program_dtype, to_program_dtype, x64_scope
@@ -111,6 +111,9 @@ class JaxExecutable(Executable):
                 self._prefix = (ws,)
             self._jitted = fn
         self._fast = fast_call(self)
+
+    def fast_path(self):
+        return self._fast
 
     def __call__(self, *inputs):
         out = self._fast(inputs)  # the precomputed common case (see .callpath), None otherwise
@@ -231,10 +234,4 @@ def _to_torch(o, dt: str, dev):
 
 
 def lower(graph: Graph, device: str, chosen: dict) -> JaxExecutable:
-    try:
-        return JaxExecutable(graph, "jax", device, dict(chosen))
-    except (BackendError, InputError):
-        raise
-    except Exception as e:  # a rule or XLA failing is a backend bug: say which graph
-        raise BackendError(f"the JAX backend failed to lower graph {graph.structural_hash()[:12]}: "
-                           f"{type(e).__name__}: {e}") from e
+    return guarded_lower("JAX", graph, lambda: JaxExecutable(graph, "jax", device, dict(chosen)))

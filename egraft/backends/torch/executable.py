@@ -37,7 +37,7 @@ from ...errors import BackendError, InputError
 from ...ir import dtypes
 from ...ir.evaluate import check_inputs
 from ...ir.graph import Graph
-from ..base import Executable, device_kind
+from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
 from .emit import TORCH_DTYPES, from_numpy, to_numpy
 from .program import Program
@@ -215,10 +215,4 @@ def _feeds_an_index(graph: Graph) -> set[int]:
 
 
 def lower(graph: Graph, device: str, chosen: dict) -> TorchExecutable:
-    try:
-        return TorchExecutable(graph, "torch", device, dict(chosen))
-    except (BackendError, InputError):
-        raise
-    except Exception as e:  # a rule or Inductor failing is a backend bug: say which graph
-        raise BackendError(f"the torch backend failed to lower graph {graph.structural_hash()[:12]}: "
-                           f"{type(e).__name__}: {e}") from e
+    return guarded_lower("torch", graph, lambda: TorchExecutable(graph, "torch", device, dict(chosen)))
