@@ -41,8 +41,8 @@ SETTLE_BLOCK = 4  # timed calls per variant per round with --settle (after one u
 
 
 def _set_threads(n: int) -> None:
-    """n threads and n pinned cores, before torch and jax start (egraft.profiler.fix_threads says why)."""
-    from egraft.profiler import fix_threads
+    """n threads and n pinned cores, before torch and jax start (egraft.measure.fix_threads says why)."""
+    from egraft.measure import fix_threads
 
     if len(fix_threads(n)) > n:
         print(f"warning: cannot pin to {n} cores; XLA may use all {os.cpu_count()}", file=sys.stderr)

@@ -3,7 +3,7 @@
 Usage: python bench/saturation.py [--layers 1 2 4 8 12] [--hidden 768] [--reps 1]
 Prints one row per (model, mode): mode "plain" saturates the whole graph
 (Limits(repeated_layers=False)), "layered" (the default) saturates each distinct
-layer once in egglog and stitches the copies in Python (rewrites/layers.py,
+layer once in egglog and stitches the copies in Python (rewrites/repeated.py,
 rewrites/stitch.py).  Then, per mode, the time of every stack relative to the
 1-layer stack: linear growth would be L x, the goal is far below it.
 Times are medians over --reps runs (tracing excluded), 1 thread.

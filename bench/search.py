@@ -54,7 +54,7 @@ def _random_sampling(space, task, backends, graph, trials, seed):
     """Best validated time of `trials` uniformly random genomes (distinct programs), timed like the search's."""
     import random
 
-    from egraft.search.evaluate import evaluate_one
+    from egraft.search.candidate import evaluate_one
     from egraft.search.genome import GenomeSpace
 
     gs = GenomeSpace(space, space.greedy_choice(), backends, graph)
@@ -80,11 +80,11 @@ def run_one(name, size, budget, rounds, calls, seed):
 
     import egraft
     from egraft.backends import lower
-    from egraft.profiler import interleaved
+    from egraft.measure import interleaved
     from egraft.rewrites import saturate
     from egraft.search import Budget, Space, search
     from egraft.search.engine import candidate_backends
-    from egraft.search.evaluate import Task
+    from egraft.search.candidate import Task
 
     model, args = _model(name, size)
     t0 = time.perf_counter()

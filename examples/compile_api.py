@@ -18,7 +18,7 @@ import torch
 
 import egraft
 from egraft.models import MODELS
-from egraft.profiler import TOLERANCE, rel_err
+from egraft.measure import TOLERANCE, rel_err
 from egraft.search import Budget
 
 

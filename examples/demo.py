@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from egraft.profiler import fix_threads
+from egraft.measure import fix_threads
 
 fix_threads(1)  # one core, one thread for torch and XLA, before either starts: the measuring protocol
 

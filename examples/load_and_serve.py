@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 import egraft
-from egraft.profiler import TOLERANCE, rel_err
-from egraft.profiler.inputs import random_array
+from egraft.measure import TOLERANCE, rel_err
+from egraft.measure.inputs import random_array
 
 
 def compile_and_save(small: bool, budget: float):

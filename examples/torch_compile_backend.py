@@ -29,7 +29,7 @@ from torch import nn
 
 from egraft.models import MODELS, hf
 from egraft.plugins.dynamo import EgraftFallbackWarning
-from egraft.profiler import TOLERANCE, rel_err
+from egraft.measure import TOLERANCE, rel_err
 
 # --small: rank two candidates with the roofline cost model (no timing) after two rewrite iterations
 SMALL = {"fitness": "model", "budget": {"seconds": None, "trials": 2, "population": 2}, "limits": {"iterations": 2}}

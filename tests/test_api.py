@@ -22,10 +22,10 @@ import torch
 import egraft
 from egraft.api import pipeline
 from egraft.api.report import text_report
-from egraft.cache import Cache
+from egraft.search.cache import Cache
 from egraft.errors import ArtifactError, BackendError, InputError, ValidationError
 from egraft.models import MODELS
-from egraft.profiler import rel_err
+from egraft.measure import rel_err
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-TOL = 1e-4  # float32 model-level tolerance (egraft.profiler.TOLERANCE)
+TOL = 1e-4  # float32 model-level tolerance (egraft.measure.TOLERANCE)
 
 
 @pytest.fixture

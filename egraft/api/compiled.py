@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..errors import ArtifactError, BackendError, InputError
-from ..profiler import parse, require
+from ..measure import parse, require
 from ..runtime.outputs import rebuild
 from .pipeline import Options, Program, build, call_key, flat_inputs
 

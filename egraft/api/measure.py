@@ -1,6 +1,6 @@
 """How much faster a compiled model is than eager PyTorch and torch.compile, measured so it can be trusted.
 
-The protocol is the profiler's (``egraft.profiler.timing``), the same one
+The protocol is the profiler's (``egraft.measure.timing``), the same one
 the search's final comparison uses:
 
 * **fixed conditions.**  On the CPU the process is pinned to one core (the
@@ -35,9 +35,9 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from ..profiler import compare, interleaved, parse, pin
-from ..profiler.timing import xla_started_wider
-from ..profiler.timing import COLLAPSE
+from ..measure import compare, interleaved, parse, pin
+from ..measure.timing import xla_started_wider
+from ..measure.timing import COLLAPSE
 
 ROUNDS = 5
 REPEATS = 7
@@ -80,7 +80,7 @@ def measure(cm, model, prog, inductor: bool = True) -> dict:
             if xla_started_wider():
                 notes.append("XLA started on more cores than this measurement is pinned to, so its threads "
                              "share one core and egraft's spread is inflated; for a clean measurement call "
-                             "egraft.profiler.fix_threads(1) before importing torch or jax")
+                             "egraft.measure.fix_threads(1) before importing torch or jax")
             timings = interleaved(variants, device, ROUNDS, REPEATS)
     mine = timings["egraft"]
     record.update({

@@ -15,7 +15,7 @@ user's own model in eager PyTorch, on two input sets: the example inputs
 (floats standard normal, never all zero; integers uniform within the
 example's own range, so indices stay valid; bools random).  Each float
 output may differ from eager by twice the graph's error budget
-(:func:`egraft.profiler.tolerance_for`: both eager and the program carry up
+(:func:`egraft.measure.tolerance_for`: both eager and the program carry up
 to one budget of rounding error relative to the exact result); integer and
 bool outputs must match exactly.  A disagreement raises
 :class:`egraft.errors.ValidationError`; a wrong program is never returned.
@@ -36,7 +36,7 @@ from ..backends import lower
 from ..errors import InputError, ValidationError
 from ..frontend import trace
 from ..ir import dtypes
-from ..profiler import random_array, rel_err, tolerance_for
+from ..measure import random_array, rel_err, tolerance_for
 from ..runtime.outputs import count, describe, rebuild
 from ..search import search
 

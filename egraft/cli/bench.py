@@ -1,6 +1,6 @@
 """``egraft bench``: egraft against torch eager and torch.compile (Inductor), measured so the numbers compare.
 
-The protocol (the one ``egraft.profiler.timing`` and the search's final
+The protocol (the one ``egraft.measure.timing`` and the search's final
 comparison use):
 
 * fixed cores and threads: the process is pinned to ``--threads`` cores
@@ -13,11 +13,11 @@ comparison use):
   its own line);
 * the variants are timed interleaved, round by round in a rotating order
   (each round: one untimed call, then ``--calls`` timed calls per variant,
-  through ``egraft.profiler.interleaved``), so every variant sees the
+  through ``egraft.measure.interleaved``), so every variant sees the
   same machine state; the table shows medians over all rounds and their
   relative spread ((p90 - p10) / median);
 * a speed-up is concluded only as ``egraft.compile``'s report concludes one
-  (``egraft.profiler.compare``): the medians' ~95 % intervals apart and no
+  (``egraft.measure.compare``): the medians' ~95 % intervals apart and no
   spread above 50 %; otherwise the table says why not, with a warning that
   the machine was too noisy.
 
@@ -46,12 +46,12 @@ above 50 %; otherwise the table says the machine was too noisy: run again when i
 
 
 def pin_threads(threads: int):
-    """`egraft.profiler.fix_threads(threads)` (pinned cores, torch and XLA threads), undone by the returned function.
+    """`egraft.measure.fix_threads(threads)` (pinned cores, torch and XLA threads), undone by the returned function.
 
     Restoring gives back the affinity and, when torch was already loaded,
     its thread count (the in-process tests call the command several times).
     """
-    from ..profiler import fix_threads
+    from ..measure import fix_threads
 
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if threads < 1:
@@ -111,7 +111,7 @@ def time_interleaved(variants: dict, inputs, device: str, rounds: int, calls: in
     """{name: Timing} from `rounds` rotating rounds of `calls` timed calls per variant (after one untimed)."""
     import torch
 
-    from ..profiler import interleaved
+    from ..measure import interleaved
 
     with torch.no_grad():
         return interleaved({k: (lambda fn=fn: fn(*inputs)) for k, fn in variants.items()}, device, rounds, calls)
@@ -179,7 +179,7 @@ def cmd_bench(args) -> int:
 def _conditions():
     import torch
 
-    from ..profiler.timing import conditions
+    from ..measure.timing import conditions
 
     return torch.get_num_threads(), conditions()[1]
 

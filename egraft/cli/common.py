@@ -63,8 +63,8 @@ def random_tensors(specs: Sequence[tuple[Sequence[int], str]], seed: int = 0, in
     import numpy as np
 
     from ..ir import dtypes
-    from ..profiler import random_array
-    from ..search.evaluate import torch_inputs
+    from ..measure import random_array
+    from ..search.candidate import torch_inputs
 
     if int_high < 1:
         raise EgraftError(f"--int-high must be at least 1, got {int_high}")
@@ -211,7 +211,7 @@ def compare_outputs(got: Any, want: Any) -> tuple[bool, list[str]]:
     """Whether two model outputs agree leaf by leaf (float: the dtype's model-level tolerance; else exact)."""
     import numpy as np
 
-    from ..profiler import TOLERANCE, rel_err
+    from ..measure import TOLERANCE, rel_err
 
     g, w = leaves(got), leaves(want)
     if len(g) != len(w):

@@ -85,8 +85,8 @@ def cmd_run(args) -> int:
     for k, x in enumerate(leaves(got)):
         print(describe_output(k, x))
     if args.repeat:
-        from ..profiler import noisy
-        from ..search.evaluate import time_calls
+        from ..measure import noisy
+        from ..search.candidate import time_calls
 
         t = time_calls(art, inputs, args.device, "torch", args.repeat)
         note = "  (spread above 10 %: the machine is busy)" if noisy(t) else ""

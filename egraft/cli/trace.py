@@ -23,7 +23,7 @@ def cmd_models(args) -> int:
 def cmd_trace(args) -> int:
     from .. import trace
     from ..ir import evaluate
-    from ..profiler import rel_err
+    from ..measure import rel_err
 
     model, inputs = load_model(args.model, args.input, args.seed, args.int_high)
     t0 = time.perf_counter()

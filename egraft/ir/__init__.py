@@ -6,7 +6,7 @@ from .evaluate import evaluate, to_numpy
 from .graph import Attrs, Graph, Node
 from .idioms import IDIOMS
 from .ops import PRIMITIVES, TensorValue
-from .registry import OPS, Group, get_op
+from .op_groups import OPS, Group, get_op
 
 __all__ = [
     "Attrs", "Graph", "GraphBuilder", "Group", "IDIOMS", "Node", "OPS", "PRIMITIVES", "Tensor", "TensorValue",

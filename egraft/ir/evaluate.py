@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import InputError, IRError
 from . import dtypes
 from .graph import Graph
-from .registry import get_op
+from .op_groups import get_op
 
 
 def to_numpy(x: Any, what: str = "input") -> np.ndarray:

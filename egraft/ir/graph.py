@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import IRError
 from . import dtypes
-from .registry import get_op
+from .op_groups import get_op
 
 
 class Attrs(tuple):

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from . import attention, gpt2_block, layers, llama_block, mlp, resnet_block
+from . import attention, gpt2_block, llama_block, mlp, resnet_block, stacks
 from ._common import RMSNorm
 
 InputMaker = Callable[[nn.Module, int, int, int], tuple[torch.Tensor, ...]]
@@ -99,10 +99,10 @@ _SPECS = [
           {"in_channels": 64, "out_channels": 128, "stride": 2},
           "ResNet basic block, eval-mode BN, 1x1 downsample shortcut",
           bench_inputs={"batch": 8, "seq": 56}),
-    _spec("rmsnorm_linear", layers.rmsnorm_linear, _hidden,
+    _spec("rmsnorm_linear", stacks.rmsnorm_linear, _hidden,
           {"hidden": 32, "out": 48}, {"hidden": 4096, "out": 4096},
           "explicit RMSNorm then bias-free Linear"),
-    _spec("lora_linear", layers.lora_linear, _hidden,
+    _spec("lora_linear", stacks.lora_linear, _hidden,
           {"hidden": 32, "out": 48, "rank": 4}, {"hidden": 4096, "out": 4096, "rank": 16},
           "x@W^T + ((x@A)@B)*scaling with non-zero B"),
     _spec("gated_mlp", mlp.gated_mlp, _hidden,

@@ -35,11 +35,11 @@ import torch
 
 from ..errors import InputError, TraceError, UnsupportedOpError
 from ..ir import dtypes
-from ..profiler.tolerances import rel_err, tolerance
+from ..measure.tolerances import rel_err, tolerance
 from .binding import Bound, is_weight, placeholders, signature
 from .options import Options
 from .partition import CannotSplit, split_compile
-from .program import compile_exported, device_of, export
+from .exported import compile_exported, device_of, export
 
 _GRAPH_IDS = itertools.count(1)
 

@@ -32,7 +32,7 @@ from ..frontend.tracer import source_line
 from ..ir import dtypes
 from .binding import Bound, placeholders
 from .options import Options
-from .program import compile_exported, export
+from .exported import compile_exported, export
 
 PREFIX = "egraft_piece_"
 # ops a piece is not worth compiling for when they are its only companions of one real op

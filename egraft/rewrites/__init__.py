@@ -11,7 +11,7 @@ import), :mod:`.rules` (the rule families), :mod:`.registry`, :mod:`.session`
 :mod:`.export` (egglog -> Snapshot), :mod:`.inspection`.
 """
 
-from .registry import all_rules
+from .ruleset import all_rules
 from .rule import RuleSpec, Term, Witness
 from .saturate import saturate
 from .session import Limits, SaturationResult

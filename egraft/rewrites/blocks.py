@@ -1,6 +1,6 @@
 """Where a graph repeats: cut points, blocks and the repeating period (pure graph analysis).
 
-Used by :mod:`egraft.rewrites.layers` to saturate each distinct layer once.
+Used by :mod:`egraft.rewrites.repeated` to saturate each distinct layer once.
 
 1. Cut points: a node v on the activation path ("stream": depends on a model
    input) is a cut when no stream edge jumps over it in the graph's

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..egraph import Snapshot
+from ..ir.egraph import Snapshot
 
 
 def firing_table(result, top: int | None = None) -> str:

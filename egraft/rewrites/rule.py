@@ -9,7 +9,7 @@ A rule module (a family in :mod:`egraft.rewrites.rules`) exports
   written WITHOUT ``:ruleset``/``:name`` (the driver adds them, so a rule can
   be scheduled in any phase and its firings are counted); or
 * ``apply=``: a procedural rule ``apply(snapshot) -> iterable of (class_id, Term)``.
-  ``snapshot`` is an :class:`egraft.egraph.Snapshot` (plain Python e-graph:
+  ``snapshot`` is an :class:`egraft.ir.egraph.Snapshot` (plain Python e-graph:
   e-nodes with IR op/attrs/children classes, shape/dtype per class); each
   pair says "this e-class also equals this term" (a plain class id instead of
   a Term says "these two classes are equal").  A :class:`Term` has an IR op

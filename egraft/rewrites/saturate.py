@@ -6,7 +6,7 @@ e-graph of programs equal to ``graph`` with the engine of
 explosive step, safe rules again; limits checked between iterations).
 
 Repeated layers (transformer stacks) are on by default
-(``Limits.repeated_layers``): :mod:`egraft.rewrites.layers` saturates each
+(``Limits.repeated_layers``): :mod:`egraft.rewrites.repeated` saturates each
 distinct layer once in egglog and stitches the copies together in Python, so
 the cost grows with the number of *distinct* layers, not the layer count.
 The price is that rewrites spanning a layer boundary (e.g. fusing one
@@ -24,8 +24,8 @@ from typing import Sequence
 
 from ..ir.graph import Graph
 from .codec import Context, encode_graph
-from .layers import saturate_layered
-from .registry import all_rules
+from .repeated import saturate_layered
+from .ruleset import all_rules
 from .rule import RuleSpec
 from .session import Limits, SaturationResult, Session, run_schedule
 

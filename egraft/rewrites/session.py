@@ -11,7 +11,7 @@ time limit, and one iteration of comm/assoc can grow an e-graph 100x.  So:
   over-limit rule forever) and caps every rule at ``match_limit`` matches
   per iteration (doubling after each ban), so the step's growth is bounded;
 * procedural rules (Python, ``RuleSpec.apply``) run between egglog
-  iterations on a fresh :class:`~egraft.egraph.Snapshot`.
+  iterations on a fresh :class:`~egraft.ir.egraph.Snapshot`.
 
 :func:`run_schedule`: safe rules to a fixed point, the explosive step, safe
 rules to a fixed point again.  Which graph a :class:`Session` saturates (the
@@ -28,11 +28,11 @@ from typing import Any, Sequence
 
 import egglog.bindings as eb
 
-from ..egraph import Snapshot, best_by_cost
+from ..ir.egraph import Snapshot, best_by_cost
 from ..errors import SaturationError
 from ..ir.graph import Graph
 from .codec import Context, constant_attrs, encode_op, encode_term, handle, split_commands
-from .export import snapshot
+from .snapshot import snapshot
 from .rule import RuleSpec, Term
 from .schema import PRELUDE, SIGS
 

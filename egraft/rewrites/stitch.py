@@ -1,6 +1,6 @@
 """A small e-graph in Python, assembled from saturated pieces, exported as a :class:`Snapshot`.
 
-Repeated-layer saturation (:mod:`egraft.rewrites.layers`) saturates each
+Repeated-layer saturation (:mod:`egraft.rewrites.repeated`) saturates each
 distinct layer once in egglog and then needs the whole model's e-graph:
 every occurrence of the layer is a copy of the saturated template with its
 boundary classes (the previous layer's output, its own weights) renamed.
@@ -25,7 +25,7 @@ from typing import Sequence
 from ..errors import SaturationError
 from ..ir.graph import Attrs
 from .codec import Context
-from ..egraph import ENode, Snapshot
+from ..ir.egraph import ENode, Snapshot
 
 
 class Stitcher:

@@ -3,20 +3,20 @@
 ``search(graph, backend="auto", device="cpu", budget=None, seed=0) -> SearchResult``
 (:mod:`.engine`).  The parts: :class:`Space` (extraction of programs from a
 saturated e-graph), :mod:`.cost` (the roofline cost model), :mod:`.genome`
-and :mod:`.genetic` (the genetic search), :mod:`.evaluate` and
+and :mod:`.genetic` (the genetic search), :mod:`.candidate` and
 :mod:`.evaluators` (validating and timing candidates; the Ray evaluator in
-:mod:`.ray_evaluator`), :mod:`.layered` (repeated layers searched once),
+:mod:`.ray_evaluator`), :mod:`.per_block` (repeated layers searched once),
 :mod:`.result`, :mod:`.report` and :mod:`.progress` (what the user sees).
 """
 
 from .cost import Estimate, KernelCost, estimate, node_cost, rank_correlation
 from .engine import search
-from .evaluate import Candidate, Outcome, Task
+from .candidate import Candidate, Outcome, Task
 from .evaluators import LocalEvaluator
-from .genetic import Budget
+from .config import Budget, CompileConfig
 from .result import Generation, SearchResult, Trial
 from .space import Space, default_cost
 
-__all__ = ["Budget", "Candidate", "Estimate", "Generation", "KernelCost", "LocalEvaluator", "Outcome",
+__all__ = ["Budget", "Candidate", "CompileConfig", "Estimate", "Generation", "KernelCost", "LocalEvaluator", "Outcome",
            "SearchResult", "Space", "Task", "Trial", "default_cost", "estimate", "node_cost", "rank_correlation",
            "search"]

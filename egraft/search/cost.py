@@ -43,14 +43,14 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from ..backends.fold import plan as fold_plan
-from .. import egraph
-from ..egraph import ENode
+from ..ir import egraph
+from ..ir.egraph import ENode
 from ..errors import BackendError
 from ..ir import Group
 from ..ir.decompose import decompose
 from ..ir.graph import Graph
-from ..profiler import DeviceSpec, parse, spec_for
-from ..profiler.specs import H100_SXM, TPU_V5E
+from ..measure import DeviceSpec, parse, spec_for
+from ..measure.specs import H100_SXM, TPU_V5E
 from . import kernels as K
 from .space import Space
 

@@ -27,16 +27,16 @@ import time as _time
 
 from ..backends import get_backend, resolve
 from ..backends.base import default_knobs
-from ..cache import Cache, CacheKey, default_cache, device_id
+from .cache import Cache, CacheKey, default_cache, device_id
 from ..errors import BackendError, IRError, SearchError
 from ..ir.graph import Graph
 from ..ir.serialize import graph_from_dict, graph_to_dict
-from ..profiler import available, interleaved, noisy, parse
-from .evaluate import Candidate, Task, bound, evaluate_one, executable, knob_items, torch_inputs
+from ..measure import available, interleaved, noisy, parse
+from .candidate import Candidate, Task, bound, evaluate_one, executable, knob_items, torch_inputs
 from .evaluators import LocalEvaluator
 from .genetic import Budget, evolve
 from .genome import LATE_KNOBS, GenomeSpace
-from .layered import block_tasks, splice
+from .per_block import block_tasks, splice
 from .result import SearchResult, Trial
 from .space import Space
 
@@ -137,7 +137,7 @@ def search(graph: Graph, backend: str = "auto", device: str = "cpu", budget=None
     `fitness`: ``"measured"`` (default where the device exists) or ``"model"``
     (the roofline estimate; the default for an absent device).  `evaluator`:
     a :class:`LocalEvaluator` (default) or a Ray evaluator.  `cache`: True
-    (the default cache), False, or a :class:`egraft.cache.Cache`.  `progress`:
+    (the default cache), False, or a :class:`egraft.search.cache.Cache`.  `progress`:
     None (a progress bar on a terminal), True/False, or a progress object.
     """
     t0 = _time.perf_counter()

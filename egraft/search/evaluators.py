@@ -28,10 +28,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cache import cache_root
+from .cache import cache_root
 from ..ir import dtypes
 from ..ir.serialize import graph_from_dict, graph_to_dict
-from .evaluate import Candidate, Outcome, Task, evaluate_one
+from .candidate import Candidate, Outcome, Task, evaluate_one
 
 
 def default_workers() -> int:

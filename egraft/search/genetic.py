@@ -27,49 +27,14 @@ from typing import Callable, Sequence
 
 from deap import base, tools
 
-from .evaluate import Candidate, Outcome, Task, bound
+from .candidate import Candidate, Outcome, Task, bound
+from .config import Budget
 from .genome import GenomeSpace
 from .result import Generation, Trial
 
 PRUNE_MARGIN = 1.5  # a candidate is pruned when its roofline bound exceeds this times the best measured time
 CAP = 4.0  # a candidate whose first call takes CAP x the best time so far is timed by that call alone
 NOISE_FLOOR = 0.02  # an improvement under 2 % (or under the timings' spread) is not one
-
-
-@dataclass(frozen=True)
-class Budget:
-    """When to stop: wall seconds, distinct candidates evaluated, generations (None: no limit)."""
-
-    seconds: float | None = 30.0
-    trials: int | None = None
-    generations: int | None = None
-    population: int = 12
-    patience: int = 3
-
-    @classmethod
-    def of(cls, budget) -> "Budget":
-        """A Budget from None (defaults), a number of seconds, a ``"60s"`` / ``"2m"`` string, or a Budget."""
-        if budget is None:
-            return cls()
-        if isinstance(budget, Budget):
-            return budget
-        if isinstance(budget, str):
-            text = budget.strip().lower()
-            scale = 60.0 if text.endswith("m") else 1.0
-            try:
-                return cls(seconds=float(text.rstrip("sm")) * scale)
-            except ValueError:
-                raise ValueError(f"budget {budget!r} is not a duration; write e.g. 60, '60s' or '2m'") from None
-        if isinstance(budget, (int, float)) and budget > 0:
-            return cls(seconds=float(budget))
-        raise ValueError(f"budget must be a positive number of seconds, a string like '60s', or a Budget; "
-                         f"got {budget!r}")
-
-    def share(self, fraction: float) -> "Budget":
-        f = max(min(fraction, 1.0), 0.0)
-        return Budget(None if self.seconds is None else self.seconds * f,
-                      None if self.trials is None else max(1, round(self.trials * f)),
-                      self.generations, self.population, self.patience)
 
 
 class _Fitness(base.Fitness):

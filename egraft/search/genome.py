@@ -31,7 +31,7 @@ from typing import Sequence
 from ..backends import get_backend
 from ..ir import Group
 from ..ir.graph import Graph
-from .evaluate import Candidate, knob_items
+from .candidate import Candidate, knob_items
 from .space import Space
 
 MAX_SHARED_BITS = 64

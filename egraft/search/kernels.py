@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 from ..ir import Group, dtypes
 from ..ir.graph import Graph
-from ..ir.patterns import matmul_form
+from ..ir.matmul_form import matmul_form
 
 Shape = Sequence[int]
 

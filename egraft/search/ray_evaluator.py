@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import SearchError
 from ..ir.serialize import graph_from_dict, graph_to_dict
-from .evaluate import Candidate, Outcome, Task, bound, evaluate_one
+from .candidate import Candidate, Outcome, Task, bound, evaluate_one
 
 KEEP_TASKS = 4  # tasks (model blocks) an actor and the driver keep; an evicted one is fetched again
 NEEDS_RAY = "the Ray evaluator needs Ray: pip install 'egraft[ray]'"

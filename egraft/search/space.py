@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import IRError
 from ..ir import Group
 from ..ir.graph import Graph, Node
-from ..egraph import ENode, Snapshot, best_by_cost
+from ..ir.egraph import ENode, Snapshot, best_by_cost
 
 
 @dataclass

@@ -4,7 +4,7 @@ Used by the test suite, the benchmarks and the search's candidate validation,
 so "matches the reference" means one thing everywhere.  The comparison core
 (:func:`rel_err`, the graph-derived float32 tolerance :func:`tolerance_for`
 and the per-dtype :data:`TOLERANCE`, random non-zero inputs) lives in
-:mod:`egraft.profiler.tolerances` and :mod:`egraft.profiler.inputs`, whose
+:mod:`egraft.measure.tolerances` and :mod:`egraft.measure.inputs`, whose
 docstring states the tolerance rule and why, so the profiler's validation
 can use it without importing this higher layer; it is re-exported here
 unchanged.  This module adds :func:`assert_close` and :func:`fresh_seed`.
@@ -19,8 +19,8 @@ import numpy as np
 
 from ..ir import dtypes
 from ..ir.graph import Graph
-from ..profiler.inputs import random_array, random_inputs
-from ..profiler.tolerances import (
+from ..measure.inputs import random_array, random_inputs
+from ..measure.tolerances import (
     _EPS,
     _MOVE_KINDS,
     FLOOR_ULPS,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from egraft.ir import Graph, GraphBuilder, evaluate
-from egraft.ir.patterns import MatmulForm, matmul_form
+from egraft.ir.matmul_form import MatmulForm, matmul_form
 
 from ir_testlib import rand
 

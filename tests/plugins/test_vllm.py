@@ -29,7 +29,7 @@ from egraft.testing import fresh_seed, rel_err
 from plugin_helpers import FAST
 
 # what a process that only serves artifacts must not import
-COMPILER = ("egraft.frontend", "egraft.rewrites", "egraft.search", "egraft.backends", "egraft.egraph",
+COMPILER = ("egraft.frontend", "egraft.rewrites", "egraft.search", "egraft.backends", "egraft.ir.egraph",
             "egraft.testing", "egraft.plugins.dynamo")
 
 

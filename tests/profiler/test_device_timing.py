@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from egraft.errors import BackendError, EgraftError
-from egraft.profiler import Device, available, faster, noisy, parse, pin, summarize, time, time_cpu, time_cuda, time_jax
+from egraft.measure import Device, available, faster, noisy, parse, pin, summarize, time, time_cpu, time_cuda, time_jax
 from egraft.testing import fresh_seed
 
 
@@ -134,7 +134,7 @@ def test_a_speedup_is_concluded_from_the_medians_intervals_not_from_the_spread()
     """15 % spread per call (a quiet VM) still concludes a 1.3x difference from 35 samples; overlap does not."""
     import numpy as np
 
-    from egraft.profiler import compare, median_interval, summarize
+    from egraft.measure import compare, median_interval, summarize
 
     rng = np.random.default_rng(0)
     fast = summarize(1e-3 * (1 + 0.15 * rng.random(35)))

@@ -7,10 +7,10 @@ import time
 import pytest
 
 import egraft.testing as testing
-from egraft.profiler import TABLE, calibrate_cpu, lookup, spec_for
-from egraft.profiler import inputs as prof_inputs
-from egraft.profiler import specs
-from egraft.profiler import tolerances as prof_tol
+from egraft.measure import TABLE, calibrate_cpu, lookup, spec_for
+from egraft.measure import inputs as prof_inputs
+from egraft.measure import specs
+from egraft.measure import tolerances as prof_tol
 
 
 @pytest.mark.parametrize("name,want", [

@@ -6,7 +6,7 @@ import numpy as np
 
 from egraft.backends import lower
 from egraft.ir import GraphBuilder, evaluate
-from egraft.profiler import Validation, poison, random_inputs, validate
+from egraft.measure import Validation, poison, random_inputs, validate
 from egraft.testing import fresh_seed
 
 
@@ -120,7 +120,7 @@ def test_gather_indices_are_drawn_inside_their_table():
     import torch
 
     import egraft
-    from egraft.profiler.inputs import index_ranges
+    from egraft.measure.inputs import index_ranges
 
     class Embed(torch.nn.Module):
         def __init__(self):

@@ -11,7 +11,7 @@ import pytest
 from egraft.ir import strided
 from egraft.rewrites import all_rules
 from egraft.rewrites.rule import RuleSpec, Witness, norm_strides, pair, program, rand_shape, term, view_attrs, view_term
-from egraft.rewrites.registry import rule
+from egraft.rewrites.ruleset import rule
 from egraft.rewrites.rules import idioms, models_weights
 from egraft.testing import fresh_seed
 from egraft.testing.equivalence import check_rule

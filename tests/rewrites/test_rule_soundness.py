@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from egraft.rewrites import saturate
-from egraft.rewrites.registry import all_rules
+from egraft.rewrites.ruleset import all_rules
 from egraft.rewrites.session import command_names
 from egraft.testing import fresh_seed
 from egraft.testing.equivalence import RULE_LIMITS, check_form, check_near_miss

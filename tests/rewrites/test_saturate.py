@@ -5,7 +5,7 @@ import pytest
 from egraft.errors import SaturationError
 from egraft.ir import GraphBuilder
 from egraft.rewrites import Limits, RuleSpec, saturate
-from egraft.rewrites.registry import all_rules
+from egraft.rewrites.ruleset import all_rules
 from egraft.rewrites.rule import program
 from egraft.rewrites.rules.algebra import RULES as ALGEBRA
 

@@ -18,7 +18,7 @@ from egraft.runtime import load, outputs
 from egraft.testing import assert_close, fresh_seed
 
 COMPILER = ("egglog", "deap", "egraft.frontend", "egraft.rewrites", "egraft.search", "egraft.backends",
-            "egraft.egraph", "egraft.testing")
+            "egraft.ir.egraph", "egraft.testing")
 
 
 @pytest.fixture(scope="module", params=["jax", "torch"])

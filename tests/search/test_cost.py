@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from egraft.egraph import ENode
+from egraft.ir.egraph import ENode
 from egraft.errors import BackendError
 from egraft.ir import GraphBuilder, Group, evaluate
-from egraft.profiler import DeviceSpec
+from egraft.measure import DeviceSpec
 from egraft.search import Estimate, KernelCost, Space, estimate, node_cost, rank_correlation
 from egraft.search import cost as cost_mod
 from egraft.search.kernels import FLOPS

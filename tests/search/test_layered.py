@@ -9,10 +9,10 @@ import egraft
 from egraft.ir import evaluate
 from egraft.models import make
 from egraft.rewrites import Limits, saturate
-from egraft.profiler import DeviceSpec
+from egraft.measure import DeviceSpec
 from egraft.search import Budget, Space, cost, search
 from egraft.search.genome import GenomeSpace
-from egraft.search.layered import block_tasks, splice
+from egraft.search.per_block import block_tasks, splice
 from egraft.testing import assert_close, fresh_seed, random_inputs
 from search_helpers import CtrlCOnSecondUpdate
 

@@ -9,7 +9,7 @@ import ray
 
 from egraft.errors import SearchError
 from egraft.ir import GraphBuilder
-from egraft.search.evaluate import Candidate, Task, bound, knob_items
+from egraft.search.candidate import Candidate, Task, bound, knob_items
 from egraft.search.evaluators import LocalEvaluator
 from egraft.search.ray_evaluator import NEEDS_RAY, RayEvaluator
 

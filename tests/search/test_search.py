@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from egraft.backends import lower
-from egraft.cache import Cache
+from egraft.search.cache import Cache
 from egraft.ir import GraphBuilder, evaluate
 from egraft.rewrites import Limits, all_rules, saturate
 from egraft.rewrites.rule import RuleSpec
@@ -126,7 +126,7 @@ def test_budget_forms():
 @pytest.mark.host_specific
 def test_absent_device_needs_the_cost_model():
     from egraft.errors import SearchError
-    from egraft.profiler import available
+    from egraft.measure import available
 
     if available("cuda"):  # a GPU host measures; the message is what is checked elsewhere
         pytest.skip("this host has a GPU")  # pragma: no cover
@@ -140,7 +140,7 @@ def test_absent_device_needs_the_cost_model():
 
 def test_compile_workers_give_the_same_verdicts_as_in_process_evaluation():
     from egraft.search import Candidate, LocalEvaluator, Task
-    from egraft.search.evaluate import bound, knob_items
+    from egraft.search.candidate import bound, knob_items
 
     g = _graph()
     sat = saturate(g, all_rules() + [DROP_SIN], Limits(repeated_layers=False))

@@ -5,7 +5,7 @@ import pytest
 
 from egraft.ir import GraphBuilder, evaluate
 from egraft.rewrites import Limits, RuleSpec, saturate
-from egraft.rewrites.registry import all_rules
+from egraft.rewrites.ruleset import all_rules
 from egraft.rewrites.rule import program
 from egraft.search import Space
 from egraft.testing import assert_close, fresh_seed, random_inputs

@@ -45,7 +45,7 @@ import jax
 import numpy as np
 
 from ...ir import dtypes
-from .program import program_dtype, x64_scope
+from .function import program_dtype, x64_scope
 
 COPY_MAX = 128 * 1024  # bytes: a CPU output up to this size goes to torch as a copy, larger through DLPack
 _BF16 = dtypes.to_numpy("bfloat16")

@@ -39,7 +39,7 @@ from ...ir.graph import Graph
 from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
 from .callpath import fast_call
-from .program import INT32_MAX, INT32_MIN, Program, program_dtype, to_program_dtype, x64_scope
+from .function import INT32_MAX, INT32_MIN, Program, program_dtype, to_program_dtype, x64_scope
 
 _BF16 = dtypes.to_numpy("bfloat16")
 

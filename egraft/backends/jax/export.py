@@ -27,7 +27,7 @@ from ...errors import BackendError
 from ...ir import dtypes
 from ...runtime.manifest import library_version
 from ..base import device_kind
-from .program import x64_scope
+from .function import x64_scope
 
 PROGRAM_FILE = "program.stablehlo"
 DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")

@@ -7,7 +7,7 @@ reducing it: orders of magnitude slower than a dot.  So the lowering itself
 recognises the pattern and emits ``lax.dot_general``:
 
 * ``matmul``: ``SumReduce(axis=r)(Mul(x, y))`` as the IR's
-  :func:`~egraft.ir.patterns.matmul_form` recognises it, where axis ``r``
+  :func:`~egraft.ir.matmul_form.matmul_form` recognises it, where axis ``r``
   has size > 1 and at least one operand is broadcast (stride 0) along some
   axis (an un-broadcast product and sum fuse well as they are).  Each
   operand is replaced by its *compact* view (the broadcast axes dropped);
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...ir.graph import Graph
-from ...ir.patterns import Factor, matmul_form
+from ...ir.matmul_form import Factor, matmul_form
 from ..fold import FOLDED_PREFIX
 from . import windows
 

@@ -40,7 +40,7 @@ from ...ir.graph import Graph
 from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
 from .emit import TORCH_DTYPES, from_numpy, to_numpy
-from .program import Program
+from .fx_module import Program
 
 KNOBS = {
     # run the FX module op by op, or compile it with Inductor (fused C++ / Triton kernels; seconds to build)

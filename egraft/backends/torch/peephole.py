@@ -4,7 +4,7 @@ The torch lowering (and so every graph before or without the e-graph) writes
 ``a @ b`` as ``SumReduce(Mul(View_expand(a), View_expand(b)), axis=k)``.
 Lowered literally, the ``[..., M, K, N]`` product is materialised before it
 is summed.  :func:`find` reads the pattern with the backend-neutral
-:func:`egraft.ir.patterns.matmul_form` (float dtypes, ``K > 1``, at least
+:func:`egraft.ir.matmul_form.matmul_form` (float dtypes, ``K > 1``, at least
 one factor broadcast: an un-broadcast product and sum is no matrix product)
 and :func:`emit_dot` runs it as one ``bmm`` over the factors' compact views
 (their broadcast axes dropped): batch axes first, then the free axes of each
@@ -20,7 +20,7 @@ from math import prod
 
 from ...ir import dtypes
 from ...ir.graph import Graph
-from ...ir.patterns import Factor, matmul_form
+from ...ir.matmul_form import Factor, matmul_form
 from .emit import Emitter, aten
 from .views import emit_view, reshape
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ...ir.decompose import decompose
 from ...ir.graph import Graph
-from ...ir.registry import Group
+from ...ir.op_groups import Group
 from .partition import MAX_ROW, pow2
 
 MAX_HEAD_DIM = 256

@@ -1,7 +1,7 @@
 """Matrix products as ``tl.dot`` over a K loop, for the MatMul idiom and its primitive form.
 
 The primitive form ``SumReduce(Mul(a3, b3), axis=k)`` over a product of
-shape ``[..., M, K, N]`` (recognised by :mod:`egraft.ir.patterns`) is a
+shape ``[..., M, K, N]`` (recognised by :mod:`egraft.ir.matmul_form`) is a
 matmul when one factor does not vary along N (``a3``, usually ``View(A)``
 with stride 0 there) and the other does not vary along M.  Recognising it
 keeps primitive graphs from materialising the ``[M, K, N]`` product: each
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ...errors import BackendError
 from ...ir.graph import Graph
-from ...ir.patterns import matmul_form
+from ...ir.matmul_form import matmul_form
 from .emitter import ZERO, Ix, Val
 
 DOT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -54,7 +54,7 @@ class DotForm:
 def dot_form(graph: Graph, nid: int) -> DotForm | None:
     """The matmul this node computes, or None.
 
-    A primitive product is one when the IR's :func:`~egraft.ir.patterns.matmul_form`
+    A primitive product is one when the IR's :func:`~egraft.ir.matmul_form.matmul_form`
     finds it and its output's last two axes are M and N: one factor constant
     along N (indexed with 0 there) and the other along M.
     """

@@ -6,6 +6,6 @@ from the per-family modules below.  ``egraft.frontend.tracer`` drives them.
 """
 
 from . import creation, elementwise, index, inverse_trig, linalg, movement, nn, reduce, sort  # noqa: F401  (fill the table)
-from .registry import LOWERINGS, UNSUPPORTED_HINTS, Ctx, Missing, Rule, lookup, lowering, op_name
+from .table import LOWERINGS, UNSUPPORTED_HINTS, Ctx, Missing, Rule, lookup, lowering, op_name
 
 __all__ = ["LOWERINGS", "UNSUPPORTED_HINTS", "Ctx", "Missing", "Rule", "lookup", "lowering", "op_name"]

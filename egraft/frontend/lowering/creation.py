@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dtypes
-from .registry import lowering
+from .table import lowering
 
 
 def _const(ctx, value):

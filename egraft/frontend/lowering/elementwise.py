@@ -14,7 +14,7 @@ import math
 from ...ir import dtypes
 from ...ir.builder import Tensor
 from . import helpers as h
-from .registry import lowering
+from .table import lowering
 
 
 # --- arithmetic ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import math
 
 from ...ir import shapes
 from ...ir.builder import Tensor
-from .registry import lowering
+from .table import lowering
 
 
 def _wrap(idx: Tensor, n: int) -> Tensor:

@@ -16,7 +16,7 @@ import math
 
 from ...ir.builder import Tensor
 from . import helpers as h
-from .registry import lowering
+from .table import lowering
 
 _TAN_3PI_8 = 2.414213562373095
 _TAN_PI_8 = 0.4142135623730950

@@ -7,7 +7,7 @@ added after the product, as torch does.
 
 from __future__ import annotations
 
-from .registry import lowering
+from .table import lowering
 
 
 def _scaled(t, s):

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...ir import shapes
 from ...ir.builder import Tensor, cat as _cat, stack as _stack
-from .registry import lowering
+from .table import lowering
 
 
 @lowering("aten.view", "aten._unsafe_view", "aten.view_copy")

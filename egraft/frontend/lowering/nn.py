@@ -17,7 +17,7 @@ import torch
 from ...ir import dtypes, shapes
 from ...ir.builder import Tensor
 from ...ir.decompose import attention_decomposed
-from .registry import Missing, lowering
+from .table import Missing, lowering
 
 
 # --- softmax family ------------------------------------------------------------------------

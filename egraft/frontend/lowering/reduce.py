@@ -13,7 +13,7 @@ import math
 from ...ir import dtypes, shapes
 from ...ir.builder import Tensor
 from . import helpers as h
-from .registry import lowering
+from .table import lowering
 
 
 def _prep(ctx, x: Tensor, dtype) -> Tensor:

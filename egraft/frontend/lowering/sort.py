@@ -14,7 +14,7 @@ from __future__ import annotations
 from ...ir import dtypes, shapes
 from ...ir.builder import Tensor
 from . import helpers as h
-from .registry import lowering
+from .table import lowering
 
 
 def _ranks(x: Tensor, axis: int, descending: bool) -> Tensor:

@@ -8,7 +8,7 @@ consecutive views into one.  So the matchers here reason about *what a view
 means* (a broadcast along one axis, a keepdim reshape, a batch broadcast of a
 2-D matrix), never about how many view nodes spell it.
 
-:class:`Index` wraps one :class:`~egraft.egraph.Snapshot` with the
+:class:`Index` wraps one :class:`~egraft.ir.egraph.Snapshot` with the
 lookups the rules need (e-nodes by op, parents, scalar constants); the
 right-hand-side terms are built with :mod:`egraft.rewrites.rule`
 (``term``, ``view``, ``scalar``, ``contig``).
@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...egraph import ENode, Snapshot, weight_only_classes
+from ...ir.egraph import ENode, Snapshot, weight_only_classes
 from ...errors import IRError
 from ...ir import Group, dtypes, shapes
 from ...ir.builder import GraphBuilder

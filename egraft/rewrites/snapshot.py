@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..egraph import ENode, Snapshot
+from ..ir.egraph import ENode, Snapshot
 from .codec import Context, Decoder
 from .schema import HANDLE, I64, SIGS, STR, VEC
 

@@ -69,7 +69,7 @@ def eps(dtype: str) -> float:
 
 def error_budgets(graph: Graph) -> list[float]:
     """The forward error budget of every node of `graph` (idioms must already be primitives)."""
-    from ..ir.registry import get_op
+    from ..ir.op_groups import get_op
 
     budget: list[float] = []
     for n in graph.nodes:

@@ -1,4 +1,4 @@
-"""The search-result cache (egraft/cache.py): keys, round trips, corruption, concurrency, no-op fallback."""
+"""The search-result cache (egraft/search/cache.py): keys, round trips, corruption, concurrency, no-op fallback."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 
-from egraft import cache as cache_mod
-from egraft.cache import Cache, CacheKey, CacheWarning, default_cache, device_id, library_versions
+from egraft.search import cache as cache_mod
+from egraft.search.cache import Cache, CacheKey, CacheWarning, default_cache, device_id, library_versions
 
 VERSIONS = (("egraft", "0.1.0"), ("torch", "2.5.0"), ("jax", None), ("jaxlib", None), ("triton", "3.1"),
             ("egglog", "13.2.0"))

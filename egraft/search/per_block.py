@@ -1,6 +1,6 @@
 """Repeated layers are searched once: one search space per distinct block, winners spliced back.
 
-A stitched saturation (:mod:`egraft.rewrites.layers`) keeps, per block
+A stitched saturation (:mod:`egraft.rewrites.repeated`) keeps, per block
 occurrence, its anonymised block graph and the saturated e-graph of its
 template (one per distinct block).  :func:`block_tasks` turns each distinct
 template into a standalone search: its e-graph as a :class:`Space` whose

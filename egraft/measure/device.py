@@ -7,7 +7,7 @@ in the layer order and may not import them, so it has its own parser with
 the same accepted forms as ``backends.base.device_kind``.
 
 torch and jax are imported only inside :func:`available`: detecting a GPU
-must not make ``import egraft.profiler`` heavy.
+must not make ``import egraft.measure`` heavy.
 """
 
 from __future__ import annotations

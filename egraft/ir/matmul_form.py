@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .graph import Graph
-from .registry import Group
+from .op_groups import Group
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ each output held to the tolerance the reference graph's error budget gives.
 
 Fitness ``"measured"`` lowers the candidate and times calls through the
 executable as users call it (torch tensors in, torch tensors out), with
-:func:`egraft.profiler.time` (median of repeats and their spread).
+:func:`egraft.measure.time` (median of repeats and their spread).
 ``"model"`` checks the program itself with the numpy interpreter (no device
 needed) and prices it with the roofline cost model: the fitness when the
 target device is absent, reported as an estimate.
@@ -36,9 +36,9 @@ from ..backends import lower
 from ..ir import dtypes
 from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
-from ..profiler import random_inputs
-from ..profiler import time as time_call
-from ..profiler.validate import compare, reference
+from ..measure import random_inputs
+from ..measure import time as time_call
+from ..measure.validate import compare, reference
 
 FITNESSES = ("measured", "model")
 TARGET_S = 0.15  # seconds of timed calls per candidate (5..30 repeats)

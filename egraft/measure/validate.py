@@ -7,7 +7,7 @@ message kept.
 
 The reference is ``ir.evaluate(graph, inputs, np.float64)`` cast to each
 output's dtype, and each output's allowed error is
-:func:`~egraft.profiler.tolerances.tolerance_for` (the forward error budget
+:func:`~egraft.measure.tolerances.tolerance_for` (the forward error budget
 of the graph), so "valid" here means what the test suite means.
 
 **Poisoning.**  A kernel that forgets to write part of its output can pass
@@ -18,7 +18,7 @@ every float buffer is filled with NaN before each run, so an unwritten
 element reads NaN where the reference is finite and fails.  egraft's own
 executables return fresh arrays, for which poisoning is a no-op; for them
 the same failure is caught by checking that no output is NaN where the
-reference is finite (which :func:`~egraft.profiler.tolerances.rel_err`
+reference is finite (which :func:`~egraft.measure.tolerances.rel_err`
 counts as an infinite error).
 """
 
@@ -118,7 +118,7 @@ def compare(graph: Graph, got: Sequence, want: Sequence[np.ndarray]) -> tuple[bo
 def validate(candidate: Callable, graph: Graph, inputs: Sequence | None = None, seed: int | None = None) -> Validation:
     """Run `candidate(*inputs)` and compare with the reference; never raises for a bad candidate.
 
-    `inputs` default to :func:`~egraft.profiler.inputs.random_inputs` drawn
+    `inputs` default to :func:`~egraft.measure.inputs.random_inputs` drawn
     from `seed`.  Output buffers are poisoned before the run (see the module
     docstring).
     """

@@ -20,7 +20,7 @@ small graph; blocks that are the same up to input names share one saturation.
    previous block's output, its own weights); a hashcons and congruence
    rebuild merge what occurrences share (model inputs, constants,
    constant-only subterms).  The result is a ready
-   :class:`~egraft.egraph.Snapshot`; nothing is replayed into
+   :class:`~egraft.ir.egraph.Snapshot`; nothing is replayed into
    egglog, so the cost after the templates is a few microseconds per
    stitched e-node instead of one parsed egglog command per e-node.
 
@@ -47,7 +47,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from ..egraph import Snapshot, best_by_cost
+from ..ir.egraph import Snapshot, best_by_cost
 from ..ir.graph import Graph
 from .blocks import Block, block_graph, layer_blocks
 from .codec import Context, encode_graph, input_attrs

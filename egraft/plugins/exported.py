@@ -21,7 +21,7 @@ from ..errors import UnsupportedOpError
 from ..frontend import export_program, lower_program
 from ..ir import dtypes
 from ..ir.evaluate import to_numpy
-from ..profiler.inputs import random_inputs
+from ..measure.inputs import random_inputs
 from ..search import search
 from .options import Options
 

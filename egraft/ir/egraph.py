@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ir.graph import Attrs
+from .graph import Attrs
 
 
 @dataclass(frozen=True)

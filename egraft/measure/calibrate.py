@@ -4,7 +4,7 @@ No datasheet number is trustworthy for a CPU (clocks depend on the vector
 width in use and on how many cores are busy; bandwidth on the DIMMs), so
 the roofline for ``cpu`` is measured on the cores this process runs on
 (pin first with ``timing.pin`` to calibrate the cores you will time on).
-The result has the shape of a :class:`~egraft.profiler.specs.DeviceSpec`
+The result has the shape of a :class:`~egraft.measure.specs.DeviceSpec`
 and is cached per process and affinity, since calibrating costs about
 `seconds` each time.
 
