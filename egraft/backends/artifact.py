@@ -78,7 +78,11 @@ def _manifest(ex, meta: dict, checked: dict, written: WrittenProgram) -> dict:
     m.update(written.fields)
     m["knobs"] = {k: list(v) if isinstance(v, tuple) else v for k, v in ex.knobs.items()}
     m["graph_hash"] = g.structural_hash()
-    m["inputs"] = [{"name": n, "shape": list(s), "dtype": d} for n, (s, d) in zip(checked["input_names"], g.input_types())]
+    sig = g.signature  # the manifest's inputs and aliases are the program's signature (runtime.manifest_signature)
+    rename = dict(zip([s.name for s in sig.call_inputs], checked["input_names"]))
+    m["inputs"] = [{"name": rename[s.name], "role": s.role, "shape": list(s.shape), "dtype": s.dtype,
+                    **({"source": s.source} if s.source else {})} for s in sig.call_inputs]
+    m["aliases"] = [{"output": k, "input": rename.get(n, n)} for k, n in sig.aliases]
     m["outputs"] = [{"shape": list(s), "dtype": d} for s, d in g.output_types()]
     m["output_tree"] = checked["output_tree"]
     m["weights"] = [{"name": n, "shape": list(a.shape), "dtype": dtypes.from_numpy(a.dtype)}

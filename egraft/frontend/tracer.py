@@ -21,7 +21,12 @@ Graph conventions (what :func:`trace` returns):
   nodes;
 * the model's own tensor inputs are ``Input`` nodes named after the exported
   placeholders (the forward's parameter names), in the model's order —
-  positional args first, then tensor kwargs;
+  positional args first, then tensor kwargs; ``graph.signature`` records for
+  each the user's own name (``InputSpec.source``: the keyword a kwarg was
+  passed by), as :mod:`egraft.frontend.signature` reads it from the export;
+* a forward pass that updates a buffer or an input in place is refused with
+  :class:`~egraft.errors.UnsupportedOpError` naming the update
+  (:func:`~egraft.frontend.signature.require_pure`);
 * outputs are the model's outputs flattened in pytree order: a tuple, list or
   dict (including Hugging Face ``ModelOutput``) of tensors becomes that many
   graph outputs, nested containers flattened depth-first; ``None`` entries
@@ -45,6 +50,7 @@ from ..ir import dtypes
 from ..ir.builder import GraphBuilder, Tensor
 from ..ir.graph import Graph
 from .lowering import UNSUPPORTED_HINTS, Ctx, Missing, lookup, op_name
+from .signature import input_specs, require_pure
 
 aten = torch.ops.aten
 
@@ -171,49 +177,42 @@ def _weight_array(t: torch.Tensor, name: str) -> np.ndarray:
 
 
 def lower_program(ep: torch.export.ExportedProgram) -> Graph:
-    """Lower an exported (and decomposed) program to an IR graph, one ATen node at a time."""
+    """Lower an exported (and decomposed) program to an IR graph, one ATen node at a time.
+
+    The graph's signature is :func:`~egraft.frontend.signature.program_signature`'s (the input names and
+    the user's own names for them); a program that updates state is refused first (``require_pure``).
+    """
     from torch.export.graph_signature import InputKind, OutputKind
 
+    sig, specs = input_specs(ep)
+    require_pure(sig)
     b = GraphBuilder()
-    sig = ep.graph_signature
+    gs = ep.graph_signature
     env: dict[torch.fx.Node, Any] = {}
-    taken = set()
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(sig.input_specs):  # pragma: no cover - torch invariant
+    if len(placeholders) != len(gs.input_specs):  # pragma: no cover - torch invariant
         raise IRError("exported program has a different number of placeholders and input specs")
-    for node, spec in zip(placeholders, sig.input_specs):
+    for node, spec in zip(placeholders, gs.input_specs):
         kind = spec.kind
         if kind in (InputKind.PARAMETER, InputKind.BUFFER):
             value = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
             env[node] = b.weight(spec.target, _weight_array(value, spec.target))
-            taken.add(spec.target)
         elif kind == InputKind.CONSTANT_TENSOR:
             env[node] = b.tensor_constant(_weight_array(ep.constants[spec.target], spec.target))
-        elif kind == InputKind.USER_INPUT:
-            val = node.meta.get("val")
-            if not isinstance(val, torch.Tensor):  # a python constant kwarg: baked in by export
-                env[node] = getattr(spec.arg, "value", None)
-                continue
-            name = node.name
-            while name in taken:
-                name = name + "_"
-            taken.add(name)
-            env[node] = b.input(name, tuple(int(s) for s in val.shape), dtypes.from_torch(val.dtype))
-        else:
-            raise UnsupportedOpError(f"exported input of kind {kind.name} ({node.name})", None,
-                                     "egraft lowers models whose inputs are tensors, parameters and buffers only")
+        elif node.name in specs:  # a tensor the caller passes
+            s = specs[node.name]
+            env[node] = b.input(s.name, s.shape, s.dtype)
+        else:  # a python constant kwarg: baked in by export
+            env[node] = getattr(spec.arg, "value", None)
     for node in ep.graph.nodes:
         if node.op == "call_function":
             env[node] = _lower_node(b, node, env)
         elif node.op == "output":
             outs = node.args[0]
     outputs = []
-    for spec, out in zip(sig.output_specs, outs):
-        if spec.kind != OutputKind.USER_OUTPUT:
-            raise UnsupportedOpError(
-                f"in-place update of {spec.kind.name.lower().replace('_mutation', '')} '{spec.target}'", None,
-                "the forward pass mutates state (e.g. a buffer or a KV cache); egraft compiles pure functions. "
-                "Call model.eval(), pass use_cache=False, or return the new state as an output instead")
+    for spec, out in zip(gs.output_specs, outs):
+        if spec.kind != OutputKind.USER_OUTPUT:  # pragma: no cover - require_pure refused these
+            raise IRError(f"exported output of kind {spec.kind.name} after the state check")
         if out is None:
             continue  # a None output (torch.export keeps some): dropped, as the module docstring says
         value = env.get(out) if isinstance(out, torch.fx.Node) else out
@@ -222,7 +221,8 @@ def lower_program(ep: torch.export.ExportedProgram) -> Graph:
         if not isinstance(value, Tensor):
             raise InputError(f"model output {len(outputs)} is {value!r}, not a tensor; egraft graphs return tensors")
         outputs.append(value)
-    return b.build(outputs)
+    graph = b.build(outputs)
+    return graph.with_interface(sources={s.name: s.source for s in sig.call_inputs})
 
 
 def _map_args(node: torch.fx.Node, env) -> tuple[list, dict]:

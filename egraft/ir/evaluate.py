@@ -19,6 +19,7 @@ from ..errors import InputError, IRError
 from . import dtypes
 from .graph import Graph
 from .op_groups import get_op
+from .signature import shape_accepts, shape_str
 
 
 def to_numpy(x: Any, what: str = "input") -> np.ndarray:
@@ -51,22 +52,24 @@ def _dtype_ok(got: np.dtype, want: str, oracle: bool) -> bool:
 
 
 def check_inputs(graph: Graph, inputs: Sequence[Any], oracle: bool = False) -> list[np.ndarray]:
-    """Convert and check the model inputs against the graph's input types."""
-    names = graph.input_names()
-    if len(inputs) != len(names):
+    """Convert the call inputs and check them against ``graph.signature`` (count, then each shape and dtype)."""
+    specs = graph.signature.call_inputs
+    if len(inputs) != len(specs):
         raise InputError(
-            f"the graph takes {len(names)} input(s) ({', '.join(names)}), got {len(inputs)}; "
+            f"the graph takes {len(specs)} input(s) ({', '.join(s.name for s in specs)}), got {len(inputs)}; "
             "pass the model's own inputs in the model's order (weights are bound)"
         )
     out = []
-    for name, (shape, dt), x in zip(names, graph.input_types(), inputs):
+    for spec, x in zip(specs, inputs):
+        name, dt = spec.name, spec.dtype
         arr = to_numpy(x, f"input {name!r}")
-        if tuple(arr.shape) != tuple(shape):
-            raise InputError(f"input {name!r} has shape {tuple(arr.shape)}, the graph expects {tuple(shape)}")
+        if not shape_accepts(spec.shape, arr.shape):
+            raise InputError(f"input {name!r} has shape {shape_str(arr.shape)}, the graph expects "
+                             f"{shape_str(spec.shape)} (a {dt} tensor)")
         got = arr.dtype
         if not _dtype_ok(got, dt, oracle):
             raise InputError(
-                f"input {name!r} has dtype {got}, the graph expects {dt}; convert it "
+                f"input {name!r} has dtype {got}, the graph expects {dt} (shape {shape_str(spec.shape)}); convert it "
                 f"(e.g. x.astype('{dt}') or tensor.to(torch.{dt}))"
             )
         out.append(arr)

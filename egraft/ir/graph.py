@@ -5,6 +5,15 @@ inputs are earlier node ids), the ids of its outputs, the ids of the model's
 own inputs in the model's order, and the bound values of its weight inputs.
 Every node's shape and dtype are checked against the op table when the graph
 is built, so a ``Graph`` that exists is well typed.
+
+``graph.signature`` (an :class:`~egraft.ir.signature.Signature`) is derived
+from the graph's own ``Input`` nodes (call inputs in ``input_ids`` order,
+then the weights, by name) and its output types, so it cannot disagree
+with them; the two things a graph cannot derive are carried explicitly:
+``sources`` (input name -> the user's own name for it, from the tracer) and
+``aliases`` (output index -> the state input it overwrites).  A rebuild of a
+graph passes them on (``with_weights``, ``pruned``, :meth:`Graph.rebuilt`,
+extraction and ``ir.serialize``).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import numpy as np
 from ..errors import IRError
 from . import dtypes
 from .op_groups import get_op
+from .signature import InputSpec, OutputSpec, Signature
 
 
 class Attrs(tuple):
@@ -133,7 +143,8 @@ def infer_node(op: str, input_types: Sequence[tuple[tuple[int, ...], str]], attr
 class Graph:
     """An immutable, well-typed DAG of IR nodes with bound weights."""
 
-    __slots__ = ("nodes", "outputs", "input_ids", "weight_ids", "weights", "_hash")
+    __slots__ = ("nodes", "outputs", "input_ids", "weight_ids", "weights", "sources", "aliases", "_hash",
+                 "_signature")
 
     def __init__(
         self,
@@ -141,6 +152,9 @@ class Graph:
         outputs: Sequence[int],
         input_ids: Sequence[int] | None = None,
         weights: Mapping[str, np.ndarray] | None = None,
+        *,
+        sources: Mapping[str, str] | None = None,
+        aliases: Mapping[int, str] | None = None,
     ):
         nodes = tuple(nodes)
         names: dict[str, int] = {}
@@ -155,7 +169,8 @@ class Graph:
                 if name in names:
                     raise IRError(f"two inputs are named {name!r}")
                 if n.attrs["role"] not in ("input", "weight"):
-                    raise IRError(f"input {name!r} has role {n.attrs['role']!r}; use 'input' or 'weight'")
+                    raise IRError(f"input {name!r} has role {n.attrs['role']!r}; use 'input' or 'weight' "
+                                  "(egraft does not compile programs that update state in place yet)")
                 names[name] = i
         for o in outputs:
             if not 0 <= o < len(nodes):
@@ -184,6 +199,20 @@ class Graph:
             bound[name] = arr
         init(self, "weights", MappingProxyType(bound))
         init(self, "_hash", None)
+        self._set_interface(sources, aliases)
+
+    def _set_interface(self, sources: Mapping[str, str] | None, aliases: Mapping[int, str] | None) -> None:
+        init = object.__setattr__
+        init(self, "_signature", None)
+        sources = {str(k): v for k, v in (sources or {}).items()}
+        calls = self.input_names()
+        bad = sorted(set(sources) - set(calls))
+        if bad:
+            raise IRError(f"sources name {bad}, which are not call inputs of the graph ({', '.join(calls)})")
+        init(self, "sources", MappingProxyType(sources))
+        init(self, "aliases", MappingProxyType({int(k): str(v) for k, v in (aliases or {}).items()}))
+        if sources or self.aliases:
+            self.signature  # sources and aliases are checked against the inputs and outputs now, not at first use
 
     def __setattr__(self, name, value):
         raise AttributeError(f"an egraft Graph is immutable (tried to set {name!r}); build a new Graph instead")
@@ -203,6 +232,21 @@ class Graph:
 
     def output_types(self) -> list[tuple[tuple[int, ...], str]]:
         return [(self.nodes[i].shape, self.nodes[i].dtype) for i in self.outputs]
+
+    @property
+    def signature(self) -> Signature:
+        """The calling convention (module docstring): derived from the inputs, outputs, sources and aliases."""
+        sig = self._signature
+        if sig is None:
+            def spec(i: int) -> InputSpec:
+                n = self.nodes[i]
+                name = n.attrs["name"]
+                return InputSpec(name, n.attrs["role"], n.shape, n.dtype, self.sources.get(name))
+
+            sig = Signature(tuple(spec(i) for i in self.input_ids + self.weight_ids),
+                            tuple(OutputSpec(s, d) for s, d in self.output_types()), tuple(self.aliases.items()))
+            object.__setattr__(self, "_signature", sig)
+        return sig
 
     def op_counts(self) -> Counter:
         return Counter(n.op for n in self.nodes)
@@ -302,8 +346,23 @@ class Graph:
         return g
 
     # -- transformation ---------------------------------------------------------
+    def rebuilt(self, nodes: Sequence[Node], outputs: Sequence[int], input_ids: Sequence[int],
+                weights: Mapping[str, np.ndarray] | None = None) -> "Graph":
+        """A new graph of the same program interface (sources, aliases; weights unless given) over new nodes."""
+        return Graph(nodes, outputs, input_ids, self.weights if weights is None else weights,
+                     sources=self.sources, aliases=self.aliases)
+
+    def with_interface(self, sources: Mapping[str, str] | None = None,
+                       aliases: Mapping[int, str] | None = None) -> "Graph":
+        """This graph with other sources and aliases (the nodes are the same, so they are not checked again)."""
+        g = object.__new__(Graph)
+        for slot in ("nodes", "outputs", "input_ids", "weight_ids", "weights", "_hash"):
+            object.__setattr__(g, slot, getattr(self, slot))
+        g._set_interface(sources, aliases)
+        return g
+
     def with_weights(self, weights: Mapping[str, np.ndarray]) -> "Graph":
-        return Graph(self.nodes, self.outputs, self.input_ids, {**self.weights, **weights})
+        return self.rebuilt(self.nodes, self.outputs, self.input_ids, {**self.weights, **weights})
 
     def pruned(self) -> "Graph":
         """The same graph without dead nodes (inputs are kept)."""
@@ -314,4 +373,4 @@ class Graph:
             if alive[i]:
                 remap[i] = len(nodes)
                 nodes.append(Node(n.op, tuple(remap[j] for j in n.inputs), n.attrs, n.shape, n.dtype))
-        return Graph(nodes, [remap[o] for o in self.outputs], [remap[i] for i in self.input_ids], self.weights)
+        return self.rebuilt(nodes, [remap[o] for o in self.outputs], [remap[i] for i in self.input_ids])

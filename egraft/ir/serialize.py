@@ -30,13 +30,15 @@ def _thaw(v: Any) -> Any:
 
 
 def graph_to_dict(graph: Graph) -> dict:
-    """The graph's nodes, outputs and model inputs as JSON-ready data."""
+    """The graph's nodes, outputs, model inputs and the rest of its signature (sources, aliases) as JSON data."""
     return {
         "format": FORMAT,
         "nodes": [[n.op, list(n.inputs), [[k, v] for k, v in n.attrs.as_dict().items()], list(n.shape), n.dtype]
                   for n in graph.nodes],
         "outputs": list(graph.outputs),
         "inputs": list(graph.input_ids),
+        "sources": dict(graph.sources),
+        "aliases": [[k, n] for k, n in graph.aliases.items()],
     }
 
 
@@ -47,7 +49,9 @@ def graph_from_dict(doc: Mapping, weights: Mapping[str, np.ndarray] | None = Non
             raise IRError(f"graph record has format {doc.get('format')!r}; this egraft reads format {FORMAT}")
         nodes = [Node(op, tuple(ins), Attrs({k: _thaw(v) for k, v in attrs}), tuple(shape), dtype)
                  for op, ins, attrs, shape, dtype in doc["nodes"]]
-        return Graph(nodes, doc["outputs"], doc["inputs"], weights)
+        # sources and aliases: absent from records written before graphs carried them (none then)
+        return Graph(nodes, doc["outputs"], doc["inputs"], weights, sources=doc.get("sources"),
+                     aliases={k: n for k, n in doc.get("aliases", ())})
     except IRError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:

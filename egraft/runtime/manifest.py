@@ -18,6 +18,16 @@ StableHLO, which jax promises to deserialise across versions for months
 ``torch.export`` archives and Triton's generated source (recompiled by the
 installed triton) carry no such promise, so a difference is an error that
 says which version wrote the artifact.
+
+The program's signature.  ``inputs`` lists what a call passes, each with its
+``role`` (``input``; the state of a program that updates it in place will be
+listed here too) and, where the tracer knew it, the user's own name for it
+(``source``); ``aliases`` lists the outputs that overwrite an input
+(``{"output": k, "input": name}``); ``weights`` are the bound tensors.
+:func:`manifest_signature` reads them back as an ``ir.signature.Signature``
+and ``read_manifest`` checks they form one.  Manifests written before roles
+and aliases were recorded read as role ``input`` and no aliases, which is
+what every artifact held then.
 """
 
 from __future__ import annotations
@@ -30,7 +40,8 @@ import tempfile
 import warnings
 from importlib import metadata
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, IRError
+from ..ir.signature import InputSpec, OutputSpec, Signature
 
 FORMAT = "egraft-artifact"
 FORMAT_VERSION = 1
@@ -160,12 +171,28 @@ def read_manifest(directory: str, *, files: bool = True, versions: bool = True) 
     missing = [k for k in REQUIRED if k not in m]
     if missing:
         raise ArtifactError(f"{path} lacks the field(s) {', '.join(missing)}; rebuild the artifact with `egraft compile`")
+    manifest_signature(m, path)
     if files:
         for rel in m["files"]:
             read_verified(directory, m, rel, keep=False)
     if versions:
         check_versions(m, directory)
     return m
+
+
+def manifest_signature(manifest: dict, where: str = "the manifest") -> Signature:
+    """The program's signature as the manifest records it (module docstring); ArtifactError if it is not one."""
+    try:
+        ins = [InputSpec(i["name"], i.get("role", "input"), tuple(i["shape"]), i["dtype"], i.get("source"))
+               for i in manifest["inputs"]]
+        ins += [InputSpec(w["name"], "weight", tuple(w["shape"]), w["dtype"]) for w in manifest["weights"]]
+        outs = [OutputSpec(tuple(o["shape"]), o["dtype"]) for o in manifest["outputs"]]
+        aliases = [(a["output"], a["input"]) for a in manifest.get("aliases", ())]
+        return Signature(tuple(ins), tuple(outs), tuple(aliases))
+    except (IRError, KeyError, TypeError, ValueError, AttributeError) as e:
+        what = str(e) if isinstance(e, IRError) else f"{type(e).__name__}: {e}"
+        raise ArtifactError(f"{where}: the inputs, weights, outputs and aliases do not form a program signature "
+                            f"({what}); rebuild the artifact with `egraft compile`") from None
 
 
 def read_verified(directory: str, manifest: dict, rel: str, keep: bool = True) -> bytearray | None:
@@ -227,6 +254,6 @@ def check_versions(manifest: dict, directory: str = "") -> None:
 
 
 __all__ = ["ArtifactVersionWarning", "FORMAT", "FORMAT_VERSION", "MANIFEST_FILE", "VERSION_POLICY", "check_versions",
-           "single_kernel",
+           "manifest_signature", "single_kernel",
            "is_artifact", "library_version", "listed_files", "read_manifest", "read_verified", "sha256_file",
            "write_manifest"]

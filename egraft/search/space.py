@@ -33,6 +33,9 @@ class Space:
     inputs: list[int]  # class per model input, in the model's order
     input_names: list[str]
     weights: Mapping[str, np.ndarray]
+    # the rest of the source graph's signature, which every extraction keeps (``ir.Graph.signature``)
+    sources: Mapping[str, str] = field(default_factory=dict)
+    aliases: Mapping[int, str] = field(default_factory=dict)
     # derived in __post_init__: extraction rank, safe e-node and extractable e-nodes per class
     rank: list[float] = field(init=False, repr=False)
     safe: list[int] = field(init=False, repr=False)
@@ -46,12 +49,14 @@ class Space:
         snap: Snapshot = result.snapshot()
         roots = [snap.class_of_handle[h] for h in result.output_handles]
         inputs = [snap.class_of_handle[h] for h in result.input_handles]
-        return cls.from_snapshot(snap, roots, inputs, result.graph.input_names(), dict(result.graph.weights))
+        g = result.graph
+        return cls.from_snapshot(snap, roots, inputs, g.input_names(), dict(g.weights), g.sources, g.aliases)
 
     @classmethod
-    def from_snapshot(cls, snap: Snapshot, roots, inputs, input_names, weights) -> "Space":
+    def from_snapshot(cls, snap: Snapshot, roots, inputs, input_names, weights, sources=None, aliases=None) -> "Space":
         return cls(nodes=snap.nodes, classes=snap.classes, shape=snap.shape, dtype=snap.dtype, roots=list(roots),
-                   inputs=list(inputs), input_names=list(input_names), weights=weights)
+                   inputs=list(inputs), input_names=list(input_names), weights=weights, sources=dict(sources or {}),
+                   aliases=dict(aliases or {}))
 
     def __post_init__(self):
         snap = Snapshot(nodes=self.nodes, classes=self.classes, shape=self.shape, dtype=self.dtype,
@@ -173,7 +178,8 @@ class Space:
             if c not in dup:
                 ids[c] = emit(c)
         try:
-            return Graph(out_nodes, [ref(r) for r in self.roots], [ids[c] for c in self.inputs], self.weights)
+            return Graph(out_nodes, [ref(r) for r in self.roots], [ids[c] for c in self.inputs], self.weights,
+                         sources=self.sources, aliases=self.aliases)
         except IRError as e:
             raise IRError(f"extraction produced an ill-typed graph (an unsound rule?): {e}") from None
 

@@ -83,6 +83,28 @@ def test_newer_format_version_says_upgrade(jax_art, tmp_path):
         load(d)
 
 
+def test_a_manifest_from_before_roles_and_aliases_still_loads(jax_art, tmp_path):
+    model, args, g, ex, d = jax_art
+    d = _copy(d, tmp_path)
+    m = json.load(open(os.path.join(d, "manifest.json")))
+    del m["aliases"]
+    m["inputs"] = [{k: v for k, v in i.items() if k in ("name", "shape", "dtype")} for i in m["inputs"]]
+    json.dump(m, open(os.path.join(d, "manifest.json"), "w"))
+    art = load(d)
+    np.testing.assert_array_equal(art.run_flat(*[a.numpy() for a in args])[0], ex(*[a.numpy() for a in args])[0])
+
+
+def test_an_alias_to_a_non_state_input_is_refused(jax_art, tmp_path):
+    d = _copy(jax_art[-1], tmp_path)
+    _edit_manifest(d, aliases=[{"output": 0, "input": "x"}])
+    with pytest.raises(ArtifactError, match=r"manifest.json: .* do not form a program signature \(output 0 is "
+                                            r"aliased to 'x', which is not a state input"):
+        load(d)
+    _edit_manifest(d, aliases=[], inputs=[{"name": "x", "role": "cache", "shape": [2], "dtype": "float32"}])
+    with pytest.raises(ArtifactError, match="role 'cache'"):
+        load(d)
+
+
 def test_not_an_artifact(tmp_path):
     with pytest.raises(ArtifactError, match="does not exist"):
         load(str(tmp_path / "nowhere"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 
@@ -14,7 +15,7 @@ from egraft.backends.artifact import save_artifact
 from egraft.errors import ArtifactError
 from egraft.ir import dtypes
 from egraft.runtime import load
-from egraft.runtime.manifest import FORMAT, FORMAT_VERSION
+from egraft.runtime.manifest import FORMAT, FORMAT_VERSION, manifest_signature
 from egraft.testing import assert_close, fresh_seed
 
 CASES = [("mlp", "jax"), ("gpt2_block", "jax"), ("dict_heads", "jax"), ("bf16_block", "jax"),
@@ -78,6 +79,13 @@ def test_manifest_records_what_was_saved(saved):
     assert [i["name"] for i in m["inputs"]] == g.input_names()
     assert [(tuple(o["shape"]), o["dtype"]) for o in m["outputs"]] == [(tuple(s), dt) for s, dt in g.output_types()]
     assert m["report"] == {"speedup": 1.0} and m["source"].startswith("egraft.models:")
+    # the program's signature: roles, the user's names and the aliases, read back as the graph's
+    assert [i["role"] for i in m["inputs"]] == ["input"] * len(g.input_ids) and m["aliases"] == []
+    sig = manifest_signature(m)
+    assert sig.key() == g.signature.key() and sig.aliases == g.signature.aliases == ()
+    assert sig.sources() == g.signature.sources() == [p for p in inspect.signature(model.forward).parameters][
+        :len(g.input_ids)]
+    assert {s.name for s in sig.role("weight")} == {w["name"] for w in m["weights"]}
     listed = sorted(m["files"])
     assert listed == sorted(f for f in os.listdir(d) if f != "manifest.json")
     assert "weights.safetensors" in listed and m["kernels"][0]["file"] in listed
