@@ -63,7 +63,7 @@ def decompose(graph: Graph, which: Which = None) -> Graph:
             m[i] = expand_node(n.op, ins, n.attrs.as_dict()).cast(n.dtype)
         else:
             m[i] = b.add(n.op, ins, **n.attrs.as_dict())
-    g = Graph(b.nodes, [m[o].id for o in graph.outputs], [m[i].id for i in graph.input_ids], graph.weights)
+    g = graph.rebuilt(b.nodes, [m[o].id for o in graph.outputs], [m[i].id for i in graph.input_ids])
     return g.pruned()
 
 

@@ -83,5 +83,4 @@ def splice(graph: Graph, parts, chosen: Mapping[str, Graph]) -> Graph:
             nodes.append(Node(n.op, tuple(local[k] for k in n.inputs), n.attrs, n.shape, n.dtype))
         for o_block, o_w in zip(block.graph.outputs, w.outputs):
             new_of[block.order[o_block]] = local[o_w]
-    return Graph(nodes, [new_of[o] for o in graph.outputs], [by_name[n] for n in graph.input_names()],
-                 graph.weights).pruned()
+    return graph.rebuilt(nodes, [new_of[o] for o in graph.outputs], [by_name[n] for n in graph.input_names()]).pruned()

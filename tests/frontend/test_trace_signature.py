@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,7 +10,10 @@ import egraft
 from egraft.errors import UnsupportedOpError
 from egraft.frontend import export_program, program_signature, require_pure
 from egraft.rewrites import Limits, saturate
+from egraft.ir.decompose import decompose
+from egraft.models import make
 from egraft.search import Space
+from egraft.search.per_block import block_tasks, splice
 
 
 class WithBuffer(torch.nn.Module):
@@ -41,12 +45,23 @@ def test_parameters_and_buffers_are_weights_and_inputs_keep_the_users_names():
     assert program_signature(export_program(WithBuffer(), args, kwargs)) == sig
 
 
-def test_extraction_keeps_the_signature():
+def test_extraction_and_decomposition_keep_the_signature():
     args, kwargs = _args()
     g = egraft.trace(WithBuffer(), args, kwargs)
     sp = Space.from_egraph(saturate(g, limits=Limits(repeated_layers=False)))
     assert sp.greedy().signature == g.signature
     assert sp.sample(0).signature == g.signature
+    assert decompose(g).signature == g.signature
+
+
+def test_a_per_block_program_keeps_the_signature():
+    model, args = make("gpt2_stack", size="tiny")
+    g = egraft.trace(model, args)
+    assert g.signature.sources() == ["x"]
+    sat = saturate(g)
+    tasks = block_tasks(sat)
+    chosen = {t.key: t.space.build(t.space.random_choices(np.random.default_rng(0))) for t in tasks}
+    assert splice(g, sat.parts, chosen).signature == g.signature
 
 
 class Counter(torch.nn.Module):
