@@ -211,8 +211,10 @@ class Graph:
             raise IRError(f"sources name {bad}, which are not call inputs of the graph ({', '.join(calls)})")
         init(self, "sources", MappingProxyType(sources))
         init(self, "aliases", MappingProxyType({int(k): str(v) for k, v in (aliases or {}).items()}))
-        if sources or self.aliases:
-            self.signature  # sources and aliases are checked against the inputs and outputs now, not at first use
+        if any(not isinstance(v, str) or not v for v in sources.values()):
+            raise IRError(f"sources must map input names to non-empty names, got {sources}")
+        if self.aliases:
+            self.signature  # an alias is checked against the inputs and outputs now, not at first use
 
     def __setattr__(self, name, value):
         raise AttributeError(f"an egraft Graph is immutable (tried to set {name!r}); build a new Graph instead")

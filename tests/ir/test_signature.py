@@ -128,6 +128,9 @@ def test_graph_refuses_sources_of_non_inputs_and_aliases_without_state():
     g = _graph()
     with pytest.raises(IRError, match=r"sources name \['w'\]"):
         g.with_interface(sources={"w": "weight"})
+    with pytest.raises(IRError, match="non-empty names"):
+        g.with_interface(sources={"x": ""})
+    assert g.with_interface().signature.sources() == [None, None] and g.with_interface().nodes is g.nodes
     with pytest.raises(IRError, match="not a state input"):
         Graph(g.nodes, g.outputs, g.input_ids, g.weights, aliases={0: "x"})
 
