@@ -85,12 +85,15 @@ def cmd_run(args) -> int:
     for k, x in enumerate(leaves(got)):
         print(describe_output(k, x))
     if args.repeat:
-        from ..measure import noisy
-        from ..search.candidate import time_calls
+        from ..measure import COLLAPSE, median_interval, parse, time
 
-        t = time_calls(art, inputs, args.device, "torch", args.repeat)
-        note = "  (spread above 10 %: the machine is busy)" if noisy(t) else ""
-        print(f"time per call: {t.median * 1e3:.3f} ms median of {t.n} ±{t.spread:.0%}{note}")
+        kw = {} if parse(args.device).kind == "cuda" else {"warmup": 1, "repeats": args.repeat}
+        t = time(lambda: art(*inputs), args.device, **kw)
+        lo, hi = median_interval(t)
+        note = (f"  (spread above {COLLAPSE:.0%}: the machine is too busy to trust this)"
+                if t.spread > COLLAPSE else "")
+        print(f"time per call: {t.median * 1e3:.3f} ms median of {t.n} ±{t.spread:.0%} "
+              f"(95 % interval of the median {lo * 1e3:.3f}-{hi * 1e3:.3f} ms){note}")
     if args.check:
         model, _ = load_model(args.check, (), args.seed, args.int_high, need_inputs=False)
         if args.device != "cpu":
