@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Sequence
 
-from ..backends import get_backend, registered
+from ..backends import get_backend
 from ..ir import Group
 from ..ir.graph import Graph
 from .candidate import Candidate, knob_items
@@ -39,26 +39,6 @@ from .space import Space
 
 MAX_SHARED_BITS = 64
 _PER_PROGRAM_KNOB = re.compile(r"^fuse_\d+$")
-
-
-class _LateKnobs(Mapping):
-    """(backend, knob) -> value of every registered backend's late knobs, read from the records when used
-    (``get_backend(name).late_knobs`` is the one backend's)."""
-
-    def _table(self) -> dict[tuple[str, str], Any]:
-        return {(n, k): v for n, b in registered().items() for k, v in b.late_knobs.items()}
-
-    def __getitem__(self, key):
-        return self._table()[key]
-
-    def __iter__(self) -> Iterator:
-        return iter(self._table())
-
-    def __len__(self) -> int:
-        return len(self._table())
-
-
-LATE_KNOBS = _LateKnobs()
 
 
 def _differ(space: Space, members: Sequence[int]) -> bool:
