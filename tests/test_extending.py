@@ -119,7 +119,7 @@ def test_auto_picks_the_example_backend_only_where_its_priority_wins(numpy_backe
     g, x = _graph()
     record = BACKENDS["numpy"]
     # among egraft's own, its priority 0 puts it last: auto does not pick it
-    assert backends.candidates("auto", "cpu") == ["jax", "torch", "numpy"]
+    assert backends.candidates("auto", "cpu")[-1] == "numpy" and "numpy" not in backends.candidates("auto", "cuda")
     assert backends.lower(g, "auto", "cpu").backend == "jax"
     # the only backend that imports here (egraft's own hidden): auto, the lowering and the cost model take it
     monkeypatch.setattr(backends, "NAMES", ())
@@ -136,7 +136,7 @@ def test_auto_picks_the_example_backend_only_where_its_priority_wins(numpy_backe
     # egraft's own back (re-registered from their packages): a priority above JAX's puts it first
     monkeypatch.undo()
     BACKENDS["numpy"] = dataclasses.replace(record, devices={"cpu": 100})
-    assert backends.candidates("auto", "cpu") == ["numpy", "jax", "torch"]
+    assert backends.candidates("auto", "cpu")[:2] == ["numpy", "jax"]
     assert backends.resolve("auto", "cpu") == "numpy" and backends.candidates("auto", "tpu") == ["jax"]
 
 
