@@ -159,7 +159,9 @@ def _conditions():
 
 
 def _on_device(model, inputs, device: str):
-    if device == "cpu":
+    from ..measure import parse
+
+    if parse(device).kind == "cpu":
         return model, inputs
     return model.to(device), tuple(x.to(device) for x in inputs)
 

@@ -62,17 +62,14 @@ def parse_input_spec(text: str) -> tuple[tuple[int, ...], str]:
     return shape, dtype
 
 
-def random_tensors(specs: Sequence[tuple[Sequence[int], str]], seed: int = 0, int_high: int = INT_HIGH) -> tuple:
-    """One random torch tensor per (shape, dtype) (:func:`egraft.measure.from_specs`, ints in [0, int_high))."""
+def inputs_from_specs(specs: Sequence, seed: int = 0, int_high: int = INT_HIGH) -> tuple:
+    """Random torch tensors for ``--input`` texts or (shape, dtype) pairs, by egraft's one random-input policy
+    (:func:`egraft.measure.from_specs`: integers in [0, int_high))."""
     from ..measure import from_specs
 
     if int_high < 1:
         raise EgraftError(f"--int-high must be at least 1, got {int_high}")
-    return from_specs(specs, seed, int_high)
-
-
-def inputs_from_specs(texts: Sequence[str], seed: int = 0, int_high: int = INT_HIGH) -> tuple:
-    return random_tensors([parse_input_spec(t) for t in texts], seed, int_high)
+    return from_specs([parse_input_spec(t) if isinstance(t, str) else t for t in specs], seed, int_high)
 
 
 def _import_factory(spec: str):

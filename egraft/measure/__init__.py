@@ -26,19 +26,19 @@ inside the functions that need them.
 from __future__ import annotations
 
 from .calibrate import calibrate_cpu, spec_for
-from .check import Check, outputs
+from .check import outputs
 from .device import Device, available, parse, require
-from .inputs import from_specs, like, random_array, random_inputs
+from .inputs import from_specs, like, random_inputs
 from .model import compare_model
 from .pinning import fix_threads, pin, pinned
 from .specs import TABLE, DeviceSpec, lookup
-from .timing import COLLAPSE, Timing, compare, interleaved, median_interval, noisy, summarize, time, time_cpu, time_cuda, time_jax
+from .timing import COLLAPSE, compare, interleaved, median_interval, summarize, time, time_cpu, time_cuda, time_jax
 from .tolerances import TOLERANCE, rel_err, tolerance, tolerance_for
 from .validate import Validation, validate
 
 __all__ = [
-    "COLLAPSE", "TABLE", "TOLERANCE", "Check", "Device", "DeviceSpec", "Timing", "Validation", "available",
+    "COLLAPSE", "TABLE", "TOLERANCE", "Device", "DeviceSpec", "Validation", "available",
     "calibrate_cpu", "compare", "compare_model", "fix_threads", "from_specs", "interleaved", "like", "lookup",
-    "median_interval", "outputs", "parse", "pin", "pinned", "random_array", "random_inputs", "rel_err", "require",
+    "median_interval", "outputs", "parse", "pin", "pinned", "random_inputs", "rel_err", "require",
     "spec_for", "summarize", "time", "time_cpu", "time_cuda", "time_jax", "tolerance", "tolerance_for", "validate",
 ]

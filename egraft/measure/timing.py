@@ -156,11 +156,6 @@ def interleaved(fns: Mapping[str, Callable[[], object]], device: str = "cpu", ro
     return {k: summarize(v, device) for k, v in samples.items()}
 
 
-def noisy(t: Timing, threshold: float = 0.10) -> bool:
-    """The old 10 % spread rule, kept only while the search's final comparison still reads it; use :func:`compare`."""
-    return t.spread > threshold
-
-
 COLLAPSE = 0.5  # a relative spread above this says the machine itself misbehaved: nothing is concluded
 
 
