@@ -15,8 +15,9 @@ The steps, each timed in :attr:`SearchResult.stages`:
 4. **Baseline** (``baseline``).  The direct lowering (the input graph, the
    first candidate backend for the device, default knobs) is lowered and
    validated; if the model's own program fails there, the search stops with
-   a clear error.  It is not timed here: the final comparison times it with
-   the rest, and a warm checking call sizes the genetic search's cap.
+   a clear error.  A short timing (about ``candidate.TARGET_S`` of calls)
+   sets the genetic search's cap; the final comparison times it again with
+   the other contenders.
 5. **Search** (``search``).  For a stitched saturation (repeated layers) one
    genetic search per distinct block, in its real context, the winner reused
    for every occurrence (:mod:`.per_block`); otherwise one search of the whole
@@ -57,7 +58,8 @@ SEARCH_SHARE = 0.85  # of the time budget, less what came before it: the genetic
 MIN_SEARCH_SHARE = 0.25  # ... never less than this share
 FINAL_SHARE = 0.15  # of the time budget: the final comparison's timed calls (at least FINAL_MIN_S)
 FINAL_MIN_S = 1.0
-LATE_KNOB_MIN_S = 10.0  # an Inductor compile takes seconds to tens of seconds on one core and cannot be stopped
+LATE_KNOB_BUDGET_S = 50.0  # late knobs need this budget: an Inductor compile takes seconds to tens of seconds
+# on one core and cannot be stopped
 SCREEN = 1.5  # a seed the search measured this many times slower than the winner is not timed again
 
 
@@ -159,7 +161,7 @@ class _Run:
         t = self._stage("reference", t)
         base = self.backends[0]
         direct = Candidate(graph, base, knob_items(default_knobs(get_backend(base).knobs(graph))))
-        base_out = evaluate_one(task, direct, memo=self.memo, pin=True, timed=False)
+        base_out = evaluate_one(task, direct, memo=self.memo, pin=True)
         if not base_out.ok:
             raise SearchError(f"the model's own program does not run on {base!r} on {dev!r}: "
                               f"{base_out.message or base_out.status}")
@@ -176,7 +178,7 @@ class _Run:
             contenders.append(final.Contender("cached", Candidate(prior.graph, prior.backend,
                                                                   knob_items(prior.knobs))))
         allowance = None if plan.seconds is None else max(FINAL_MIN_S, plan.seconds * FINAL_SHARE)
-        contenders += self._late(searched["winner"], allowance, searched["notes"])
+        contenders += self._late(searched["winner"], plan.seconds, searched["notes"])
         fin = final.run(task, contenders, self.memo, allowance)
         self.stages.update(fin.stages)
         return self._build(fin, searched, saturation, prior)
@@ -232,7 +234,9 @@ class _Run:
             outs = [o for _, o, _ in per.values()]
             if any(o is not None and o.status in ("rejected", "failed") for o in outs):
                 continue  # a seed wrong in one block is wrong as a whole
-            known = all(o is not None for o in outs) and len(per) == len(jobs)
+            # only medians screen: a one-call time (a candidate stopped at the cap) carries first-call costs
+            known = all(o is not None and o.status == "timed" and not o.message for o in outs) \
+                and len(per) == len(jobs)
             seed_s = sum(o.time_s * occ for _, o, occ in per.values()) if known else math.nan
             if self.fitness == "measured" and complete and known and seed_s > SCREEN * winner_s:
                 notes.append(f"seed {name} left out of the final comparison: the search measured it "
@@ -250,7 +254,7 @@ class _Run:
         return {"contenders": contenders, "winner": winner, "trials": trials, "history": history,
                 "counts": counts, "notes": notes, "interrupted": interrupted, "blocks": blocks}
 
-    def _late(self, winner: Candidate | None, allowance: float | None, notes: list[str]) -> list:
+    def _late(self, winner: Candidate | None, budget_s: float | None, notes: list[str]) -> list:
         """The winner with each of its backend's late knobs (one long compile each), when the budget allows."""
         if winner is None or self.fitness == "model":
             return []
@@ -258,9 +262,9 @@ class _Run:
         for name, value in get_backend(winner.backend).late_knobs.items():
             if dict(winner.knobs).get(name) == value:
                 continue
-            if allowance is not None and allowance < LATE_KNOB_MIN_S:
-                notes.append(f"late knob {winner.backend}.{name}={value} not tried: its compile does not fit the "
-                             f"{allowance:.0f} s the budget keeps for the end")
+            if budget_s is not None and budget_s < LATE_KNOB_BUDGET_S:
+                notes.append(f"late knob {winner.backend}.{name}={value} not tried: its compile needs a budget of "
+                             f"{LATE_KNOB_BUDGET_S:.0f} s or more (this one: {budget_s:.0f} s)")
                 continue
             late = Candidate(winner.graph, winner.backend, knob_items({**dict(winner.knobs), name: value}))
             out.append(final.Contender(f"late {winner.backend}.{name}={value}", late))
@@ -297,7 +301,7 @@ class _Run:
 
 def _checked(out) -> float | None:
     """A whole program's outcome in the search as a final contender's check (None: check it again)."""
-    return out.time_s if out is not None and out.status in ("timed", "estimated") else None
+    return out.time_s if out is not None and out.status in ("timed", "estimated") and not out.message else None
 
 
 __all__ = ["candidate_backends", "search"]
