@@ -216,8 +216,10 @@ class CompileConfig:
                 h.update(r.egglog.encode())
             else:
                 code = getattr(r.apply, "__code__", None)
-                h.update(code.co_code if code is not None else repr(r.apply).encode())
-                h.update(repr(code.co_consts if code is not None else ()).encode())
+                if code is None:
+                    h.update(repr(r.apply).encode())
+                else:
+                    _hash_code(h, code)
         return h.hexdigest()[:16]
 
     def identity(self) -> dict:
@@ -244,6 +246,19 @@ class CompileConfig:
                 "fitness": self.fitness, "rules": list(self.rules) if self.rules is not None else None,
                 "limits": None if self.limits is None else asdict(self.limits), "seed": self.seed,
                 "validate": self.validate, "max_shapes": self.max_shapes, "reuse_layers": self.reuse_layers}
+
+
+def _hash_code(h, code) -> None:
+    """A code object's bytecode and constants into `h`, nested functions by their own code (never by a repr,
+    which holds a memory address and would differ between processes)."""
+    h.update(code.co_code)
+    for c in code.co_consts:
+        if hasattr(c, "co_code"):
+            _hash_code(h, c)
+        elif isinstance(c, frozenset):  # its repr's order follows the string hash seed of the process
+            h.update(repr(sorted(map(repr, c))).encode())
+        else:
+            h.update(repr(c).encode())
 
 
 def _limits(limits, where: str):
