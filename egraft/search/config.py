@@ -9,12 +9,13 @@ known ones, whatever the entry point.
 
 What a search result depends on is :meth:`CompileConfig.identity`: device,
 backend request, fitness, the rule set (by the rules' own text, so editing
-a rule changes it), the saturation limits and the seed.  The search cache
-keys on it together with the program and the library versions; the budget
+a rule changes it), the saturation limits, the seed and whether repeated
+layers are searched once.  The search cache keys on it together with the
+program and the library versions (:mod:`egraft.search.stored`); the budget
 is not part of the identity but is stored beside a cached result, which
-answers a request only when it was found under at least the budget asked
-for (a result from a smaller budget may seed a larger search, never answer
-it).
+answers a request only when its budget :meth:`Budget.covers` the one asked
+for (a result from a smaller budget joins a larger search's final
+comparison, never answers it).
 """
 
 from __future__ import annotations

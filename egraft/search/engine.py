@@ -40,7 +40,7 @@ from dataclasses import asdict
 
 from ..backends import candidates, get_backend
 from ..backends.base import default_knobs
-from ..errors import BackendError, SearchError
+from ..errors import BackendError, InputError, SearchError
 from ..ir.graph import Graph
 from ..measure import available
 from . import final, stored
@@ -85,6 +85,9 @@ def search(graph: Graph, config: CompileConfig | None = None, *, saturation=None
     progress object, or True/False/None (None: the config's setting).
     """
     t0 = _time.perf_counter()
+    if config is not None and not isinstance(config, CompileConfig):
+        raise InputError(f"egraft.search.search(graph, config, **options): config must be a CompileConfig, got "
+                         f"{config!r}; pass backend=, device=, budget= and seed= as keywords")
     if config is None:
         config = CompileConfig.parse(options, where="egraft.search.search")
     elif options:

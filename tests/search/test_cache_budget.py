@@ -91,6 +91,8 @@ def test_search_options_are_checked_as_the_config_checks_them():
         search(_graph(), budgett=3, progress=False)
     with pytest.raises(InputError, match="budget"):
         search(_graph(), budget="soon", progress=False)
+    with pytest.raises(InputError, match="as keywords"):
+        search(_graph(), "jax", progress=False)  # the old positional backend
     cfg = CompileConfig.parse(fitness="model", budget=Budget(seconds=None, **TINY), cache=False)
     res = search(_graph(), cfg, seed=3, progress=False)  # options change the config given
     assert res.seed == 3 and res.fitness == "model"
