@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import time as _time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from ..backends import candidates, get_backend
 from ..backends.base import default_knobs
@@ -138,6 +138,20 @@ def _seeds(gs: GenomeSpace, space: Space, device: str) -> dict[str, list[int]]:
     return {f"{name}/{b}": gs.encode(ch, b) for name, ch in chs.items() for b in gs.backends}
 
 
+@dataclass(frozen=True)
+class _Searched:
+    """What the genetic search stage yields: the final comparison's contenders and the search's log."""
+
+    contenders: list  # final.Contender: each seed as a whole program, then the spliced winner
+    winner: Candidate | None
+    trials: list
+    history: list
+    counts: dict
+    notes: list
+    interrupted: bool
+    blocks: dict
+
+
 class _Run:
     """One search's stages; :meth:`result` runs them and builds the SearchResult once."""
 
@@ -176,17 +190,17 @@ class _Run:
                                                        plan.patience)
         searched = self._evolve(saturation, task, search_plan, base_out.time_s)
         t = self._stage("search", t)
-        contenders = [final.Contender("direct", direct, base_out.time_s)] + searched["contenders"]
+        contenders = [final.Contender("direct", direct, base_out.time_s), *searched.contenders,
+                      *self._late(searched.winner, plan.seconds, searched.notes)]
         if prior is not None:
             contenders.append(final.Contender("cached", Candidate(prior.graph, prior.backend,
                                                                   knob_items(prior.knobs))))
         allowance = None if plan.seconds is None else max(FINAL_MIN_S, plan.seconds * FINAL_SHARE)
-        contenders += self._late(searched["winner"], plan.seconds, searched["notes"])
         fin = final.run(task, contenders, self.memo, allowance)
         self.stages.update(fin.stages)
         return self._build(fin, searched, saturation, prior)
 
-    def _evolve(self, saturation, task: Task, plan: Budget, baseline_s: float) -> dict:
+    def _evolve(self, saturation, task: Task, plan: Budget, baseline_s: float) -> "_Searched":
         """The genetic search per distinct block (or of the whole graph) and the contenders it yields."""
         graph, dev = self.graph, self.dev
         parts = block_tasks(saturation) if self.config.reuse_layers and saturation.parts else []
@@ -254,8 +268,7 @@ class _Run:
             winner = Candidate(whole(chosen), best.backend, best.knobs)
             contenders.append(final.Contender("searched", winner, None if parts else _checked(best_out)))
         blocks = {"distinct": len(parts), "occurrences": sum(p.occurrences for p in parts)} if parts else {}
-        return {"contenders": contenders, "winner": winner, "trials": trials, "history": history,
-                "counts": counts, "notes": notes, "interrupted": interrupted, "blocks": blocks}
+        return _Searched(contenders, winner, trials, history, counts, notes, interrupted, blocks)
 
     def _late(self, winner: Candidate | None, budget_s: float | None, notes: list[str]) -> list:
         """The winner with each of its backend's late knobs (one long compile each), when the budget allows."""
@@ -273,10 +286,10 @@ class _Run:
             out.append(final.Contender(f"late {winner.backend}.{name}={value}", late))
         return out
 
-    def _build(self, fin: final.Final, s: dict, saturation, prior) -> SearchResult:
+    def _build(self, fin: final.Final, s: "_Searched", saturation, prior) -> SearchResult:
         from .cost import rank_correlation
 
-        trials, notes = list(s["trials"]), list(s["notes"]) + list(fin.notes)
+        trials, notes = list(s.trials), s.notes + fin.notes
         for row in fin.rows:  # late knobs are trials of their own (tried once, on the winner)
             if row["label"].startswith("late "):
                 trials.append(Trial(len(trials), row["key"], "timed", row["time_s"], row["spread"], math.nan,
@@ -291,11 +304,11 @@ class _Run:
                          + (" and won" if c.label == "cached" else ""))
         return SearchResult(
             c.cand.graph, c.cand.backend, dict(c.cand.knobs), fin.time_s, fin.baseline_time_s,
-            history=s["history"], counts=s["counts"], device=self.dev, fitness=self.fitness, seed=self.config.seed,
+            history=s.history, counts=s.counts, device=self.dev, fitness=self.fitness, seed=self.config.seed,
             spread=fin.spread, baseline_spread=fin.baseline_spread, estimate_s=fin.estimate_s,
             baseline_estimate_s=fin.rows[0]["estimate_s"],
             search_s=_time.perf_counter() - self.t0, stages={k: round(v, 4) for k, v in self.stages.items()},
-            trials=trials, blocks=s["blocks"], rank_correlation=rho, interrupted=s["interrupted"],
+            trials=trials, blocks=s.blocks, rank_correlation=rho, interrupted=s.interrupted,
             noisy=fin.noisy, notes=notes, saturation={
                 "classes": saturation.classes, "nodes": saturation.nodes, "iterations": saturation.iterations,
                 "stop_reason": saturation.stop_reason, "seconds": round(saturation.seconds, 4)},

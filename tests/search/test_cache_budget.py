@@ -96,3 +96,19 @@ def test_search_options_are_checked_as_the_config_checks_them():
     cfg = CompileConfig.parse(fitness="model", budget=Budget(seconds=None, **TINY), cache=False)
     res = search(_graph(), cfg, seed=3, progress=False)  # options change the config given
     assert res.seed == 3 and res.fitness == "model"
+
+
+def test_the_key_is_the_same_in_a_fresh_process():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; sys.path.insert(0, 'tests/search'); from test_cache_budget import _graph; "
+            "from egraft.search import CompileConfig, stored; "
+            "print(stored.key(_graph(), CompileConfig.parse(fitness='model')).digest)")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == stored.key(_graph(), CompileConfig.parse(fitness="model")).digest
