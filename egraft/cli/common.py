@@ -187,18 +187,15 @@ def leaves(obj: Any) -> list:
 
 def to_numpy(x):
     """A tensor or array as numpy (bfloat16 widened to float32), for comparison and printing."""
-    import numpy as np
+    from ..measure.check import as_numpy
 
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-        if str(x.dtype) == "torch.bfloat16":
-            x = x.float()
-        return x.numpy()
-    return np.asarray(x)
+    return as_numpy(x)
 
 
 def dtype_name(x) -> str:
-    return str(x.dtype).removeprefix("torch.")
+    from ..measure.check import dtype_name as name
+
+    return name(x)
 
 
 def compare_outputs(got: Any, want: Any) -> tuple[bool, list[str]]:
@@ -209,7 +206,7 @@ def compare_outputs(got: Any, want: Any) -> tuple[bool, list[str]]:
     g, w = leaves(got), leaves(want)
     if len(g) != len(w):
         return False, [f"{len(g)} outputs, the model returns {len(w)}"]
-    floats = [x.is_floating_point() if hasattr(x, "is_floating_point") else to_numpy(x).dtype.kind == "f" for x in w]
+    floats = [to_numpy(x).dtype.kind == "f" for x in w]
     tols = [TOLERANCE.get(dtype_name(b), TOLERANCE["float32"]) if f else 0.0 for b, f in zip(w, floats)]
     c = outputs(g, w, tols)
     lines = []
