@@ -289,11 +289,12 @@ class _Run:
     def _build(self, fin: final.Final, s: "_Searched", saturation, prior) -> SearchResult:
         from .cost import rank_correlation
 
-        trials, notes = list(s.trials), s.notes + fin.notes
+        trials, notes, counts = list(s.trials), s.notes + fin.notes, dict(s.counts)
         for row in fin.rows:  # late knobs are trials of their own (tried once, on the winner)
             if row["label"].startswith("late "):
-                trials.append(Trial(len(trials), row["key"], "timed", row["time_s"], row["spread"], math.nan,
-                                    row["backend"], -1, "", row["label"]))
+                trials.append(Trial(len(trials), row["key"], "timed", row["time_s"], row["spread"],
+                                    row["estimate_s"], row["backend"], -1, "", row["label"]))
+                counts["timed"] = counts.get("timed", 0) + 1
         pairs = [(tr.estimate_s, tr.time_s) for tr in trials if tr.status == "timed" and math.isfinite(tr.estimate_s)]
         rho = rank_correlation([a for a, _ in pairs], [b for _, b in pairs]) if len(pairs) >= 3 else math.nan
         c = fin.chosen
@@ -304,7 +305,7 @@ class _Run:
                          + (" and won" if c.label == "cached" else ""))
         return SearchResult(
             c.cand.graph, c.cand.backend, dict(c.cand.knobs), fin.time_s, fin.baseline_time_s,
-            history=s.history, counts=s.counts, device=self.dev, fitness=self.fitness, seed=self.config.seed,
+            history=s.history, counts=counts, device=self.dev, fitness=self.fitness, seed=self.config.seed,
             spread=fin.spread, baseline_spread=fin.baseline_spread, estimate_s=fin.estimate_s,
             baseline_estimate_s=fin.rows[0]["estimate_s"],
             search_s=_time.perf_counter() - self.t0, stages={k: round(v, 4) for k, v in self.stages.items()},
