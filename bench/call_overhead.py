@@ -103,7 +103,7 @@ def main():
         def forward(self, a, c):
             return a * c
 
-    cm = egraft.compile(Mul(), example_inputs=(xt, yt), backend="jax", budget="2s", compare=False, progress=False)
+    cm = egraft.compile(Mul(), example_inputs=(xt, yt), backend="jax", budget="2s", progress=False)
     cm_ex = next(iter(cm.executables.values()))
     art_dir = tempfile.mkdtemp(prefix="egraft-overhead-")
     cm.save(art_dir)

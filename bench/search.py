@@ -16,7 +16,8 @@ attention, the GPT-2 and Llama blocks of ``egraft.models``):
 Threads are fixed before torch/jax load (as bench/cpu_backends.py does: one
 thread pins the process to one core).  Writes a JSON file per run and prints
 a Markdown table.  ``--gpt2-compile`` also times trace + saturate + search of
-a 12-layer GPT-2-small-sized stack (batch 1, sequence 128).
+a 12-layer GPT-2-small-sized stack (batch 1, sequence 128), with the share of
+the budget its baseline and final comparison took (``measuring_share``).
 
     python3 bench/search.py [--threads 1] [--size mid|bench] [--budget 40] [--rounds 9] [--only NAME ...]
                             [--gpt2-compile] [--out bench/results/search.json]
@@ -132,6 +133,7 @@ def run_one(name, size, budget, rounds, calls, seed):
         "knobs": res.knobs, "roofline_bound_s": res.estimate_s, "counts": res.counts,
         "median_s": {k: v[0] for k, v in stats.items()}, "spread": {k: v[1] for k, v in stats.items()},
         "speedup_over_eager": {k: eager / v[0] for k, v in stats.items()},
+        "final_contenders": [(c["label"], c["time_s"]) for c in res.compared], **measuring_share(res, budget),
     }
     row["roofline_ratio"] = stats["searched"][0] / res.estimate_s if res.estimate_s > 0 else math.nan
     row["searched_over_direct"] = stats["direct"][0] / stats["searched"][0]
@@ -158,7 +160,15 @@ def gpt2_compile(budget, seed):
     res = search(g, budget=Budget(seconds=budget), saturation=sat, seed=seed, cache=False, progress=False)
     t3 = time.perf_counter()
     return {"trace_s": t1 - t0, "saturate_s": t2 - t1, "search_s": t3 - t2, "total_s": t3 - t0,
-            "blocks": res.blocks, "speedup_over_direct": res.speedup, "noisy": res.noisy, "counts": res.counts}
+            "stages": res.stages, **measuring_share(res, budget), "blocks": res.blocks,
+            "speedup_over_direct": res.speedup, "noisy": res.noisy, "counts": res.counts,
+            "final_contenders": [(c["label"], c["time_s"]) for c in res.compared]}
+
+
+def measuring_share(res, budget):
+    """Seconds of the search's own measuring (baseline, final check and timing) and their share of `budget`."""
+    s = sum(res.stages.get(k, 0.0) for k in ("baseline", "final_check", "final_timing"))
+    return {"measuring_s": s, "measuring_share": s / budget if budget else math.nan}
 
 
 def _ms(s):

@@ -39,7 +39,7 @@ def compile_and_save(small: bool, budget: float):
     model = spec.build("tiny", seed=0, hidden=32 if small else 128)
     example = spec.example_inputs(model, batch=4, seq=16, seed=1)
     opts = {"budget": Budget(seconds=None, trials=3, population=3), "fitness": "model"} if small else {"budget": budget}
-    cm = egraft.compile(model, device="cpu", example_inputs=example, compare=False, **opts)
+    cm = egraft.compile(model, device="cpu", example_inputs=example, **opts)
     out = cm.save(tempfile.mkdtemp(prefix="egraft-serve-"))
     print(f"compiled {type(model).__name__} for {list(cm.executables)} and saved it to {out}")
     return out, model

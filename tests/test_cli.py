@@ -133,7 +133,7 @@ def test_integer_inputs_are_valid_indices(capsys, factories):
     (["compile", "torch.nn:NoSuchLayer", "--input", "2:float32"], "has no 'NoSuchLayer'"),
     (["compile", "{factories}:broken"], "raised RuntimeError: no weights here"),
     (["compile", "{factories}:fft", "--input", "2x8:float32", *FAST], "cannot lower operator"),
-    (["compile", "gated_mlp", "--budget", "soon"], "bad --budget"),
+    (["compile", "gated_mlp", "--budget", "soon"], "egraft compile: budget 'soon' is not a duration"),
     (["compile", "gated_mlp", "--fitness", "guess"], "invalid choice"),
     (["compile", "gated_mlp"], "required: -o/--output"),
     (["inspect", "{tmp}/nowhere"], "does not exist"),

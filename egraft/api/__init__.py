@@ -1,10 +1,10 @@
 """The user's entry point: ``egraft.compile(model, ...) -> CompiledModel``.
 
 :mod:`.compiled` holds ``compile`` and :class:`CompiledModel` (the call path,
-``report``, ``save``); :mod:`.pipeline` compiles one input signature (trace,
-search, lower, check against eager PyTorch); :mod:`.measure` times the
-compiled model against eager PyTorch and torch.compile; :mod:`.report`
-renders what was done.  docs/compile.md is the user's guide.
+``measure``, ``report``, ``save``); :mod:`.pipeline` traces one input
+signature and compiles it through ``egraft.search.pipeline`` (search, the
+winner's executable, the check against eager PyTorch); :mod:`.report`
+renders what was done and measured.  docs/compile.md is the user's guide.
 """
 
 from .compiled import CompiledModel, compile  # noqa: A004 - egraft.compile is the public name

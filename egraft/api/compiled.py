@@ -11,20 +11,19 @@ checked per call that was checked when the signature was compiled.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ..errors import ArtifactError, BackendError, InputError
 from ..measure import parse, require
 from ..runtime.outputs import rebuild
-from .pipeline import Options, Program, build, call_key, flat_inputs
-
-COMPARE = (True, False, "eager")
+from ..search.config import CompileConfig
+from .pipeline import Program, build, call_key, flat_inputs
 
 
 class CompiledModel(torch.nn.Module):
@@ -39,19 +38,19 @@ class CompiledModel(torch.nn.Module):
 
     ``executables`` / ``results`` map each signature name (``"4x32:float32"``)
     to its :class:`~egraft.backends.Executable` / search result;
-    :meth:`report` says what was done and how fast it is; :meth:`save`
+    :meth:`measure` times it against eager PyTorch and torch.compile;
+    :meth:`report` says what was done (and what was measured); :meth:`save`
     writes an artifact for :func:`egraft.load`.
     """
 
-    def __init__(self, model: torch.nn.Module, options: Options, compare: Any = True):
+    def __init__(self, model: torch.nn.Module, config: CompileConfig):
         super().__init__()
         self.model = model  # a reference, registered as a submodule: no weights are copied here
-        self.options = options
-        self.compare = compare
+        self.config = config
         self._programs: dict[tuple, Program] = {}
         self._fast = None  # see _set_fast
         self._fast_rebuild = None
-        self._status = _status_printer(options.progress)
+        self._status = _status_printer(config.progress)
 
     # --- the call path --------------------------------------------------------------------------
 
@@ -92,7 +91,10 @@ class CompiledModel(torch.nn.Module):
             raise InputError(f"input {bad} is a {type(args[bad]).__name__}, not a torch.Tensor; a compiled model "
                              "takes tensors as positional inputs") from None
         if key not in self._programs:
-            self._programs[key] = build(self.model, tuple(args), dict(kwargs), key, self.options, self._status)
+            if len(self._programs) >= self.config.max_shapes:
+                raise InputError(f"{len(self._programs)} input signatures are compiled already (max_shapes="
+                                 f"{self.config.max_shapes}); pass max_shapes=N to egraft.compile for more")
+            self._programs[key] = build(self.model, tuple(args), dict(kwargs), key, self.config, self._status)
             self._set_fast()
         return self._programs[key]
 
@@ -109,9 +111,7 @@ class CompiledModel(torch.nn.Module):
         only = progs[0] if len(progs) == 1 and not progs[0].kwarg_order else None
         self._fast = only.executable.fast_path() if only is not None else None
         if self._fast is not None:
-            tree = only.output_tree
-            self._fast_rebuild = (lambda out: out[0]) if tree.get("type") == "tensor" else \
-                (lambda out: rebuild(tree, out))
+            self._fast_rebuild = functools.partial(rebuild, only.output_tree)
 
     # --- what was compiled ----------------------------------------------------------------------
 
@@ -141,15 +141,28 @@ class CompiledModel(torch.nn.Module):
             raise InputError(f"no compiled signature {signature!r}; compiled: {', '.join(progs)}")
         return progs[signature]
 
-    def report(self, fmt: str = "text", signature: str | None = None):
-        """What was traced, searched, chosen and measured: a string (``"text"``) or a dict (``"json"``).
+    def measure(self, signature: str | None = None, inductor: bool = True) -> dict:
+        """Time the compiled program against eager PyTorch (and torch.compile unless ``inductor=False``).
 
-        The comparison with eager PyTorch and ``torch.compile`` runs on the
-        first report of each signature (see ``egraft.api.measure``) unless the
-        model was compiled with ``compare=False`` (``compare="eager"``: eager
-        only).
+        The measurement (:func:`egraft.measure.compare_model`: pinned,
+        interleaved, the medians' ~95 % intervals) runs on the fresh random
+        input set of the signature (one signature compiled, or ``signature=``
+        naming one) and is kept, so :meth:`report` shows it; returns its
+        record.  Measuring again replaces it.
         """
-        from .measure import measure
+        from ..measure import compare_model
+
+        p = self._program(signature)
+        self._status(f"timing {p.name} against eager PyTorch" + (" and torch.compile" if inductor else ""))
+        p.comparison = compare_model(self, self.model, p.example, self.config.device, inductor=inductor)
+        return p.comparison
+
+    def report(self, fmt: str = "text", signature: str | None = None):
+        """What was traced, searched, chosen, checked and measured: a string (``"text"``) or a dict (``"json"``).
+
+        Only reports: nothing is run or changed.  The speed-ups are those of
+        the last :meth:`measure` (or "not measured").
+        """
         from .report import json_report, text_report
 
         if fmt not in ("text", "json"):
@@ -157,11 +170,6 @@ class CompiledModel(torch.nn.Module):
         progs = [self._program(signature)] if signature is not None else list(self._programs.values())
         if not progs:
             self._program(None)  # raises: nothing compiled
-        for p in progs:
-            if self.compare and p.comparison is None:
-                self._status(f"timing {p.name} against eager PyTorch"
-                             + ("" if self.compare == "eager" else " and torch.compile"))
-                p.comparison = measure(self, self.model, p, inductor=self.compare is True)
         doc = json_report(self, progs)
         return doc if fmt == "json" else text_report(doc)
 
@@ -193,7 +201,7 @@ class CompiledModel(torch.nn.Module):
                 "model": type(self.model).__name__, "report": json_report(self, [p])}
 
     def extra_repr(self) -> str:
-        return f"device={self.options.device!r}, signatures={list(self.programs)}"
+        return f"device={self.config.device!r}, signatures={list(self.programs)}"
 
 
 def safe_name(name: str) -> str:
@@ -220,35 +228,34 @@ def _isatty(stream) -> bool:
 
 
 def compile(model, device: str = "cpu", example_inputs=None, backend: str = "auto", budget=None, *,  # noqa: A001
-            example_kwargs: dict | None = None, fitness: str | None = None, seed: int = 0, cache=True,
-            progress=None, compare=True) -> CompiledModel:
+            example_kwargs: dict | None = None, **options) -> CompiledModel:
     """Compile `model`'s forward pass with egraft; see docs/compile.md.
 
     `example_inputs`: a tensor or a tuple of tensors (and `example_kwargs`,
     tensors or python values): compile that signature now; without them the
     first call compiles.  `device`: ``"cpu"``, ``"cuda"``, ``"cuda:N"``,
     ``"tpu"``.  `backend`: ``"auto"`` (the search picks among those that run
-    on the device) or one of ``"jax"``, ``"torch"``, ``"triton"``.
-    `budget`, `fitness`, `seed`, `cache`, `progress`: passed to
-    :func:`egraft.search.search`.  `compare`: what :meth:`CompiledModel.report`
-    times the program against: True (eager PyTorch and torch.compile),
-    ``"eager"``, or False (nothing).
+    on the device) or a registered backend (``"jax"``, ``"torch"``,
+    ``"triton"``, ...).  `budget` and the keyword `options` (``fitness``,
+    ``rules``, ``limits``, ``seed``, ``cache``, ``validate``, ``max_shapes``,
+    ``progress``, ...) are the fields of
+    :class:`egraft.search.config.CompileConfig`, parsed by it: a misspelt
+    one is an error naming them all.
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"egraft.compile takes a torch.nn.Module, got {type(model).__name__}; wrap a function "
                          "in an nn.Module whose forward calls it")
-    dev = str(parse(device))
+    dev = parse(device)  # an unknown device string: BackendError naming the forms
     require(dev)
+    config = CompileConfig.parse(options, where="egraft.compile", device=str(dev), backend=backend, budget=budget)
     if backend != "auto":
         from ..backends import get_backend
 
         b = get_backend(backend)  # an unknown name raises BackendError listing the known ones
-        if dev.split(":")[0] not in b.devices:
-            raise BackendError(f"backend {backend!r} does not run on {dev!r}; it runs on {', '.join(b.devices)}")
-    if compare not in COMPARE:
-        raise InputError(f"compare must be True, False or 'eager', got {compare!r}")
+        if dev.kind not in b.devices:
+            raise BackendError(f"backend {backend!r} does not run on {str(dev)!r}; it runs on {', '.join(b.devices)}")
     model.eval()
-    cm = CompiledModel(model, Options(dev, backend, budget, fitness, seed, cache, progress), compare)
+    cm = CompiledModel(model, config)
     if example_inputs is not None or example_kwargs:
         args = example_inputs if example_inputs is not None else ()
         if isinstance(args, torch.Tensor):

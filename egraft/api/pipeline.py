@@ -1,30 +1,25 @@
-"""One input signature of a model, compiled: trace, search, lower, then check against eager PyTorch.
+"""One input signature of a model, compiled: trace it, then the one pipeline (search, executable, check).
 
 A :class:`Program` is everything ``egraft.compile`` knows about one input
 signature (the shapes, dtypes and devices of the tensor inputs, and the
-values of the non-tensor keyword arguments): the lowered executable, the
-search result, the model's output structure, how the compiled program
-compared with eager PyTorch, and the seconds each stage took.
+values of the non-tensor keyword arguments): the executable, the search
+result, the model's output structure, how the compiled program compared
+with eager PyTorch, and the seconds each stage took.
 
-Checking against eager PyTorch.  The search validates every candidate
-against the *traced* program (the float64 reference interpreter).  That
-proves the rewrites and the backend right, but not the tracing itself, so
-before a program is handed out it is run once more, here, against the
-user's own model in eager PyTorch, on two input sets: the example inputs
-(real data, e.g. valid token ids) and one fresh random set drawn like them
-(floats standard normal, never all zero; integers uniform within the
-example's own range, so indices stay valid; bools random).  Each float
-output may differ from eager by twice the graph's error budget
-(:func:`egraft.measure.tolerance_for`: both eager and the program carry up
-to one budget of rounding error relative to the exact result); integer and
-bool outputs must match exactly.  A disagreement raises
-:class:`egraft.errors.ValidationError`; a wrong program is never returned.
+:func:`build` traces the model and hands the graph to
+:func:`egraft.search.pipeline.compile_signature`, the pipeline every entry
+point shares, with the user's model in eager PyTorch as the reference and
+two check input sets: the example inputs (real data, e.g. valid token ids)
+and one fresh random set drawn like them (:func:`egraft.measure.like`).
+The pipeline's docstring says how the check decides; a disagreement raises
+:class:`egraft.errors.ValidationError`, and a wrong program is never
+returned.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-import math
 import time as _time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -32,28 +27,15 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..backends import lower
-from ..errors import InputError, ValidationError
+from ..errors import InputError
 from ..frontend import trace
 from ..ir import dtypes
-from ..measure import random_array, rel_err, tolerance_for
-from ..runtime.outputs import count, describe, rebuild
-from ..search import search
+from ..measure import like
+from ..runtime.outputs import describe, rebuild
+from ..search.config import CompileConfig
+from ..search.pipeline import compile_signature
 
 _TORCH_DTYPES = {getattr(torch, d): d for d in dtypes.DTYPES}
-
-
-@dataclass(frozen=True)
-class Options:
-    """What ``egraft.compile`` was asked for; the same for every signature."""
-
-    device: str
-    backend: str
-    budget: Any
-    fitness: str | None
-    seed: int
-    cache: Any
-    progress: Any
 
 
 @dataclass
@@ -70,13 +52,13 @@ class Program:
     example: tuple[tuple, dict]  # the fresh random input set (args, kwargs): the comparison times calls on it
     traced: dict  # nodes, ops, weights, weight bytes of the traced program
     stages: dict[str, float]  # seconds: trace, saturate, search, lower, validate
-    validation: dict = field(default_factory=dict)
-    comparison: dict | None = None  # filled by the first report (egraft.api.measure)
+    validation: dict | None = None  # the pipeline's check against eager (None: compiled with validate=False)
+    comparison: dict | None = None  # filled by CompiledModel.measure (egraft.measure.compare_model)
     call: Callable = field(default=None, repr=False)  # flat tensors in -> the model's output structure
 
     def __post_init__(self):
-        ex, tree = self.executable, self.output_tree
-        self.call = (lambda *xs: ex(*xs)[0]) if tree.get("type") == "tensor" else (lambda *xs: rebuild(tree, ex(*xs)))
+        ex, shape = self.executable, functools.partial(rebuild, self.output_tree)
+        self.call = lambda *xs: shape(ex(*xs))
 
 
 # --- signatures -----------------------------------------------------------------------------------
@@ -140,45 +122,40 @@ def check_call(model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
 
 # --- the stages -----------------------------------------------------------------------------------
 
-def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, opts: Options,
+def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config: CompileConfig,
           status: Callable[[str], None]) -> Program:
-    """Trace, search, lower and validate one signature (the module docstring says how it is checked)."""
+    """Trace one signature, then compile it through the one pipeline (the module docstring)."""
     check_call(model, args, kwargs)
     name = signature_name(args, kwargs)
-    stages: dict[str, float] = {}
     t = _time.perf_counter()
     status(f"tracing {type(model).__name__} for {name}")
     graph = trace(model, args, kwargs or None)
-    stages["trace"] = _time.perf_counter() - t
+    traced_s = _time.perf_counter() - t
     tensor_kwargs = tuple(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
     kwarg_order = _kwarg_order(graph.input_names()[len(args):], tensor_kwargs)
-    status(f"searching ({graph.summary().splitlines()[0]})")
-    t = _time.perf_counter()
-    if opts.backend in ("auto", "jax") and opts.cache is not False:
-        _enable_xla_cache(opts.cache)  # before any XLA compile: JAX reads the setting once, at its first compile
-    res = search(graph, opts.backend, opts.device, opts.budget, opts.seed, fitness=opts.fitness, cache=opts.cache,
-                 progress=opts.progress)
-    total = _time.perf_counter() - t
-    stages["saturate"] = float(res.stages.get("saturate", 0.0))
-    stages["search"] = max(0.0, total - stages["saturate"])
-    status(f"lowering the chosen program ({res.backend}{' from the cache' if res.from_cache else ''})")
-    t = _time.perf_counter()
-    ex = lower(res.graph, res.backend, opts.device, res.knobs)
-    stages["lower"] = _time.perf_counter() - t
-    status("checking the compiled program against eager PyTorch")
-    t = _time.perf_counter()
-    fresh = like(args, kwargs, opts.seed)
-    sets = [(args, kwargs), fresh]
-    validation, tree = validate(model, ex, graph, sets, kwarg_order, name)
-    stages["validate"] = _time.perf_counter() - t
+    values = {k: v for k, v in kwargs.items() if k not in tensor_kwargs}
+    fresh = like(args, kwargs, config.seed)
+    outs: list = []
+
+    def reference(*flat):  # the model in eager PyTorch, on one flat input list
+        out = model(*flat[:len(args)], **dict(zip(kwarg_order, flat[len(args):])), **values)
+        outs.append(out)
+        return out
+
+    status(f"searching and checking ({graph.summary().splitlines()[0]})")
+    sets = [flat_inputs(args, kwargs, kwarg_order), flat_inputs(*fresh, kwarg_order)]
+    done = compile_signature(graph, config, reference=reference, check_sets=sets,
+                             label=f"{type(model).__name__} for {name}", against="eager PyTorch")
+    if not outs:  # not checked (validate=False): one eager call for the output structure
+        with torch.no_grad():
+            reference(*sets[0])
     traced = {"nodes": len(graph.nodes), "ops": dict(sorted(graph.op_counts().items())),
               "weights": len(graph.weight_ids),
               "weight_bytes": int(sum(np.asarray(w).nbytes for w in graph.weights.values())),
               "inputs": [{"name": n, "shape": list(s), "dtype": d}
                          for n, (s, d) in zip(graph.input_names(), graph.input_types())]}
-    return Program(name, key, ex, res, graph.input_names(), kwarg_order, tree,
-                   fresh, traced, {k: round(v, 4) for k, v in stages.items()},
-                   validation)
+    return Program(name, key, done.executable, done.result, graph.input_names(), kwarg_order, describe(outs[0]),
+                   fresh, traced, {"trace": round(traced_s, 4), **done.stages}, done.check)
 
 
 def _kwarg_order(names: list[str], tensor_kwargs: tuple[str, ...]) -> tuple[str, ...]:
@@ -196,72 +173,3 @@ def _kwarg_order(names: list[str], tensor_kwargs: tuple[str, ...]) -> tuple[str,
 
 def flat_inputs(args: tuple, kwargs: dict, kwarg_order: tuple[str, ...]) -> list:
     return list(args) + [kwargs[k] for k in kwarg_order]
-
-
-def _enable_xla_cache(cache) -> None:
-    """XLA's persistent compilation cache under the search cache, so lowering a cached winner is a read."""
-    from ..search.evaluators import enable_xla_cache as enable
-    from ..search.evaluators import xla_cache_dir
-
-    root = getattr(cache, "root", None)
-    enable(str(root / "xla") if root is not None else xla_cache_dir())
-
-
-def like(args: tuple, kwargs: dict, seed: int) -> tuple[tuple, dict]:
-    """A fresh random input set shaped like the example (module docstring: how each dtype is drawn)."""
-    rng = np.random.default_rng([int(seed), 0x65677261])
-
-    def draw(t):
-        if not isinstance(t, torch.Tensor):
-            return t
-        dt = _TORCH_DTYPES[t.dtype]
-        low = high = None
-        if dtypes.is_int(dt) and t.numel():
-            low, high = int(t.min()), int(t.max()) + 1
-        a = random_array(tuple(t.shape), "float32" if dt == "bfloat16" else dt, rng, low, high)
-        return torch.from_numpy(np.ascontiguousarray(a)).to(device=t.device, dtype=t.dtype)
-
-    return tuple(draw(a) for a in args), {k: draw(v) for k, v in kwargs.items()}
-
-
-def _leaves(out) -> list:
-    return [x for x in torch.utils._pytree.tree_leaves(out) if x is not None]
-
-
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu()
-    return (t.double() if t.is_floating_point() else t).numpy()
-
-
-def validate(model, ex, graph, sets, kwarg_order, name) -> tuple[dict, dict]:
-    """Compare `ex` with eager `model` on each input set; the validation record and the output tree."""
-    tols = [2 * tolerance_for(graph, k, d) if dtypes.is_float(d) else 0.0
-            for k, (_, d) in enumerate(graph.output_types())]
-    worst = [0.0] * len(tols)
-    tree = None
-    for n, (args, kwargs) in enumerate(sets):
-        with torch.no_grad():
-            want = model(*args, **kwargs)
-        tree = tree or describe(want)
-        wants = _leaves(want)
-        got = ex(*flat_inputs(args, kwargs, kwarg_order))
-        if len(got) != len(wants) or count(tree) != len(got):
-            raise ValidationError(f"{type(model).__name__} for {name}: the compiled program returns {len(got)} "
-                                  f"outputs, eager PyTorch {len(wants)}; this is a bug in egraft's tracing")
-        for k, (g, w) in enumerate(zip(got, wants)):
-            what = f"{type(model).__name__} for {name}, output {k}"
-            if tuple(g.shape) != tuple(w.shape) or g.dtype != w.dtype:
-                raise ValidationError(f"{what}: the compiled program gives {tuple(g.shape)} {g.dtype}, eager "
-                                      f"PyTorch {tuple(w.shape)} {w.dtype}")
-            e = rel_err(_numpy(g), _numpy(w)) if w.is_floating_point() else (
-                0.0 if torch.equal(g.cpu(), w.cpu()) else math.inf)
-            worst[k] = max(worst[k], e)
-            if not e <= tols[k]:
-                which = "the example inputs" if n == 0 else "fresh random inputs"
-                raise ValidationError(
-                    f"{what}: on {which} the compiled program ({ex.backend}) differs from eager PyTorch by "
-                    f"{e:.3g} (relative), more than the {tols[k]:.3g} allowed; it was not returned. Try "
-                    "backend='torch' or another backend, and please report this model to egraft")
-    record = {"sets": len(sets), "errors": worst, "tolerances": tols,
-              "max_error": max(worst, default=0.0)}
-    return record, tree

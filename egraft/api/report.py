@@ -4,9 +4,10 @@ Per signature: what was traced (nodes, ops, weights), how far the e-graph
 grew, what the search looked at (candidates timed, rejected, answered from
 its memo; whether the result came from the cache), what it chose (backend,
 knobs, roofline ratio, whether its own comparison was noisy), the seconds of
-each stage, the check against eager PyTorch, and the measured speed-up over
-eager PyTorch and torch.compile with their spreads (:mod:`.measure`), or
-that the machine was too noisy to conclude one.
+each stage, the check against eager PyTorch, and the speed-up over eager
+PyTorch and torch.compile with their spreads as ``CompiledModel.measure``
+last measured it (:func:`egraft.measure.compare_model`), or that the
+machine was too noisy to conclude one.  Rendering runs nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ COUNTS = ("timed", "estimated", "rejected", "failed", "pruned", "cached")
 
 def json_report(cm, progs) -> dict:
     """The strict-JSON record of `progs` (Programs of `cm`)."""
-    o = cm.options
+    o = cm.config
     return jsonable({
         "model": type(cm.model).__name__, "device": o.device, "backend": o.backend,
         "signatures": [_signature(p) for p in progs],
@@ -89,7 +90,8 @@ def _signature_lines(s: dict) -> list[str]:
                + (" (noisy: the search's own comparison could not conclude)" if ch["noisy"] else ""))
     out.append("  stages     " + ", ".join(f"{k} {_secs(s['stages'][k])}" for k in STAGES))
     v = s["validation"]
-    out.append(f"  checked    against eager PyTorch on {v['sets']} input sets: max relative error "
+    out.append("  checked    not checked against eager PyTorch (compiled with validate=False)" if v is None else
+               f"  checked    against eager PyTorch on {v['sets']} input sets: max relative error "
                f"{v['max_error']:.2g} (allowed {max(v['tolerances'], default=0):.2g})")
     out += _comparison_lines(s["comparison"])
     return out
@@ -97,7 +99,7 @@ def _signature_lines(s: dict) -> list[str]:
 
 def _comparison_lines(c: dict | None) -> list[str]:
     if c is None:
-        return ["  measured   not measured (compiled with compare=False, or saved before its first report())"]
+        return ["  measured   not measured (CompiledModel.measure() times it against eager PyTorch and torch.compile)"]
     cond = c["conditions"]
     where = (f"pinned to core {','.join(map(str, cond['pinned']))}, {cond['torch_threads']} torch thread"
              if cond["pinned"] else f"{cond['device']}, {cond['torch_threads']} torch threads")

@@ -1,10 +1,13 @@
 """Save an executable as an artifact directory that ``egraft.load`` (the runtime) runs.
 
-``save_artifact(executable, directory, *, meta)`` hands the executable to its
-backend's writer (``WRITERS``: a module with ``write(executable, directory,
-**options) -> WrittenProgram``) in a fresh staging directory next to the
-target, writes the weights (``weights.safetensors``) and then the manifest,
-last, with every file's hash (``egraft.runtime.manifest``).  Only a finished
+``save_artifact(executable, directory, *, meta)`` hands the executable to the
+writer its backend's record names (``Backend.writer``: a module with
+``write(executable, directory, **options) -> WrittenProgram``) in a fresh
+staging directory next to the target, writes the weights
+(``weights.safetensors``) and then the manifest, last, with every file's hash
+(``egraft.runtime.manifest``).  The manifest's ``target`` records the
+record's loader module (``Backend.loader``), which ``egraft.load`` imports:
+the runtime never imports the compiler to find it.  Only a finished
 staging directory replaces the target, so a failed save leaves the target as
 it was.
 
@@ -30,10 +33,9 @@ from ..ir import dtypes
 from ..runtime import outputs
 from ..runtime.manifest import is_artifact, write_manifest
 from ..runtime.weights import WEIGHTS_FILE, write_weights
+from . import get_backend, registered
+from .base import Backend
 
-# backend name -> the module whose ``write`` serialises that backend's executables
-WRITERS = {"jax": "egraft.backends.jax.export", "torch": "egraft.backends.torch.export",
-           "triton": "egraft.backends.triton.export"}
 META_KEYS = ("input_names", "output_tree", "model", "report", "source")
 
 
@@ -70,12 +72,27 @@ def _check_meta(meta: dict, ex) -> dict:
     return {"input_names": names, "output_tree": tree}
 
 
-def _manifest(ex, meta: dict, checked: dict, written: WrittenProgram) -> dict:
+def _record(executable) -> Backend:
+    """The record of `executable`'s backend, which must name an artifact writer."""
+    name = getattr(executable, "backend", None)
+    if not isinstance(name, str):
+        raise BackendError(f"cannot save {type(executable).__name__}: save_artifact takes an executable "
+                           "(egraft.backends.lower's result)")
+    rec = get_backend(name)
+    if rec.writer is None:
+        savable = sorted(n for n, b in registered().items() if b.writer)
+        raise BackendError(f"cannot save an executable of backend {name!r}: its record names no artifact writer "
+                           f"(Backend.writer / loader); backends that save: {', '.join(savable)}")
+    return rec
+
+
+def _manifest(ex, meta: dict, checked: dict, written: WrittenProgram, loader: str) -> dict:
     g = ex.graph
     m = {"model": str(meta.get("model") or "model")}
     if meta.get("source"):
         m["source"] = str(meta["source"])
     m.update(written.fields)
+    m["target"] = {**m.get("target", {}), "loader": loader}
     m["knobs"] = {k: list(v) if isinstance(v, tuple) else v for k, v in ex.knobs.items()}
     m["graph_hash"] = g.structural_hash()
     sig = g.signature  # the manifest's inputs and aliases are the program's signature (runtime.manifest_signature)
@@ -127,10 +144,7 @@ def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None
     outputs), ``model`` (a display name), ``report`` (JSON-able), ``source``.
     `options` go to the backend's writer (JAX: ``platforms``; Triton: ``ptx_archs``).
     """
-    backend = getattr(executable, "backend", None)
-    if backend not in WRITERS:
-        raise BackendError(f"cannot save an executable of backend {backend!r}: artifacts are written for "
-                           f"{', '.join(WRITERS)}")
+    rec = _record(executable)
     checked = _check_meta(dict(meta or {}), executable)
     directory = os.path.abspath(os.fspath(directory))
     _prepare_target(directory)
@@ -138,10 +152,9 @@ def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(directory)}.tmp-")
     try:
-        writer = importlib.import_module(WRITERS[backend])
-        written = writer.write(executable, staging, **options)
+        written = importlib.import_module(rec.writer).write(executable, staging, **options)
         write_weights(os.path.join(staging, WEIGHTS_FILE), written.weights)
-        write_manifest(staging, _manifest(executable, dict(meta or {}), checked, written))
+        write_manifest(staging, _manifest(executable, dict(meta or {}), checked, written, rec.loader))
         os.chmod(staging, 0o755)  # mkdtemp makes it private; an artifact is as readable as any directory
         _commit(staging, directory)
     except BaseException:
@@ -150,4 +163,4 @@ def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None
     return directory
 
 
-__all__ = ["META_KEYS", "WRITERS", "WrittenProgram", "save_artifact"]
+__all__ = ["META_KEYS", "WrittenProgram", "save_artifact"]

@@ -1,16 +1,24 @@
-"""The backend interface.
+"""The backend interface: one :class:`Backend` record per backend, and the :class:`Executable` it builds.
 
 A backend turns an ``ir.Graph`` into an :class:`Executable` for a device.
-It states its tunable knobs (``knobs(graph)``: name -> list of choices, the
-first choice being the default) so the search can tune them, and keeps its
-lowering rules in tables keyed by op name (see ``rule_table``).
-Backends register themselves in ``BACKENDS`` when their module is imported.
+Its record holds everything the rest of egraft knows of it: the device kinds
+it runs on and its priority there (``auto`` picks the highest), its lowering
+and rule table (keyed by op name), its tunable knobs (``knobs(graph)``: name
+-> list of choices, the first being the default) and which of them are
+*late* (a long compile: tried once, on the search's winner), whether its
+kernels can recompute a shared value (the search's materialise-or-recompute
+bits), its kernel plan (:class:`KernelPlan`, what the cost model prices) and
+the modules that save (``writer``) and load (``loader``) its artifacts.
+Backends register their record in ``BACKENDS`` when their module is imported;
+``egraft.backends`` derives ``auto``, the device checks and the candidate
+list from the registered records.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -19,14 +27,64 @@ from ..errors import BackendError, InputError
 from ..ir.evaluate import check_inputs
 from ..ir.graph import Graph
 
+DEVICE_KINDS = ("cpu", "cuda", "tpu")
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """The kernels one call of a lowered graph runs, as the roofline cost model (``egraft.search.cost``) prices them.
+
+    ``graph`` is the per-call graph the kernels compute (after the backend's
+    weight folding and whatever rewriting its build does); ``roots`` its
+    materialised nodes, one kernel each (every node computed between a root
+    and the buffers or roots it reads runs inside that kernel); ``dots`` the
+    ``SumReduce`` nodes that run as a matrix product of two operands (node ->
+    (a, b); the ``Mul`` between them is never formed); ``tf32``: its float32
+    contractions run at the tf32 rate.
+    """
+
+    graph: Graph
+    roots: frozenset
+    dots: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    tf32: bool = False
+
 
 @dataclass(frozen=True)
 class Backend:
+    """What egraft knows of one backend (see the module docstring); register it with :func:`register`."""
+
     name: str
-    devices: tuple[str, ...]  # device kinds it runs on: "cpu", "cuda", "tpu"
+    # device kind ("cpu", "cuda", "tpu") -> priority for backend="auto" (the highest that imports wins);
+    # None: it runs there when asked for by name, but auto never picks it
+    devices: Mapping[str, int | None]
     lower: Callable[[Graph, str, dict], "Executable"]
     knobs: Callable[[Graph], dict[str, list]]
     rule_table: Callable[[], Mapping[str, Any]]  # op name -> lowering rule
+    plan: Callable[[Graph, dict], KernelPlan]  # (graph, every knob chosen) -> the kernels one call runs
+    late_knobs: Mapping[str, Any] = field(default_factory=dict)  # knob -> the value tried once, on the winner
+    recomputes: bool = False  # its kernels can recompute a value shared by several consumers inside each
+    writer: str | None = None  # module with write(executable, directory, **options) -> artifact.WrittenProgram
+    loader: str | None = None  # module with load(directory, manifest, weights, device) and files(manifest)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name or self.name == "auto":
+            raise BackendError(f"a backend's name is a non-empty string other than 'auto', not {self.name!r}")
+        if not isinstance(self.devices, Mapping) or not self.devices:
+            raise BackendError(f"backend {self.name!r}: devices maps device kinds ({', '.join(DEVICE_KINDS)}) to "
+                               f"a priority for 'auto' (None: never picked by auto), not {self.devices!r}")
+        for kind, prio in self.devices.items():
+            if kind not in DEVICE_KINDS or not (prio is None or (isinstance(prio, int) and not isinstance(prio, bool))):
+                raise BackendError(f"backend {self.name!r}: devices[{kind!r}] = {prio!r}; keys are "
+                                   f"{', '.join(DEVICE_KINDS)}, values an int priority or None")
+        if (self.writer is None) != (self.loader is None):
+            raise BackendError(f"backend {self.name!r}: give both an artifact writer and a loader module, or neither "
+                               f"(writer={self.writer!r}, loader={self.loader!r})")
+        object.__setattr__(self, "devices", MappingProxyType(dict(self.devices)))
+        object.__setattr__(self, "late_knobs", MappingProxyType(dict(self.late_knobs)))
+
+    def priority(self, kind: str) -> int | None:
+        """Its priority for ``auto`` on device kind `kind` (None: auto never picks it there)."""
+        return self.devices.get(kind)
 
 
 BACKENDS: dict[str, Backend] = {}
@@ -39,7 +97,7 @@ def register(backend: Backend) -> Backend:
 
 def device_kind(device: str) -> str:
     kind = str(device).split(":")[0]
-    if kind not in ("cpu", "cuda", "tpu"):
+    if kind not in DEVICE_KINDS:
         raise BackendError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'tpu'")
     return kind
 

@@ -3,10 +3,11 @@
 The protocol (the one ``egraft.measure.timing`` and the search's final
 comparison use):
 
-* fixed cores and threads: the process is pinned to ``--threads`` cores
-  (``os.sched_setaffinity``; XLA sizes its pools to them) and torch runs that
-  many threads, set before torch or JAX start their pools where this process
-  has not loaded them yet;
+* fixed cores and threads (``egraft.measure.pinned``, the one pinning
+  context): the process is pinned to ``--threads`` cores (XLA sizes its
+  pools to them) and torch runs that many threads, set before torch or JAX
+  start their pools where this process has not loaded them yet, and undone
+  afterwards;
 * every variant is checked against eager PyTorch first: a wrong program is
   not timed;
 * warm-up calls absorb compilation (Inductor's compile time is reported on
@@ -43,34 +44,6 @@ EXAMPLES = """examples:
 
 A speed-up is concluded only when the medians' 95 % intervals do not overlap and no spread is
 above 50 %; otherwise the table says the machine was too noisy: run again when it is quiet."""
-
-
-def pin_threads(threads: int):
-    """`egraft.measure.fix_threads(threads)` (pinned cores, torch and XLA threads), undone by the returned function.
-
-    Restoring gives back the affinity and, when torch was already loaded,
-    its thread count (the in-process tests call the command several times).
-    """
-    from ..measure import fix_threads
-
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if threads < 1:
-        raise EgraftError(f"--threads must be at least 1, got {threads}")
-    if cores and threads > len(cores):
-        raise EgraftError(f"--threads {threads}: this process may use {len(cores)} cores ({cores})")
-    torch_before = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
-    fix_threads(threads)
-    import torch
-
-    torch.set_num_threads(threads)
-
-    def restore():
-        if torch_before is not None:
-            torch.set_num_threads(torch_before)
-        if cores:
-            os.sched_setaffinity(0, cores)
-
-    return restore
 
 
 def _variants(args, model, inputs) -> tuple[dict, str, list[str] | None]:
@@ -119,7 +92,7 @@ def time_interleaved(variants: dict, inputs, device: str, rounds: int, calls: in
 
 def table(timings: dict, label: str) -> str:
     """Medians and spreads per variant, then egraft's speed-up over each other one and whether it is conclusive."""
-    from ..api.measure import verdict
+    from ..measure import compare
 
     lines = [f"{'variant':<24}{'median':>12}{'spread':>9}", "-" * 45]
     for name, t in timings.items():
@@ -129,7 +102,7 @@ def table(timings: dict, label: str) -> str:
     for name, t in timings.items():
         if name == label:
             continue
-        v = verdict(timings[label], t)
+        v = compare(timings[label], t)
         speedup = v["speedup"] if v["speedup"] is not None else float("nan")
         ci = f"95 % interval {v['interval'][0]:.2f}-{v['interval'][1]:.2f}x"
         if v["conclusive"]:
@@ -151,8 +124,11 @@ def cmd_bench(args) -> int:
                           "from, to time torch against")
     if not is_dir and args.check:
         raise EgraftError("--check names the model of an artifact DIR; with a MODEL, bench compiles it itself")
-    restore = pin_threads(args.threads)
-    try:
+    from ..measure import pinned
+
+    if args.threads < 1:
+        raise EgraftError(f"--threads must be at least 1, got {args.threads}")
+    with pinned("cpu", args.threads):  # the host process: its cores and threads, for every device
         if is_dir:
             from .run import artifact_inputs
 
@@ -171,8 +147,6 @@ def cmd_bench(args) -> int:
         print(f"\n{args.rounds} rounds x {args.calls} calls per variant, interleaved; device {args.device}, "
               f"{threads} thread(s) on cores {list(cores)}; inputs {[tuple(x.shape) for x in inputs]}")
         print(table(time_interleaved(variants, inputs, args.device, args.rounds, args.calls), label))
-    finally:
-        restore()
     return 0
 
 
@@ -185,7 +159,9 @@ def _conditions():
 
 
 def _on_device(model, inputs, device: str):
-    if device == "cpu":
+    from ..measure import parse
+
+    if parse(device).kind == "cpu":
         return model, inputs
     return model.to(device), tuple(x.to(device) for x in inputs)
 

@@ -1,5 +1,9 @@
 """What the verbs share: input specs, loading a user's model, random inputs, output comparison, progress.
 
+Random inputs and the comparison are egraft's one policy and one check
+(:func:`egraft.measure.from_specs`, :func:`egraft.measure.check.outputs`);
+this module only chooses what the command line needs of them.
+
 A model on the command line is one of three things, told apart by the text:
 
 * a workload name from ``egraft models`` (no colon): built at its ``tiny``
@@ -58,24 +62,14 @@ def parse_input_spec(text: str) -> tuple[tuple[int, ...], str]:
     return shape, dtype
 
 
-def random_tensors(specs: Sequence[tuple[Sequence[int], str]], seed: int = 0, int_high: int = INT_HIGH) -> tuple:
-    """One random torch tensor per (shape, dtype): normal floats, ints in [0, int_high), random bools."""
-    import numpy as np
-
-    from ..ir import dtypes
-    from ..measure import random_array
-    from ..search.candidate import torch_inputs
+def inputs_from_specs(specs: Sequence, seed: int = 0, int_high: int = INT_HIGH) -> tuple:
+    """Random torch tensors for ``--input`` texts or (shape, dtype) pairs, by egraft's one random-input policy
+    (:func:`egraft.measure.from_specs`: integers in [0, int_high))."""
+    from ..measure import from_specs
 
     if int_high < 1:
         raise EgraftError(f"--int-high must be at least 1, got {int_high}")
-    rng = np.random.default_rng(seed)
-    arrays = [random_array(tuple(shape), dtypes.check(dt), rng,
-                           **({"low": 0, "high": int_high} if dtypes.is_int(dt) else {})) for shape, dt in specs]
-    return tuple(torch_inputs(arrays))
-
-
-def inputs_from_specs(texts: Sequence[str], seed: int = 0, int_high: int = INT_HIGH) -> tuple:
-    return random_tensors([parse_input_spec(t) for t in texts], seed, int_high)
+    return from_specs([parse_input_spec(t) if isinstance(t, str) else t for t in specs], seed, int_high)
 
 
 def _import_factory(spec: str):
@@ -193,51 +187,38 @@ def leaves(obj: Any) -> list:
 
 def to_numpy(x):
     """A tensor or array as numpy (bfloat16 widened to float32), for comparison and printing."""
-    import numpy as np
+    from ..measure.check import as_numpy
 
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-        if str(x.dtype) == "torch.bfloat16":
-            x = x.float()
-        return x.numpy()
-    return np.asarray(x)
+    return as_numpy(x)
 
 
 def dtype_name(x) -> str:
-    return str(x.dtype).removeprefix("torch.")
+    from ..measure.check import dtype_name as name
+
+    return name(x)
 
 
 def compare_outputs(got: Any, want: Any) -> tuple[bool, list[str]]:
-    """Whether two model outputs agree leaf by leaf (float: the dtype's model-level tolerance; else exact)."""
-    import numpy as np
-
-    from ..measure import TOLERANCE, rel_err
+    """Whether two model outputs agree leaf by leaf, by the one check (float: the dtype's model-level
+    tolerance, :data:`egraft.measure.TOLERANCE`; ints and bools exactly), with one line per output."""
+    from ..measure import TOLERANCE, outputs
 
     g, w = leaves(got), leaves(want)
     if len(g) != len(w):
         return False, [f"{len(g)} outputs, the model returns {len(w)}"]
-    ok, lines = True, []
-    for k, (a, b) in enumerate(zip(g, w)):
-        an, bn = to_numpy(a), to_numpy(b)
-        dt = dtype_name(b)
-        if an.shape != bn.shape:
-            ok = False
-            lines.append(f"output {k}: shape {shape_text(an.shape)}, the model's is {shape_text(bn.shape)} MISMATCH")
-            continue
-        if np.issubdtype(bn.dtype, np.floating):
-            tol = TOLERANCE.get(dt, TOLERANCE["float32"])
-            err = rel_err(an, bn)
-            good = err <= tol
-            lines.append(f"output {k}: {shape_text(bn.shape)}:{dt}  max relative error {err:.2e} "
-                         f"(allowed {tol:.0e}) {'ok' if good else 'MISMATCH'}")
+    floats = [to_numpy(x).dtype.kind == "f" for x in w]
+    tols = [TOLERANCE.get(dtype_name(b), TOLERANCE["float32"]) if f else 0.0 for b, f in zip(w, floats)]
+    c = outputs(g, w, tols)
+    lines = []
+    for k, (b, f, e, t) in enumerate(zip(w, floats, c.errors, c.tolerances)):
+        note = next((n.split(": ", 1)[1] for n in c.notes if n.startswith((f"output {k}:", f"output {k} ("))), "")
+        verdict = "ok" if e <= t else "MISMATCH"
+        if f and "reference gives" not in note:
+            detail = f"max relative error {e:.2e} (allowed {t:.0e})"
         else:
-            diff = int(np.count_nonzero(an != bn))
-            err = float(np.max(np.abs(an.astype(np.float64) - bn.astype(np.float64)))) if an.size else 0.0
-            good = diff == 0
-            lines.append(f"output {k}: {shape_text(bn.shape)}:{dt}  {diff} elements differ (max error {err:g}; exact "
-                         f"match required) {'ok' if good else 'MISMATCH'}")
-        ok = ok and good
-    return ok, lines
+            detail = note or "exact match required"
+        lines.append(f"output {k}: {shape_text(b.shape)}:{dtype_name(b)}  {detail} {verdict}")
+    return c.ok, lines
 
 
 @contextlib.contextmanager

@@ -1,10 +1,12 @@
 """``egraft compile``: search the fastest program for a device, print the report, save the artifact.
 
 The model and its example inputs come from the MODEL argument (see
-:mod:`egraft.cli.common`); ``egraft.compile`` traces it, searches within the
-budget and checks the chosen program against the model in eager PyTorch
-(a wrong program is an error, never saved).  The report (what was searched,
-chosen and measured; ``--compare`` says against what) is printed, and
+:mod:`egraft.cli.common`).  The search flags are parsed by the one config
+parser, :meth:`egraft.search.config.CompileConfig.parse`, before the model
+is built; ``egraft.compile`` traces the model, searches within the budget
+and checks the chosen program against the model in eager PyTorch (a wrong
+program is an error, never saved).  ``CompiledModel.measure`` times it
+(``--compare`` says against what), the report is printed, and
 ``CompiledModel.save`` writes the artifact with the report in its manifest.
 """
 
@@ -24,46 +26,36 @@ EXAMPLES = """examples:
 The factory may return (model, example_inputs); then --input is optional."""
 
 FITNESSES = ("measured", "model")
-COMPARE = {"all": True, "eager": "eager", "none": False}  # --compare -> egraft.compile(compare=...)
+COMPARE = {"all": True, "eager": False, "none": None}  # --compare -> CompiledModel.measure(inductor=...)
 
 
-def parse_budget(text: str | None, trials: int | None):
-    """None (the search's default), or a search Budget from '60s' / '2m' / '45' and an optional trial cap."""
-    if text is None and trials is None:
-        return None
+def search_config(args):
+    """The command line's search flags as one :class:`~egraft.search.config.CompileConfig` (its errors: one line)."""
     from dataclasses import replace
 
-    from ..search import Budget
+    from ..search.config import CompileConfig
 
-    try:
-        plan = Budget.of(text)
-    except (TypeError, ValueError):
-        plan = None
-    if plan is None or (plan.seconds is not None and plan.seconds <= 0):
-        raise EgraftError(f"bad --budget {text!r}: write a positive time, e.g. 60s, 2m or 45 (seconds)")
+    flags = {"device": args.device, "backend": args.backend, "budget": args.budget, "seed": args.seed,
+             "fitness": getattr(args, "fitness", None), "cache": not getattr(args, "no_cache", False)}
+    config = CompileConfig.parse(flags, where="egraft compile")
+    trials = getattr(args, "trials", None)
     if trials is not None:
         if trials < 1:
             raise EgraftError(f"--trials must be at least 1, got {trials}")
-        plan = replace(plan, trials=trials)
-    return plan
+        config = config.with_(budget=replace(config.budget, trials=trials))
+    return config
 
 
 def compile_model(args, model, inputs):
     """egraft.compile with the command line's options (shared with ``egraft bench``)."""
+    from dataclasses import fields
+
     from .. import compile as egraft_compile
 
-    opts = {"seed": args.seed}
-    if getattr(args, "fitness", None):
-        opts["fitness"] = args.fitness
-    if getattr(args, "no_cache", False):
-        opts["cache"] = False
-    # what the report times against; bench does its own timing, so it passes none
-    opts["compare"] = COMPARE[getattr(args, "compare", "none")]
-    budget = parse_budget(args.budget, getattr(args, "trials", None))
+    config = search_config(args)
     # no spinner here: the search draws its own progress bar on a terminal, and two live displays garble
-    with step(f"compiled for {args.device}", spinner=False):
-        return egraft_compile(model, device=args.device, example_inputs=inputs, backend=args.backend,
-                              budget=budget, **opts)
+    with step(f"compiled for {config.device}", spinner=False):
+        return egraft_compile(model, example_inputs=inputs, **{f.name: getattr(config, f.name) for f in fields(config)})
 
 
 def cmd_compile(args) -> int:
@@ -76,8 +68,12 @@ def cmd_compile(args) -> int:
     if os.path.isdir(out) and os.listdir(out) and not is_artifact(out):
         raise EgraftError(f"-o {out}: a non-empty directory that does not hold an egraft artifact; choose another "
                           "(an existing artifact is overwritten)")
+    search_config(args)  # a bad flag fails before the model is built
     model, inputs = load_model(args.model, args.input, args.seed, args.int_high)
     cm = compile_model(args, model, inputs)
+    inductor = COMPARE[args.compare]
+    if inductor is not None:
+        cm.measure(inductor=inductor)
     print(cm.report())
     path = cm.save(out)
     print(f"saved the artifact to {path}; `egraft inspect {path}` shows it, `egraft run {path}` runs it")
@@ -86,7 +82,7 @@ def cmd_compile(args) -> int:
 
 def add_search_args(p) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or tpu (default cpu)")
-    p.add_argument("--backend", default="auto", help="auto (the search chooses), jax, torch or triton")
+    p.add_argument("--backend", default="auto", help="auto (the search chooses) or a backend: jax, torch, triton, ...")
     p.add_argument("--budget", default=None, metavar="TIME",
                    help="search time, e.g. 60s, 2m or 45 (seconds); default: the search's own (30 s)")
     p.add_argument("--trials", type=int, default=None, metavar="N",
@@ -108,6 +104,6 @@ def add_parsers(sub, formatter, parents) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR",
                    help="artifact directory to write (new, empty, or an artifact to overwrite)")
     p.add_argument("--compare", choices=list(COMPARE), default="all",
-                   help="what the report times the result against: all (eager PyTorch and torch.compile, the "
-                        "default), eager, or none")
+                   help="what the result is measured against before the report: all (eager PyTorch and "
+                        "torch.compile, the default), eager, or none")
     p.set_defaults(fn=cmd_compile)

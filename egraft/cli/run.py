@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import EgraftError
-from .common import (compare_outputs, dtype_name, inputs_from_specs, leaves, load_model, random_tensors, run_model,
+from .common import (compare_outputs, dtype_name, inputs_from_specs, leaves, load_model, run_model,
                      shape_text, to_numpy)
 
 EXAMPLES = """examples:
@@ -60,11 +60,13 @@ def artifact_inputs(art_or_dir, device: str, specs=(), seed: int = 0, int_high: 
     elif specs:
         xs = inputs_from_specs(specs, seed, int_high)
     else:
-        xs = random_tensors(want, seed, int_high)
+        xs = inputs_from_specs(want, seed, int_high)
     if len(xs) != len(want):
         takes = ", ".join(f"{shape_text(s)}:{d}" for s, d in want)
         raise EgraftError(f"the artifact takes {len(want)} inputs ({takes}), got {len(xs)}")
-    return tuple(x.to(device) if device != "cpu" else x for x in xs)
+    from ..measure import parse
+
+    return xs if parse(device).kind == "cpu" else tuple(x.to(device) for x in xs)
 
 
 def describe_output(k: int, x) -> str:
@@ -85,15 +87,20 @@ def cmd_run(args) -> int:
     for k, x in enumerate(leaves(got)):
         print(describe_output(k, x))
     if args.repeat:
-        from ..measure import noisy
-        from ..search.candidate import time_calls
+        from ..measure import COLLAPSE, median_interval, parse, time
 
-        t = time_calls(art, inputs, args.device, "torch", args.repeat)
-        note = "  (spread above 10 %: the machine is busy)" if noisy(t) else ""
-        print(f"time per call: {t.median * 1e3:.3f} ms median of {t.n} ±{t.spread:.0%}{note}")
+        kw = {} if parse(args.device).kind == "cuda" else {"warmup": 1, "repeats": args.repeat}
+        t = time(lambda: art(*inputs), args.device, **kw)
+        lo, hi = median_interval(t)
+        note = (f"  (spread above {COLLAPSE:.0%}: the machine is too busy to trust this)"
+                if t.spread > COLLAPSE else "")
+        print(f"time per call: {t.median * 1e3:.3f} ms median of {t.n} ±{t.spread:.0%} "
+              f"(95 % interval of the median {lo * 1e3:.3f}-{hi * 1e3:.3f} ms){note}")
     if args.check:
+        from ..measure import parse
+
         model, _ = load_model(args.check, (), args.seed, args.int_high, need_inputs=False)
-        if args.device != "cpu":
+        if parse(args.device).kind != "cpu":
             model = model.to(args.device)
         want = run_model(model, inputs, args.int_high)
         ok, lines = compare_outputs(got, want)

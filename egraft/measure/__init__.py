@@ -1,30 +1,44 @@
-"""Measuring candidates: devices, honest timings, validation against the reference, device peaks.
+"""Measuring programs: is it right, how fast is it, can the difference be trusted.
 
-The search needs three answers about a candidate program: is it right
-(:func:`validate`), how fast is it and can that be trusted (:func:`time`,
-:func:`faster`, :func:`noisy`), and how far from the device's best is it
-(:mod:`specs`, :func:`calibrate_cpu`).  The package sits on the backends'
-layer: it imports ``ir`` and ``errors`` only, takes any callable (an
-``Executable`` among them) without importing the backends, and holds the
-comparison core (tolerances, random inputs) that ``egraft.testing``
-re-exports.  torch, jax and triton are imported only inside the functions
-that need them.
+One of each mechanism, used by every part of egraft:
+
+* the correctness check: :func:`check.outputs` (the search's candidate
+  validation against the float64 reference, :func:`validate`; the check of
+  a compiled signature against the model; ``egraft run --check``), with the
+  tolerance rule of :mod:`.tolerances`;
+* the random-input policy: :mod:`.inputs` (:func:`random_inputs` for a
+  graph, :func:`like` for an example input set, :func:`from_specs` for
+  shapes and dtypes);
+* the timings: :func:`time`, :func:`interleaved` (:mod:`.timing`), and the
+  speed-up verdict :func:`compare` (the medians' ~95 % intervals);
+* the fixed conditions: :func:`pinned` and :func:`fix_threads` (:mod:`.pinning`);
+* the device strings: :func:`parse` (:mod:`.device`) and device peaks
+  (:mod:`.specs`, :func:`calibrate_cpu`);
+* a compiled model against eager PyTorch and torch.compile: :func:`compare_model`.
+
+The package sits on the backends' layer: it imports ``ir`` and ``errors``
+only, takes any callable (an ``Executable`` among them) without importing
+the backends, and holds the comparison core (tolerances, random inputs)
+that ``egraft.testing`` re-exports.  torch, jax and triton are imported only
+inside the functions that need them.
 """
 
 from __future__ import annotations
 
 from .calibrate import calibrate_cpu, spec_for
+from .check import outputs
 from .device import Device, available, parse, require
-from .inputs import random_array, random_inputs
+from .inputs import from_specs, like, random_inputs
+from .model import compare_model
+from .pinning import fix_threads, pin, pinned
 from .specs import TABLE, DeviceSpec, lookup
-from .timing import (Timing, compare, faster, fix_threads, interleaved, median_interval, noisy, pin, summarize, time, time_cpu,
-                     time_cuda, time_jax)
-from .tolerances import TOLERANCE, eps, error_budgets, rel_err, tolerance, tolerance_for
-from .validate import Validation, poison, validate
+from .timing import COLLAPSE, compare, interleaved, median_interval, summarize, time, time_cpu, time_cuda, time_jax
+from .tolerances import TOLERANCE, rel_err, tolerance, tolerance_for
+from .validate import Validation, validate
 
 __all__ = [
-    "TABLE", "TOLERANCE", "Device", "DeviceSpec", "Timing", "Validation", "available", "calibrate_cpu", "compare",
-    "eps", "error_budgets", "faster", "fix_threads", "interleaved", "lookup", "median_interval", "noisy", "parse", "pin", "poison", "random_array", "random_inputs",
-    "rel_err", "require", "spec_for", "summarize", "time", "time_cpu", "time_cuda", "time_jax", "tolerance",
-    "tolerance_for", "validate",
+    "COLLAPSE", "TABLE", "TOLERANCE", "Device", "DeviceSpec", "Validation", "available",
+    "calibrate_cpu", "compare", "compare_model", "fix_threads", "from_specs", "interleaved", "like", "lookup",
+    "median_interval", "outputs", "parse", "pin", "pinned", "random_inputs", "rel_err", "require",
+    "spec_for", "summarize", "time", "time_cpu", "time_cuda", "time_jax", "tolerance", "tolerance_for", "validate",
 ]

@@ -2,7 +2,7 @@
 
 One parser for the device strings the rest of egraft uses (``"cpu"``,
 ``"cuda"``, ``"cuda:N"``, ``"tpu"``), so the timing dispatch and the spec
-lookup agree on what a string means.  The profiler sits beside the backends
+lookup agree on what a string means.  ``egraft.measure`` sits beside the backends
 in the layer order and may not import them, so it has its own parser with
 the same accepted forms as ``backends.base.device_kind``.
 

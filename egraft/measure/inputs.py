@@ -1,9 +1,23 @@
-"""Random, never-all-zero inputs for comparing a program with the reference.
+"""The one random-input policy: never-all-zero inputs for comparing a program with its reference.
 
 All-zero inputs hide most wrong programs (a dropped term, a swapped operand
-of a product), so every array drawn here has at least one non-zero element.
-Lives in the profiler, below ``egraft.testing`` which re-exports it, because
-candidate validation draws its inputs the same way the tests do.
+of a product), so every array drawn here has at least one non-zero element
+(:func:`random_array`): floats standard normal, integers uniform in a range,
+bools random.  What differs between callers is only where an integer's
+range comes from:
+
+* a graph (:func:`random_inputs`): an index into a gathered table is drawn
+  inside the table, other integers in ``[-8, 9)``; the search's candidate
+  validation and the tests draw this way;
+* an example input set (:func:`like`): each integer input within the
+  example's own range ``[min, max]``, so token ids, positions and masks stay
+  valid; the check of a compiled signature against the model draws its
+  fresh set this way (``egraft.compile``, the Dynamo backend);
+* shapes and dtypes only (:func:`from_specs`): integers in ``[0, int_high)``,
+  for ``egraft run`` / ``egraft bench`` where only the user knows the range.
+
+Lives in ``egraft.measure``, below ``egraft.testing`` which re-exports it.
+torch is imported only by the functions that make torch tensors.
 """
 
 from __future__ import annotations
@@ -68,3 +82,43 @@ def random_inputs(graph: Graph, seed: int | None = None) -> list[np.ndarray]:
     bounds = index_ranges(graph)
     return [random_array(s, d, rng, *((0, bounds[k]) if k in bounds else ()))
             for k, (s, d) in enumerate(graph.input_types())]
+
+
+def _to_torch(a: np.ndarray, like=None):
+    import torch
+
+    if a.dtype == dtypes.to_numpy("bfloat16"):
+        t = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(a))
+    if like is not None:
+        t = t.to(device=like.device, dtype=like.dtype)
+    return t
+
+
+def like(args, kwargs: dict | None = None, seed: int = 0) -> tuple[tuple, dict]:
+    """A fresh random input set shaped like an example (args, kwargs): same shapes, dtypes and devices.
+
+    Integer inputs are drawn within the example's own ``[min, max]``; python
+    values are kept as they are.
+    """
+    rng = np.random.default_rng([int(seed), 0x65677261])
+
+    def draw(t):
+        if not hasattr(t, "detach"):
+            return t
+        dt = dtypes.from_torch(t.dtype)
+        low = high = None
+        if dtypes.is_int(dt) and t.numel():
+            low, high = int(t.min()), int(t.max()) + 1
+        return _to_torch(random_array(tuple(t.shape), "float32" if dt == "bfloat16" else dt, rng, low, high), t)
+
+    return tuple(draw(a) for a in args), {k: draw(v) for k, v in (kwargs or {}).items()}
+
+
+def from_specs(specs, seed: int = 0, int_high: int = 100) -> tuple:
+    """One random torch tensor per (shape, dtype): normal floats, integers in ``[0, int_high)``, random bools."""
+    rng = np.random.default_rng(seed)
+    return tuple(_to_torch(random_array(tuple(shape), dtypes.check(dt), rng,
+                                        **({"low": 0, "high": int_high} if dtypes.is_int(dt) else {})))
+                 for shape, dt in specs)

@@ -5,7 +5,8 @@ search step may trust it: how spread the repeats are, and under which
 conditions (threads, cores, device) they were taken.  So every timing
 function returns a :class:`Timing` with all samples, their median (robust to
 the occasional descheduled run, unlike the mean) and a relative spread, and
-:func:`faster` refuses to call a winner inside the noise.
+:func:`compare` refuses to conclude a speed-up inside the noise (the one
+verdict: the medians' ~95 % intervals apart, no spread above ``COLLAPSE``).
 
 One function per device kind, because each needs a different notion of
 "done":
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time as _time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
@@ -34,9 +34,6 @@ import numpy as np
 
 from ..errors import BackendError
 from .device import parse, require
-
-NOISE = 0.10  # default relative spread above which a timing is too noisy to conclude from
-
 
 @dataclass(frozen=True)
 class Timing:
@@ -159,20 +156,6 @@ def interleaved(fns: Mapping[str, Callable[[], object]], device: str = "cpu", ro
     return {k: summarize(v, device) for k, v in samples.items()}
 
 
-def noisy(t: Timing, threshold: float = NOISE) -> bool:
-    """True when `t` is too spread to conclude from (relative spread above `threshold`)."""
-    return t.spread > threshold
-
-
-def faster(a: Timing, b: Timing) -> bool:
-    """Whether `a` beats `b` beyond noise: b's median exceeds a's by more than their combined half-widths.
-
-    Half of each (p90 - p10) width, summed, is the margin; two timings whose
-    difference is inside it are a tie, and a tie is never "faster".
-    """
-    return b.median - a.median > (a.width + b.width) / 2
-
-
 COLLAPSE = 0.5  # a relative spread above this says the machine itself misbehaved: nothing is concluded
 
 
@@ -194,11 +177,14 @@ def median_interval(t: Timing, z: float = 1.96) -> tuple[float, float]:
 def compare(mine: Timing, theirs: Timing) -> dict:
     """`mine`'s speed-up over `theirs` (their median over mine), its ~95 % interval, and whether it concludes.
 
+    The one speed-up verdict: the search's final comparison, a compiled
+    model's measurement and ``egraft bench`` all decide through it.
+
     A speed-up is concluded when the two medians' intervals
     (:func:`median_interval`) do not overlap and neither spread is above
     ``COLLAPSE``.  The p10-p90 spread of one call can be 15-20 % on a quiet
-    2-core VM (one pinned torch matmul measured 16.5 %), so asking each
-    spread to stay under ``NOISE`` would refuse every conclusion there; the
+    2-core VM (one pinned torch matmul measured 16.5 %), so a rule on the
+    spread alone (a 10 % cap, say) would refuse every conclusion there; the
     median's interval shrinks with the number of samples, the spread does not.
     """
     a_lo, a_hi = median_interval(mine)
@@ -209,80 +195,4 @@ def compare(mine: Timing, theirs: Timing) -> dict:
     overlap = not (a_hi < b_lo or b_hi < a_lo)
     why = (f"a spread is above {COLLAPSE:.0%}: the machine is too busy" if collapsed else
            "the 95 % intervals of the medians overlap" if overlap else "")
-    return {"speedup": ratio, "interval": interval, "conclusive": not why, "why_not": why}
-
-
-def fix_threads(n: int) -> tuple[int, ...]:
-    """Run this process on its first `n` cores with `n` threads everywhere; call it before torch or jax start.
-
-    The measuring protocol's first step, for scripts and benchmarks:
-    OpenMP/MKL take ``n`` threads; at one thread XLA's Eigen pool is turned
-    off (``--xla_cpu_multi_thread_eigen=false``); and the process is pinned
-    to ``n`` cores, because XLA sizes its pools (YNNPACK's dots included,
-    which the flag does not reach) from the cores it may use when it starts.
-    Pinned later, a two-thread XLA pool time-shares one core and a program's
-    spread swells (seen: 58 % against eager's 17 %).  Returns the cores.
-    """
-    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[k] = str(n)
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    if n == 1 and "--xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
-    if not hasattr(os, "sched_setaffinity"):
-        return ()
-    cores = sorted(os.sched_getaffinity(0))
-    if n < len(cores):
-        os.sched_setaffinity(0, cores[:n])
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(n)
-    return tuple(sorted(os.sched_getaffinity(0)))
-
-
-def xla_started_wider() -> bool:
-    """True when JAX's CPU backend is already up and this process may now use fewer cores than it could then.
-
-    Then XLA's thread pools are wider than the cores a measurement pins to;
-    the report says so (see :func:`fix_threads`).
-    """
-    jax = sys.modules.get("jax")
-    if jax is None or not hasattr(os, "sched_getaffinity"):
-        return False
-    try:
-        from jax._src import xla_bridge  # the only place that knows whether a backend exists yet
-
-        started = bool(getattr(xla_bridge, "_backends", None))
-    except Exception:  # noqa: BLE001 - a jax without that module: assume it started
-        started = True
-    return started and len(os.sched_getaffinity(0)) < (os.cpu_count() or 1) and \
-        "--xla_cpu_multi_thread_eigen=false" not in os.environ.get("XLA_FLAGS", "")
-
-
-class pin:  # noqa: N801 - used like a function: pin([0]) or `with pin([0]) as p:`
-    """Pin this process to `cores` (``os.sched_setaffinity``); restores the old set on exit or :meth:`restore`.
-
-    Pinning keeps a measurement on the same cores between repeats (no
-    migration, no cold caches).  ``before`` and ``after`` report what was done.
-    """
-
-    def __init__(self, cores: Sequence[int]):
-        if not hasattr(os, "sched_setaffinity"):
-            raise BackendError("this platform cannot pin a process to cores (no os.sched_setaffinity)")
-        self.before = tuple(sorted(os.sched_getaffinity(0)))
-        want = tuple(sorted(set(int(c) for c in cores)))
-        if not want or not set(want) <= set(self.before):
-            raise BackendError(f"cannot pin to cores {list(want)}; this process may use cores {list(self.before)}")
-        os.sched_setaffinity(0, want)
-        self.after = tuple(sorted(os.sched_getaffinity(0)))
-
-    def restore(self) -> None:
-        os.sched_setaffinity(0, self.before)
-
-    def __enter__(self) -> "pin":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.restore()
-
-    def __repr__(self) -> str:
-        return f"pin(before={list(self.before)}, after={list(self.after)})"
+    return {"speedup": ratio, "interval": list(interval), "conclusive": not why, "why_not": why}

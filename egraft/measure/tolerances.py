@@ -1,7 +1,7 @@
 """What "matches the reference" means: the norm-relative error and the tolerance rule.
 
-Lives in the profiler (layer 3) rather than in ``egraft.testing`` because
-the profiler's candidate validation needs it and must not import the test
+Lives in ``egraft.measure`` (layer 3) rather than in ``egraft.testing`` because
+the search's candidate validation needs it and must not import the test
 tooling, which sits higher; ``egraft.testing`` re-exports every name here,
 so the test suite, the benchmarks and the search's validation share one
 definition.

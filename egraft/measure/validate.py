@@ -10,16 +10,9 @@ output's dtype, and each output's allowed error is
 :func:`~egraft.measure.tolerances.tolerance_for` (the forward error budget
 of the graph), so "valid" here means what the test suite means.
 
-**Poisoning.**  A kernel that forgets to write part of its output can pass
-by accident when the buffer happens to hold the right values from a
-previous run.  Where a candidate exposes preallocated output buffers (an
-attribute ``output_buffers``: a list of writable arrays it writes into),
-every float buffer is filled with NaN before each run, so an unwritten
-element reads NaN where the reference is finite and fails.  egraft's own
-executables return fresh arrays, for which poisoning is a no-op; for them
-the same failure is caught by checking that no output is NaN where the
-reference is finite (which :func:`~egraft.measure.tolerances.rel_err`
-counts as an infinite error).
+The comparison itself is :func:`egraft.measure.check.outputs`, the one
+check every part of egraft uses: a NaN where the reference is finite (an
+element a kernel forgot to write) is an infinite error.
 """
 
 from __future__ import annotations
@@ -32,8 +25,9 @@ import numpy as np
 from ..ir import dtypes
 from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
+from .check import as_numpy, outputs
 from .inputs import random_inputs
-from .tolerances import rel_err, tolerance_for
+from .tolerances import tolerance_for
 
 
 @dataclass(frozen=True)
@@ -51,31 +45,6 @@ class Validation:
         return self.ok
 
 
-def poison(candidate) -> int:
-    """Fill the candidate's preallocated float output buffers with NaN; returns how many were poisoned.
-
-    A candidate without ``output_buffers`` returns fresh arrays: nothing to poison (0).
-    """
-    count = 0
-    for buf in getattr(candidate, "output_buffers", None) or ():
-        if hasattr(buf, "fill_") and getattr(buf, "is_floating_point", lambda: False)():  # a torch tensor
-            buf.fill_(float("nan"))
-            count += 1
-        elif isinstance(buf, np.ndarray) and np.issubdtype(buf.dtype, np.floating):
-            buf.fill(np.nan)
-            count += 1
-    return count
-
-
-def _as_numpy(x) -> np.ndarray:
-    if hasattr(x, "detach"):  # torch tensor
-        x = x.detach().cpu()
-        if str(x.dtype) == "torch.bfloat16":
-            x = x.float()
-        return x.numpy()
-    return np.asarray(x)
-
-
 def reference(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The float64 oracle's outputs, cast to each output's own dtype."""
     want = evaluate(graph, inputs, np.float64)
@@ -87,47 +56,25 @@ def reference(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 
 def compare(graph: Graph, got: Sequence, want: Sequence[np.ndarray]) -> tuple[bool, list[float], list[float], list[str]]:
-    """Per-output error and tolerance; ints and bools must match exactly (error 0 or inf)."""
-    errs: list[float] = []
-    tols: list[float] = []
-    notes: list[str] = []
+    """Per-output error and tolerance (:func:`~egraft.measure.tolerances.tolerance_for`) by the one check."""
     if len(got) != len(want):
-        return False, errs, tols, [f"{len(got)} outputs, the graph has {len(want)}"]
-    for k, (g, w) in enumerate(zip(got, want)):
-        dt = graph.output_types()[k][1]
-        g = _as_numpy(g)
-        t = tolerance_for(graph, k, dt)
-        if g.shape != w.shape:
-            e = float("inf")
-            notes.append(f"output {k}: shape {g.shape}, expected {w.shape}")
-        elif not dtypes.is_float(dt):
-            e = 0.0 if np.array_equal(g, w) else float("inf")
-        else:
-            e = rel_err(g, w)
-            unwritten = np.isnan(g.astype(np.float64)) & np.isfinite(w.astype(np.float64))
-            if unwritten.any():
-                e = float("inf")
-                notes.append(f"output {k}: {int(unwritten.sum())} NaN elements where the reference is finite")
-        if e > t and not any(n.startswith(f"output {k}:") for n in notes):
-            notes.append(f"output {k} ({dt}): relative error {e:.3g} > {t:.3g}")
-        errs.append(e)
-        tols.append(t)
-    return all(e <= t for e, t in zip(errs, tols)), errs, tols, notes
+        return False, [], [], [f"{len(got)} outputs, the graph has {len(want)}"]
+    tols = [tolerance_for(graph, k, dt) for k, (_, dt) in enumerate(graph.output_types())]
+    c = outputs(got, want, tols)
+    return c.ok, list(c.errors), list(c.tolerances), list(c.notes)
 
 
 def validate(candidate: Callable, graph: Graph, inputs: Sequence | None = None, seed: int | None = None) -> Validation:
     """Run `candidate(*inputs)` and compare with the reference; never raises for a bad candidate.
 
     `inputs` default to :func:`~egraft.measure.inputs.random_inputs` drawn
-    from `seed`.  Output buffers are poisoned before the run (see the module
-    docstring).
+    from `seed`.
     """
     if inputs is None:
         inputs = random_inputs(graph, seed)
     inputs = [np.asarray(x) if not hasattr(x, "detach") else x for x in inputs]
-    want = reference(graph, [_as_numpy(x) for x in inputs])
+    want = reference(graph, [as_numpy(x) for x in inputs])
     try:
-        poison(candidate)
         got = candidate(*inputs)
         if not isinstance(got, (list, tuple)):
             got = [got]

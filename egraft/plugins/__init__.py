@@ -3,9 +3,9 @@
 * :mod:`.dynamo` — ``egraft_backend``, registered as the ``egraft``
   TorchDynamo backend (entry point ``torch_dynamo_backends``), so
   ``torch.compile(model, backend="egraft")`` works after ``pip install``.
-  Its parts: :mod:`.options` (the backend's options), :mod:`.binding` (a
-  Dynamo graph as a module with its weights bound), :mod:`.program`
-  (export, search, lower), :mod:`.partition` (the lowerable pieces of a
+  Its parts: :mod:`.binding` (a Dynamo graph as a module with its weights
+  bound), :mod:`.exported` (export, then the one pipeline,
+  ``egraft.search.pipeline``), :mod:`.partition` (the lowerable pieces of a
   graph that egraft cannot take whole).
 * :mod:`.vllm` — ``register()``, the ``vllm.general_plugins`` hook: the
   backend name for vLLM's compilation config and saved artifacts as torch

@@ -10,12 +10,16 @@ per input signature:
 1. the graph is rebound as a module with its weights as buffers and only
    the user's tensors as inputs (:mod:`.binding`), run once in PyTorch for
    its output structure and the reference outputs, and ``torch.export``-ed;
-2. the whole program is lowered, searched and compiled (:mod:`.program`);
+2. the whole program is lowered and compiled through the pipeline every
+   entry point shares (:mod:`.exported`, ``egraft.search.pipeline``: search,
+   the winner's executable, the check against the bound graph in PyTorch);
 3. if an op has no lowering, the program is split: lowerable pieces are
-   compiled, the rest runs in PyTorch, with ONE
-   :class:`EgraftFallbackWarning` naming the ops (:mod:`.partition`);
-4. the compiled graph is checked against the PyTorch outputs of step 1; a
-   mismatch warns and runs the graph in PyTorch, never returns wrong numbers.
+   compiled the same way, the rest runs in PyTorch, with ONE
+   :class:`EgraftFallbackWarning` naming the ops (:mod:`.partition`), and
+   the split graph is checked as a whole against the PyTorch outputs of
+   step 1 (the one check, ``egraft.measure.check``);
+4. a program that disagrees with PyTorch warns and runs the graph in
+   PyTorch, never returns wrong numbers.
 
 A graph that cannot be exported, mutates state, or cannot be split runs in
 PyTorch, with one warning saying why.  Any other error (a failing search, a
@@ -33,13 +37,18 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..errors import InputError, TraceError, UnsupportedOpError
+from ..errors import InputError, TraceError, UnsupportedOpError, ValidationError
 from ..ir import dtypes
-from ..measure.tolerances import rel_err, tolerance
+from ..measure import outputs, tolerance
+from ..search.config import CompileConfig
 from .binding import Bound, is_weight, placeholders, signature
-from .options import Options
-from .partition import CannotSplit, split_compile
 from .exported import compile_exported, device_of, export
+from .partition import CannotSplit, split_compile
+
+WHERE = "the egraft torch.compile backend"
+# A torch.compile call blocks the first forward pass, so the default search is short (the search cache makes
+# the next compile of the same graph return at once); the device is the inputs' own; no progress bar.
+DEFAULTS = {"budget": "10s", "device": None, "progress": False}
 
 _GRAPH_IDS = itertools.count(1)
 
@@ -52,16 +61,22 @@ def egraft_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opti
                    mode: str | None = None, **kwargs) -> "DynamoGraph":
     """The TorchDynamo backend: ``torch.compile(model, backend="egraft", options={...})``.
 
-    ``options`` (see :class:`~egraft.plugins.options.Options`): ``budget``,
-    ``device``, ``backend``, ``fitness``, ``limits``, ``seed``, ``cache``,
-    ``validate``, ``max_shapes``, ``progress``, over those of
-    ``$EGRAFT_DYNAMO_OPTIONS``; keyword arguments are merged into them (for
-    ``functools.partial(egraft_backend, budget=...)``).  ``example_inputs``
-    are not needed: compilation happens on the first call per signature,
-    with real inputs (Dynamo's may be fake tensors or SymInts).
+    ``options``: the fields of :class:`egraft.search.config.CompileConfig`
+    (``budget``, ``device``, ``backend``, ``fitness``, ``rules``, ``limits``,
+    ``seed``, ``cache``, ``validate``, ``max_shapes``, ``progress``, ...), over
+    those of ``$EGRAFT_DYNAMO_OPTIONS``, over this backend's defaults
+    (:data:`DEFAULTS`); keyword arguments are merged into them (for
+    ``functools.partial(egraft_backend, budget=...)``).  ``mode`` is an
+    Inductor setting egraft does not use: anything but the default is an
+    error rather than silently ignored.  ``example_inputs`` are not needed:
+    compilation happens on the first call per signature, with real inputs
+    (Dynamo's may be fake tensors or SymInts).
     """
     del example_inputs
-    return DynamoGraph(gm, Options.parse({**(options or {}), **kwargs}, mode))
+    if mode not in (None, "default"):
+        raise InputError(f"torch.compile mode={mode!r} is an Inductor setting; the egraft backend takes "
+                         "options={'budget': ..., 'fitness': ...} instead")
+    return DynamoGraph(gm, CompileConfig.parse(options, env=True, where=WHERE, defaults=DEFAULTS, **kwargs))
 
 
 @dataclass
@@ -83,8 +98,8 @@ class Entry:
 class DynamoGraph:
     """What the backend returns to Dynamo: the graph, compiled per input signature on first call."""
 
-    def __init__(self, gm: torch.fx.GraphModule, opts: Options):
-        self.gm, self.opts = gm, opts
+    def __init__(self, gm: torch.fx.GraphModule, config: CompileConfig):
+        self.gm, self.config = gm, config
         self.label = f"dynamo graph {next(_GRAPH_IDS)}"
         self.entries: dict[tuple, Entry] = {}
         self._names = placeholders(gm)
@@ -118,13 +133,14 @@ class DynamoGraph:
         return self.entries[key]
 
     def _build(self, key, args) -> Entry:
-        if key not in self.entries and len(self.entries) >= self.opts.max_shapes:
-            self._warn(f"compiled for {self.opts.max_shapes} input shapes (the max_shapes option); "
+        cfg = self.config
+        if key not in self.entries and len(self.entries) >= cfg.max_shapes:
+            self._warn(f"compiled for {cfg.max_shapes} input shapes (the max_shapes option); "
                        "further shapes run in PyTorch")
             return Entry(None, None)
         bound = Bound(self.gm, args, self._weights, self._names)
         user = bound.user_args(args)
-        device = device_of(args, self.opts)
+        cfg = cfg.with_(device=device_of(args, cfg))
         try:  # export runs on fake tensors: a graph that mutates state is refused before it runs for real
             ep = export(bound, user)
         except (TraceError, InputError) as e:
@@ -132,25 +148,31 @@ class DynamoGraph:
         except UnsupportedOpError as e:
             return self._eager(key, e.op)
         with torch.no_grad():
-            want = bound(*user)  # the output structure, and the reference for the check below
+            want = bound(*user)  # the output structure, and the reference for a split graph's check
         try:
-            exe, res = compile_exported(ep, self.opts, device, user, label=self.label)
-            entry = Entry(bound, _runner(exe), [res])
+            done = compile_exported(ep, cfg, user, bound, label=self.label)
+            entry = Entry(bound, _runner(done.executable), [done.result])
+        except ValidationError as e:
+            return self._eager(key, f"its compiled program does not match PyTorch ({_first_line(e)}); "
+                                    "please report this as an egraft bug")
         except UnsupportedOpError as first:
             try:
-                split = split_compile(ep, user, self.opts, device)
+                split = split_compile(ep, user, cfg)
             except CannotSplit as e:
                 return self._eager(key, f"it uses {first.op}, which egraft cannot lower, and {e}")
+            except ValidationError as e:
+                return self._eager(key, f"a compiled piece does not match PyTorch ({_first_line(e)}); "
+                                        "please report this as an egraft bug")
             ops = "; ".join(f"{op}" + (f" (at {src})" if src else "") for op, src in split.fallback_ops.items())
             self._warn(f"operators egraft cannot lower run in PyTorch: {ops}; "
                        f"the rest of the graph ({len(split.results)} piece(s)) is compiled by egraft")
             entry = Entry(bound, split, split.results, split.fallback_ops)
-        if self.opts.validate:
-            with torch.no_grad():
-                problem = mismatch(entry.run(*user), want)
-            if problem:
-                return self._eager(key, f"its compiled program does not match PyTorch on the first inputs "
-                                        f"({problem}); please report this as an egraft bug")
+            if cfg.validate:
+                with torch.no_grad():
+                    problem = mismatch(entry.run(*user), want)
+                if problem:
+                    return self._eager(key, f"its compiled program does not match PyTorch on the first inputs "
+                                            f"({problem}); please report this as an egraft bug")
         self.entries[key] = entry
         return entry
 
@@ -167,22 +189,15 @@ def _first_line(e: Exception) -> str:
 
 
 def mismatch(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> str:
-    """Why ``got`` does not match ``want`` (flat tensor outputs), or '' when it does.
+    """Why a split graph's flat outputs ``got`` do not match ``want``, or '' when they do.
 
-    Float outputs are compared by the norm-relative error against the
-    model-level tolerance of their dtype; integer and bool outputs exactly.
+    The one check (``egraft.measure.check.outputs``); with no single graph to
+    derive a budget from, each float output may differ by its dtype's
+    model-level tolerance (``egraft.measure.tolerance``); devices must match
+    too.
     """
-    if len(got) != len(want):
-        return f"{len(got)} outputs, PyTorch gives {len(want)}"
     for k, (g, w) in enumerate(zip(got, want)):
-        if tuple(g.shape) != tuple(w.shape) or g.dtype != w.dtype or g.device != w.device:
-            return (f"output {k} is {g.dtype} {tuple(g.shape)} on {g.device}, PyTorch gives {w.dtype} "
-                    f"{tuple(w.shape)} on {w.device}")
-        allowed = tolerance(dtypes.from_torch(w.dtype))
-        g, w = g.detach().cpu(), w.detach().cpu()
-        if w.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds it exactly
-            g, w = g.float(), w.float()
-        err = rel_err(g.numpy(), w.numpy())
-        if err > allowed:
-            return f"output {k}: relative error {err:.3g} > {allowed:.3g}"
-    return ""
+        if g.device != w.device:
+            return f"output {k} is on {g.device}, PyTorch gives {w.device}"
+    c = outputs(got, want, [tolerance(dtypes.from_torch(w.dtype)) for w in want], same_dtype=True)
+    return c.message or ("" if c.ok else "the outputs differ")

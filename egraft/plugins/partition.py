@@ -5,9 +5,10 @@ exact answer: the op has a rule in ``egraft.frontend.lowering.LOWERINGS``
 and every tensor it reads and writes has an IR dtype.  torch's
 ``CapabilityBasedPartitioner`` groups the supported nodes of the unlifted
 program (``ExportedProgram.module()``: weights are attributes again) into
-pieces without cycles; each piece becomes a small module traced, searched
-and lowered like a whole graph, with the weights it reads bound (they were
-``get_attr`` nodes of the parent).  The nodes left outside run as the ATen
+pieces without cycles; each piece becomes a small module exported and
+compiled through the same pipeline as a whole graph (checked against the
+piece run in PyTorch), with the weights it reads bound (they were
+``get_attr`` nodes of the parent) and its share of the budget.  The nodes left outside run as the ATen
 calls they are.
 
 A rule may still refuse a node with particular arguments
@@ -30,8 +31,8 @@ from ..errors import UnsupportedOpError
 from ..frontend.lowering import lookup, op_name
 from ..frontend.tracer import source_line
 from ..ir import dtypes
+from ..search.config import CompileConfig
 from .binding import Bound, placeholders
-from .options import Options
 from .exported import compile_exported, export
 
 PREFIX = "egraft_piece_"
@@ -123,8 +124,8 @@ def _fallback_ops(gm: torch.fx.GraphModule, support: _Support) -> dict[str, str 
     return out
 
 
-def _compile_piece(parent: torch.fx.GraphModule, node: torch.fx.Node, args: Sequence[Any], opts: Options,
-                   device: str, share: float, label: str):
+def _compile_piece(parent: torch.fx.GraphModule, node: torch.fx.Node, args: Sequence[Any], config: CompileConfig,
+                   label: str):
     if not all(isinstance(a, torch.Tensor) for a in args):
         # a python value computed by the PyTorch part can change from call to call; a piece would bake it in
         raise CannotSplit(f"{label} takes a python value computed outside it")
@@ -135,13 +136,15 @@ def _compile_piece(parent: torch.fx.GraphModule, node: torch.fx.Node, args: Sequ
     ep = export(bound, user)
     with torch.no_grad():
         bound(*user)  # records the output structure on real tensors (export ran it on fake ones)
-    exe, res = compile_exported(ep, opts, device, user, share, label)
-    return _Piece(bound, exe), res
+    done = compile_exported(ep, config, user, bound, label)
+    return _Piece(bound, done.executable), done.result
 
 
-def split_compile(ep: torch.export.ExportedProgram, user_args: Sequence[torch.Tensor], opts: Options,
-                  device: str) -> Split:
-    """Compile the lowerable pieces of ``ep`` with egraft; raises :class:`CannotSplit` if none remain."""
+def split_compile(ep: torch.export.ExportedProgram, user_args: Sequence[torch.Tensor], config: CompileConfig) -> Split:
+    """Compile the lowerable pieces of ``ep`` with egraft (`config` for its device; the pieces share its budget).
+
+    Raises :class:`CannotSplit` if no piece remains.
+    """
     refused: set[str] = set()
     while True:
         gm = ep.module(check_guards=False)  # a fresh copy each round
@@ -156,8 +159,9 @@ def split_compile(ep: torch.export.ExportedProgram, user_args: Sequence[torch.Te
         with torch.no_grad():
             recorder.run(*user_args)
         try:
-            pieces = [_compile_piece(fused, n, recorder.seen[str(n.target)], opts, device, 1.0 / len(calls),
-                                     f"piece {k + 1}/{len(calls)}") for k, n in enumerate(calls)]
+            share = config.with_(budget=config.budget.share(1.0 / len(calls)))
+            pieces = [_compile_piece(fused, n, recorder.seen[str(n.target)], share, f"piece {k + 1}/{len(calls)}")
+                      for k, n in enumerate(calls)]
         except UnsupportedOpError as e:
             op = e.op.split(" ")[0]
             if op in refused or not any(op_name(n.target) == op for n in ep.graph.nodes if n.op == "call_function"):

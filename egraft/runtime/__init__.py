@@ -8,9 +8,12 @@
 
 A load reads and checks the manifest (``manifest.read_manifest``), checks
 each file it reads against its recorded SHA-256, reads the weights and hands
-them to the loader of the artifact's backend, imported only then (so a JAX
-artifact never imports torch, and none imports egglog, deap, the tracer, the
-rewrites or the search).  ``docs/artifacts.md`` describes the directory, the
+them to the loader module the manifest names (``target["loader"]``, written
+from the backend's record when it was saved; a module with
+``load(directory, manifest, weights, device)`` and ``files(manifest)``),
+imported only then: so a JAX artifact never imports torch, and none imports
+the compiler (egglog, deap, the tracer, the rewrites, the search or the
+backends).  ``docs/artifacts.md`` describes the directory, the
 manifest's fields and the compatibility policy.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from types import ModuleType
 
 from ..errors import ArtifactError
 from . import outputs
@@ -25,9 +29,10 @@ from .artifact import Artifact, TensorSpec
 from .manifest import FORMAT, FORMAT_VERSION, read_manifest, read_verified
 from .weights import WEIGHTS_FILE, check_weights, parse_weights
 
-# backend name -> the module whose ``load(directory, manifest, weights, device)`` returns a runner
-LOADERS = {"jax": "egraft.runtime.jax_loader", "torch": "egraft.runtime.torch_loader",
-           "triton": "egraft.runtime.triton_loader"}
+# compatibility: artifacts written before the manifest named its loader (target["loader"]) hold one of
+# egraft's own three backends; their loader is found by backend name (docs/artifacts.md)
+LEGACY_LOADERS = {"jax": "egraft.runtime.jax_loader", "torch": "egraft.runtime.torch_loader",
+                  "triton": "egraft.runtime.triton_loader"}
 
 
 def device_kind(device: str) -> str:
@@ -35,6 +40,28 @@ def device_kind(device: str) -> str:
     if kind not in ("cpu", "cuda", "tpu"):
         raise ArtifactError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'tpu'")
     return kind
+
+
+def loader_of(manifest: dict, directory: str = "") -> ModuleType:
+    """The loader module `manifest` names (``target["loader"]``; the backend name for an older artifact), imported."""
+    target = manifest["target"]
+    backend = target.get("backend") if isinstance(target, dict) else None
+    name = target.get("loader") if isinstance(target, dict) and "loader" in target else LEGACY_LOADERS.get(backend)
+    where = repr(directory) if directory else "the artifact"
+    if not isinstance(name, str) or not name:
+        raise ArtifactError(f"{where} (backend {backend!r}) names no loader module in its manifest's "
+                            "target['loader']: rebuild it with `egraft compile`")
+    try:
+        mod = importlib.import_module(name)
+    except ImportError as e:
+        raise ArtifactError(f"{where} is run by the loader module {name!r} (backend {backend!r}), which cannot be "
+                            f"imported here ({type(e).__name__}: {e}): install the package that provides it") from None
+    missing = [f for f in ("load", "files") if not callable(getattr(mod, f, None))]
+    if missing:
+        raise ArtifactError(f"{where} names {name!r} as its loader, but that module has no {' or '.join(missing)}() "
+                            "(a loader defines load(directory, manifest, weights, device) and files(manifest)): "
+                            "rebuild the artifact with `egraft compile`")
+    return mod
 
 
 def load(directory: str | os.PathLike, device: str = "cpu") -> Artifact:
@@ -47,11 +74,7 @@ def load(directory: str | os.PathLike, device: str = "cpu") -> Artifact:
     if outputs.count(m["output_tree"]) != len(m["outputs"]):
         raise ArtifactError(f"{directory!r}: the manifest's output_tree takes {outputs.count(m['output_tree'])} "
                             f"tensor(s) but it lists {len(m['outputs'])} outputs; rebuild it with `egraft compile`")
-    backend = m["target"].get("backend")
-    if backend not in LOADERS:
-        raise ArtifactError(f"{directory!r} is for backend {backend!r}, which this egraft cannot load "
-                            f"(it loads {', '.join(LOADERS)}): upgrade egraft")
-    loader = importlib.import_module(LOADERS[backend])
+    loader = loader_of(m, directory)
     used = set(loader.files(m))
     for rel in m["files"]:  # the files the loader does not read are checked here
         if rel not in used and rel != WEIGHTS_FILE:
@@ -62,4 +85,5 @@ def load(directory: str | os.PathLike, device: str = "cpu") -> Artifact:
     return Artifact(directory, m, device, runner)
 
 
-__all__ = ["Artifact", "FORMAT", "FORMAT_VERSION", "LOADERS", "TensorSpec", "load", "outputs", "read_manifest"]
+__all__ = ["Artifact", "FORMAT", "FORMAT_VERSION", "LEGACY_LOADERS", "TensorSpec", "load", "loader_of", "outputs",
+           "read_manifest"]

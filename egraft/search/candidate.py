@@ -69,7 +69,7 @@ class Candidate:
 @dataclass(frozen=True)
 class Outcome:
     key: str
-    status: str  # timed | estimated | rejected | failed
+    status: str  # timed | estimated | rejected | failed | pruned | checked (validated, not timed)
     time_s: float
     spread: float = 0.0
     estimate_s: float = math.nan
@@ -78,12 +78,17 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("timed", "estimated")
+        return self.status in ("timed", "estimated", "checked")
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Task:
-    """What every candidate of one search is checked and measured against."""
+    """What every candidate of one search is checked and measured against (a value: nothing writes it).
+
+    The input sets default to two random ones for the seed, and their
+    reference outputs (``wants``) are computed once here unless given (the
+    Ray worker receives them with the task).
+    """
 
     reference: Graph  # the user's program (or one block of it): the oracle
     device: str = "cpu"
@@ -91,15 +96,14 @@ class Task:
     seed: int = 0
     inputs: list[list[np.ndarray]] = field(default_factory=list)
     wants: list[list[np.ndarray]] = field(default_factory=list, repr=False)
-    # a candidate whose first timed call exceeds this is not repeated (set by the search: a multiple of the best)
-    cap_s: float = math.inf
 
     def __post_init__(self):
         if self.fitness not in FITNESSES:
             raise ValueError(f"fitness must be one of {FITNESSES}, got {self.fitness!r}")
-        if not self.inputs:
-            self.inputs = [random_inputs(self.reference, self.seed + k) for k in (1, 2)]
-        self.wants = [reference(self.reference, xs) for xs in self.inputs]
+        inputs = self.inputs or [random_inputs(self.reference, self.seed + k) for k in (1, 2)]
+        object.__setattr__(self, "inputs", [list(xs) for xs in inputs])
+        if not self.wants:
+            object.__setattr__(self, "wants", [reference(self.reference, xs) for xs in self.inputs])
 
 
 def torch_inputs(xs):
@@ -150,34 +154,64 @@ class _OverCap(Exception):
         self.seconds = seconds
 
 
-KEEP_EXECUTABLES = 3  # the last few lowered candidates a task keeps (a 12-layer XLA compile takes seconds)
+KEEP_EXECUTABLES = 3  # the last few lowered candidates a memo keeps (a 12-layer XLA compile takes seconds)
 
 
-def executable(task: Task, cand: Candidate, pin: bool = False):
-    """`cand` lowered for `task`'s device, from the task's small memo when it was lowered lately (or pinned).
+class Executables:
+    """Lowered candidates by (candidate, device, bound weights): the last few, plus any pinned ones.
 
-    The memo lives in the task's ``__dict__`` (not a field: tasks travel to
-    Ray actors as their parts, never pickled with executables in them).
+    Each search (and each Ray actor) owns one; tasks stay plain values that
+    travel without executables in them.  The structural key leaves weight
+    values out, so the bound arrays' identities go in (each entry keeps its
+    graph, so those arrays stay alive and their ids cannot be reused).
     """
-    pinned = task.__dict__.setdefault("_pinned", {})
-    recent = task.__dict__.setdefault("_recent", OrderedDict())
-    # the structural key leaves weight values out: the bound arrays' identities go in (each entry keeps its
-    # graph, so those arrays stay alive and their ids cannot be reused)
-    key = (cand.key, tuple(sorted((k, id(v)) for k, v in cand.graph.weights.items())))
-    hit = pinned.get(key) or recent.get(key)
-    ex = hit[1] if hit else lower(cand.graph, cand.backend, task.device, dict(cand.knobs))
-    if pin:
-        pinned[key] = (cand.graph, ex)
-    elif key not in pinned:
-        recent[key] = (cand.graph, ex)
-        recent.move_to_end(key)
-        while len(recent) > KEEP_EXECUTABLES:
-            recent.popitem(last=False)
-    return ex
+
+    def __init__(self, keep: int = KEEP_EXECUTABLES):
+        self.keep = keep
+        self.pinned: dict = {}
+        self.recent: OrderedDict = OrderedDict()
+        self.held: set[str] = set()  # candidate keys pinned whenever lowered (a search's seeds)
+
+    def hold(self, keys) -> None:
+        """Pin the candidates with these keys whenever they are lowered (the final comparison reuses them)."""
+        self.held.update(keys)
+
+    def release(self) -> None:
+        """Drop every executable kept (the search is over)."""
+        self.pinned.clear()
+        self.recent.clear()
+        self.held.clear()
+
+    @staticmethod
+    def _key(cand: Candidate, device: str) -> tuple:
+        return cand.key, str(device), tuple(sorted((k, id(v)) for k, v in cand.graph.weights.items()))
+
+    def get(self, cand: Candidate, device: str, pin: bool = False):
+        """`cand` lowered for `device`, from the memo when it was lowered lately (or pinned)."""
+        key = self._key(cand, device)
+        hit = self.pinned.get(key) or self.recent.get(key)
+        ex = hit[1] if hit else lower(cand.graph, cand.backend, device, dict(cand.knobs))
+        if pin or cand.key in self.held:
+            self.pinned[key] = (cand.graph, ex)
+            self.recent.pop(key, None)
+        elif key not in self.pinned:
+            self.recent[key] = (cand.graph, ex)
+            self.recent.move_to_end(key)
+            while len(self.recent) > self.keep:
+                self.recent.popitem(last=False)
+        return ex
 
 
-def evaluate_one(task: Task, cand: Candidate, est: float | None = None, pin: bool = False) -> Outcome:
-    """Validate and time (or price) one candidate; never raises for the candidate's sake."""
+def evaluate_one(task: Task, cand: Candidate, est: float | None = None, *, cap_s: float = math.inf,
+                 memo: Executables | None = None, pin: bool = False, timed: bool = True) -> Outcome:
+    """Validate and time (or price) one candidate; never raises for the candidate's sake.
+
+    `cap_s`: a candidate whose first timed call exceeds it is not repeated
+    (the search passes a multiple of the best time so far).  `memo`: where
+    lowered candidates are kept (None: lowered afresh).  ``timed=False``
+    validates only: the outcome is ``checked``, its time the second checking
+    call's (a warm call: enough to size later timings, not to compare).
+    """
     key = cand.key
     est = bound(cand.graph, cand.backend, cand.knobs, task.device) if est is None else est
     if task.fitness == "model":
@@ -190,7 +224,7 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None, pin: boo
         return Outcome(key, "estimated", est if math.isfinite(est) else math.inf, estimate_s=est)
     t0 = _time.perf_counter()
     try:
-        ex = executable(task, cand, pin)
+        ex = (memo or Executables(0)).get(cand, task.device, pin)
     except Exception as e:  # noqa: BLE001
         return Outcome(key, "failed", math.inf, estimate_s=est, message=f"{type(e).__name__}: {e}")
     compile_s = _time.perf_counter() - t0
@@ -203,7 +237,7 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None, pin: boo
             took = _time.perf_counter() - t1
             # a first call (warm-up costs and all) this far over the cap: a program that materialises what
             # the best one streams; neither validated nor timed further, it cannot win
-            if took > FIRST_CALL_CAP * task.cap_s + FIRST_CALL_SLACK_S:
+            if took > FIRST_CALL_CAP * cap_s + FIRST_CALL_SLACK_S:
                 raise _OverCap(took)
             return out
         t1 = _time.perf_counter()
@@ -215,12 +249,14 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None, pin: boo
         why = check(task, run)
     except _OverCap as over:
         return Outcome(key, "pruned", over.seconds, 0.0, est, compile_s=compile_s,
-                       message=f"its first call took {over.seconds:.3g} s, far over the cap of {task.cap_s:.3g} s")
+                       message=f"its first call took {over.seconds:.3g} s, far over the cap of {cap_s:.3g} s")
     except Exception as e:  # noqa: BLE001
         why = f"raised {type(e).__name__}: {e}"
     if why:
         return Outcome(key, "rejected", math.inf, estimate_s=est, message=why, compile_s=compile_s)
-    if second and second[0] > task.cap_s:  # validated, and one call is evidence enough that it loses
+    if not timed:
+        return Outcome(key, "checked", second[0] if second else math.nan, 0.0, est, compile_s=compile_s)
+    if second and second[0] > cap_s:  # validated, and one call is evidence enough that it loses
         return Outcome(key, "timed", second[0], 0.0, est, message="one call only: slower than the cap",
                        compile_s=compile_s)
     tin = torch_inputs(task.inputs[0])
@@ -228,7 +264,7 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None, pin: boo
         t1 = _time.perf_counter()
         ex(*tin)
         first = max(_time.perf_counter() - t1, 1e-7)
-        if first > task.cap_s:  # far slower than the best so far: one call is evidence enough that it loses
+        if first > cap_s:  # far slower than the best so far: one call is evidence enough that it loses
             return Outcome(key, "timed", first, 0.0, est, message="one call only: slower than the cap",
                            compile_s=compile_s)
         t = time_calls(ex, tin, task.device, cand.backend, int(min(30, max(5, TARGET_S / first))))

@@ -9,12 +9,13 @@ known ones, whatever the entry point.
 
 What a search result depends on is :meth:`CompileConfig.identity`: device,
 backend request, fitness, the rule set (by the rules' own text, so editing
-a rule changes it), the saturation limits and the seed.  The search cache
-keys on it together with the program and the library versions; the budget
+a rule changes it), the saturation limits, the seed and whether repeated
+layers are searched once.  The search cache keys on it together with the
+program and the library versions (:mod:`egraft.search.stored`); the budget
 is not part of the identity but is stored beside a cached result, which
-answers a request only when it was found under at least the budget asked
-for (a result from a smaller budget may seed a larger search, never answer
-it).
+answers a request only when its budget :meth:`Budget.covers` the one asked
+for (a result from a smaller budget joins a larger search's final
+comparison, never answers it).
 """
 
 from __future__ import annotations
@@ -78,12 +79,18 @@ class Budget:
                       self.generations, self.population, self.patience)
 
     def covers(self, other: "Budget") -> bool:
-        """True when a search under this budget looked at least as hard as one under `other`."""
+        """True when a search under this budget looked at least as hard as one under `other`.
+
+        Hardness is the effort limits (seconds, trials, generations: each at
+        least as large, None being no limit) and the patience (a more patient
+        search stops later).  The population shapes a search, not its size:
+        the same trials spread over other generations are the same effort.
+        """
         def ge(a, b):  # None is "no limit": larger than any number
             return a is None or (b is not None and a >= b)
 
         return (ge(self.seconds, other.seconds) and ge(self.trials, other.trials)
-                and ge(self.generations, other.generations) and self.population >= other.population)
+                and ge(self.generations, other.generations) and self.patience >= other.patience)
 
 
 @dataclass(frozen=True)
@@ -102,11 +109,12 @@ class CompileConfig:
     max_shapes  compiled shape signatures kept per model or graph; beyond it new shapes run in PyTorch
                 (Dynamo) or are an error (``egraft.compile``), with one clear message
     progress    None (a progress bar on a terminal), True or False
+    reuse_layers  search each distinct repeated block once and reuse its winner (False: one whole-graph search)
     """
 
     device: str | None = "cpu"
     backend: str = "auto"
-    budget: Budget = field(default_factory=Budget)
+    budget: Budget = field(default_factory=Budget)  # parse() and with_() also take seconds, "20s", a dict
     fitness: str | None = None
     rules: tuple[str, ...] | None = None
     limits: Any = None  # egraft.rewrites.Limits | None
@@ -115,31 +123,28 @@ class CompileConfig:
     validate: bool = True
     max_shapes: int = 8
     progress: bool | None = None
+    reuse_layers: bool = True
 
     # --- parsing -------------------------------------------------------------------------------
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None = None, *, env: bool = False, where: str = "egraft",
-              **overrides) -> "CompileConfig":
+              defaults: Mapping[str, Any] | None = None, **overrides) -> "CompileConfig":
         """A checked config from `options` (and keyword `overrides` over them).
 
         With ``env=True`` the JSON object in ``$EGRAFT_DYNAMO_OPTIONS`` is read
-        first and overridden key by key.  `where` names the entry point in
-        error messages (``"egraft.compile"``, ``"the egraft torch.compile backend"``,
-        ``"egraft compile"``).
+        first and overridden key by key.  `defaults` are an entry point's own
+        defaults, under everything else (the Dynamo backend's shorter budget).
+        `where` names the entry point in error messages (``"egraft.compile"``,
+        ``"the egraft torch.compile backend"``, ``"egraft compile"``).
         """
-        given = {**(_from_env() if env else {}), **dict(options or {}), **overrides}
+        given = {**dict(defaults or {}), **(_from_env() if env else {}), **dict(options or {}), **overrides}
         known = [f.name for f in fields(cls)]
         unknown = sorted(set(given) - set(known))
         if unknown:
             raise InputError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; "
                              f"the options are {', '.join(known)}")
-        try:
-            budget = Budget.of(given.pop("budget", None))
-        except ValueError as e:
-            raise InputError(f"{where}: {e}") from None
-        cfg = cls(budget=budget, **{k: v for k, v in given.items()})
-        return cfg._checked(where)
+        return cls(**given)._checked(where)
 
     def _checked(self, where: str) -> "CompileConfig":
         if self.fitness not in FITNESSES:
@@ -162,16 +167,29 @@ class CompileConfig:
             raise InputError(f"{where}: max_shapes must be a positive integer, got {self.max_shapes!r}")
         if self.progress not in (None, True, False):
             raise InputError(f"{where}: progress must be True, False or None, got {self.progress!r}")
+        if not isinstance(self.reuse_layers, bool):
+            raise InputError(f"{where}: reuse_layers must be True or False, got {self.reuse_layers!r}")
+        budget = self.budget
+        if not isinstance(budget, Budget):
+            try:
+                budget = Budget.of(budget)
+            except ValueError as e:
+                raise InputError(f"{where}: {e}") from None
         rules = self.rules
         if rules is not None:
             if isinstance(rules, str):
                 rules = (rules,)
             rules = tuple(str(r) for r in rules)
-        return replace(self, device=dev, rules=rules, limits=_limits(self.limits, where))
+        return replace(self, device=dev, budget=budget, rules=rules, limits=_limits(self.limits, where))
 
-    def with_(self, **changes) -> "CompileConfig":
-        """A copy with some fields changed, checked again."""
-        return replace(self, **changes)._checked("egraft")
+    def with_(self, where: str = "egraft", **changes) -> "CompileConfig":
+        """A copy with some fields changed (parsed as :meth:`parse` parses them), checked again."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise InputError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; "
+                             f"the options are {', '.join(f.name for f in fields(self))}")
+        return replace(self, **changes)._checked(where)
 
     # --- what a result depends on ----------------------------------------------------------------
 
@@ -199,8 +217,10 @@ class CompileConfig:
                 h.update(r.egglog.encode())
             else:
                 code = getattr(r.apply, "__code__", None)
-                h.update(code.co_code if code is not None else repr(r.apply).encode())
-                h.update(repr(code.co_consts if code is not None else ()).encode())
+                if code is None:
+                    h.update(repr(r.apply).encode())
+                else:
+                    _hash_code(h, code)
         return h.hexdigest()[:16]
 
     def identity(self) -> dict:
@@ -215,6 +235,7 @@ class CompileConfig:
             "rules": self.rules_digest(),
             "limits": None if limits is None else asdict(limits),
             "seed": self.seed,
+            "reuse_layers": self.reuse_layers,
         }
 
     def budget_record(self) -> dict:
@@ -225,7 +246,20 @@ class CompileConfig:
         return {"device": self.device, "backend": self.backend, "budget": asdict(self.budget),
                 "fitness": self.fitness, "rules": list(self.rules) if self.rules is not None else None,
                 "limits": None if self.limits is None else asdict(self.limits), "seed": self.seed,
-                "validate": self.validate, "max_shapes": self.max_shapes}
+                "validate": self.validate, "max_shapes": self.max_shapes, "reuse_layers": self.reuse_layers}
+
+
+def _hash_code(h, code) -> None:
+    """A code object's bytecode and constants into `h`, nested functions by their own code (never by a repr,
+    which holds a memory address and would differ between processes)."""
+    h.update(code.co_code)
+    for c in code.co_consts:
+        if hasattr(c, "co_code"):
+            _hash_code(h, c)
+        elif isinstance(c, frozenset):  # its repr's order follows the string hash seed of the process
+            h.update(repr(sorted(map(repr, c))).encode())
+        else:
+            h.update(repr(c).encode())
 
 
 def _limits(limits, where: str):

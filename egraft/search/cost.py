@@ -11,8 +11,8 @@ candidates before (or instead of) timing them, which
 Assumptions, each a single place to change:
 
 * **Per call only.** Weight-only work is folded at build
-  (``backends.fold.plan``): folded values are weights the kernels read (their
-  bytes count), their computation does not.
+  (``backends.fold.plan``, which each backend's plan applies): folded values
+  are weights the kernels read (their bytes count), their computation does not.
 * **Peaks.** ``spec`` if given, else ``profiler.spec_for(device)`` (measured
   once per process on CPU, about a second; the datasheet table on CUDA/TPU,
   an assumed H100 SXM / TPU v5e, named so, where the device cannot be asked).
@@ -23,12 +23,13 @@ Assumptions, each a single place to change:
 * **Launch overhead** per kernel, by device kind (:data:`LAUNCH_S`): about
   1 µs per XLA op boundary on CPU and on TPU, 3 µs per CUDA kernel launch.
   Fixed per-call costs (argument handling, Python) are not included.
-* **Fusion.** Triton: its own partitioner (``backends.triton.partition``)
-  after the idiom expansion its build does.  ``jax`` / ``torch``: the
-  XLA-like rules of :func:`kernels.xla_roots`; knob ``idioms="primitive"``
-  expands idioms first, ``peephole`` is honoured, other knobs do not change
-  the work.  Causal attention is priced as full attention.  A graph that
-  only returns its inputs runs no kernel and is bounded by 0.
+* **Fusion.** Each backend's record says which kernels a call runs
+  (``Backend.plan`` -> ``backends.base.KernelPlan``, given every knob, the
+  defaults filling in those not chosen): Triton its own partitioner after the
+  idiom expansion its build does; ``jax`` / ``torch`` the XLA-like rules of
+  ``backends.xla_fusion`` (knobs ``idioms`` and ``peephole`` honoured, the
+  others do not change the work; causal attention priced as full attention).
+  A graph that only returns its inputs runs no kernel and is bounded by 0.
 * **Extraction.** :func:`node_cost` prices one e-node alone (no fusion, no
   sharing); ``Space.greedy`` sums it over trees, so it cannot see that a
   value shared by two consumers is computed once (it may pick
@@ -42,12 +43,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from ..backends.fold import plan as fold_plan
+from ..backends import get_backend, resolve
+from ..backends.base import default_knobs
 from ..ir import egraph
 from ..ir.egraph import ENode
-from ..errors import BackendError
 from ..ir import Group
-from ..ir.decompose import decompose
 from ..ir.graph import Graph
 from ..measure import DeviceSpec, parse, spec_for
 from ..measure.specs import H100_SXM, TPU_V5E
@@ -56,8 +56,6 @@ from .space import Space
 
 LAUNCH_S = {"cpu": 1e-6, "cuda": 3e-6, "tpu": 1e-6}
 """Seconds of fixed cost per kernel, by device kind (an assumption, not a measurement)."""
-
-BACKENDS = ("jax", "torch", "triton")
 
 
 @dataclass(frozen=True)
@@ -133,45 +131,22 @@ def _kernel_dtype(graph: Graph, k: K.Kernel, tf32: bool) -> str:
     return "tf32" if tf32 and dt == "float32" else dt
 
 
-# -- per-backend partition -------------------------------------------------------------------------
-def _triton(main: Graph, graph: Graph, knobs: dict) -> tuple[Graph, list[K.Kernel]]:
-    from ..backends.base import default_knobs
-    from ..backends.triton import knobs as triton_knobs
-    from ..backends.triton.expand import expand_idioms
-    from ..backends.triton.partition import partition
-
-    main = expand_idioms(main)
-    plans = partition(main, {**default_knobs(triton_knobs(graph)), **knobs})
-    dots = {nid: (f.a, f.b) for p in plans for nid, f in p.dots.items() if main.nodes[nid].op == "SumReduce"}
-    return main, K.kernels(main, {p.root for p in plans}, dots)
-
-
-def _xla(main: Graph, knobs: dict) -> tuple[Graph, list[K.Kernel]]:
-    if knobs.get("idioms", "library") == "primitive":
-        main = decompose(main)
-    mat, dots = K.xla_roots(main, knobs)
-    return main, K.kernels(main, mat, dots)
-
-
 def estimate(graph: Graph, backend: str = "jax", knobs: dict | None = None, device: str = "cpu",
              spec: DeviceSpec | None = None) -> Estimate:
-    """The roofline lower bound of one call of `graph` lowered by `backend` for `device`."""
-    knobs = dict(knobs or {})
-    kind = parse(device).kind
-    if backend == "auto":
-        backend = "triton" if kind == "cuda" else "jax"
-    if backend not in BACKENDS:
-        raise BackendError(f"the cost model knows backends {', '.join(BACKENDS)} (or 'auto'), not {backend!r}")
+    """The roofline lower bound of one call of `graph` lowered by `backend` (a registered one, or ``"auto"``)
+    for `device`, on the kernels of the backend's plan."""
+    b = get_backend(resolve(backend, device))
+    knobs = {**default_knobs(b.knobs(graph)), **(knobs or {})}
     spec = spec or device_spec(device)
-    launch = LAUNCH_S[kind]
-    main = fold_plan(graph).main
-    main, ks = _triton(main, graph, knobs) if backend == "triton" else _xla(main, knobs)
+    launch = LAUNCH_S[parse(device).kind]
+    p = b.plan(graph, knobs)
+    main = p.graph
     out = []
-    for k in ks:
+    for k in K.kernels(main, set(p.roots), dict(p.dots)):
         root = main.nodes[k.root]
         nbytes = sum(n * K.itemsize(main.nodes[j].dtype) for j, n in k.reads.items())
         nbytes += K.numel(root.shape) * K.itemsize(root.dtype)
-        dt = _kernel_dtype(main, k, bool(knobs.get("tf32")) and backend == "triton")
+        dt = _kernel_dtype(main, k, p.tf32)
         ops = tuple(main.nodes[i].op for i in k.nodes if main.nodes[i].op not in Group.LEAF | Group.MOVEMENT)
         out.append(KernelCost(ops, float(k.flops), float(nbytes), dt, roofline(spec, k.flops, nbytes, dt, launch)))
     return Estimate(tuple(out), sum(k.flops for k in out), sum(k.bytes for k in out), sum(k.bound_s for k in out),
@@ -243,5 +218,5 @@ def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
     return cov / math.sqrt(vx * vy)
 
 
-__all__ = ["BACKENDS", "LAUNCH_S", "Estimate", "KernelCost", "device_spec", "estimate", "node_cost",
+__all__ = ["LAUNCH_S", "Estimate", "KernelCost", "device_spec", "estimate", "node_cost",
            "rank_correlation", "roofline", "weight_only_classes"]

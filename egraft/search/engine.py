@@ -1,299 +1,324 @@
-"""``search(graph, ...)``: saturate, search every distinct block, splice, compare with the direct lowering.
+"""``search(graph, config)``: saturate, search every distinct block, splice, compare every contender.
 
-The steps, each visible in :class:`SearchResult`:
+The steps, each timed in :attr:`SearchResult.stages`:
 
-1. **Cache.**  A result for the same program (structural hash), device,
-   backend request, fitness and library versions is returned at once.
-2. **Saturate** (unless a saturation result is given).
-3. **Baseline.**  The direct lowering (the input graph, the default backend
-   for the device, default knobs) is validated and measured first; if the
-   model's own program fails there, the search stops with a clear error.
-4. **Search.**  For a stitched saturation (repeated layers) one genetic
-   search per distinct block, in its real context, the winner reused for
-   every occurrence (:mod:`.layered`); otherwise one search of the whole
+1. **Cache** (``cache``).  The key is the program's structural hash, the
+   config's identity (device, backend request, fitness, rules digest,
+   saturation limits, seed, per-block reuse) and the library versions
+   (:mod:`.stored`).  An entry searched under a budget that covers the one
+   asked for is returned at once; one from a smaller budget only joins the
+   final comparison of a new search.
+2. **Saturate** (``saturate``; unless a saturation of `graph` under the
+   config's rules and limits is given).
+3. **Reference** (``reference``): the input sets and the float64 reference
+   outputs every candidate is checked against, computed once.
+4. **Baseline** (``baseline``).  The direct lowering (the input graph, the
+   first candidate backend for the device, default knobs) is lowered and
+   validated; if the model's own program fails there, the search stops with
+   a clear error.  A short timing (about ``candidate.TARGET_S`` of calls)
+   sets the genetic search's cap; the final comparison times it again with
+   the other contenders.
+5. **Search** (``search``).  For a stitched saturation (repeated layers) one
+   genetic search per distinct block, in its real context, the winner reused
+   for every occurrence (:mod:`.per_block`); otherwise one search of the whole
    e-graph.  The population is seeded with the greedy and the
-   cost-model-best extractions for each backend, plus random genomes.
-5. **Final comparison.**  The spliced program is validated as a whole and
-   timed against the direct lowering, interleaved round by round, so both
-   see the same machine; the lower median wins (a search never returns a
-   program slower than the direct lowering), and a spread above the noise
-   threshold is flagged (``noisy``) rather than hidden.
+   cost-model-best extractions on each candidate backend, plus random genomes.
+6. **Final comparison** (``final_check``, ``final_timing``; :mod:`.final`).
+   The direct lowering, every seeded extraction as a whole program, the
+   spliced winner, its late-knob variants and any smaller-budget cached
+   result, validated as whole programs and timed interleaved: the lowest
+   median wins, so the search never returns a program that one of its
+   seeds beats beyond noise.  A seed that the search itself measured over
+   ``SCREEN`` times slower than the winner is not timed again.
 """
 
 from __future__ import annotations
 
 import math
 import time as _time
+from dataclasses import asdict, dataclass
 
-from ..backends import get_backend, resolve
+from ..backends import candidates, get_backend
 from ..backends.base import default_knobs
-from .cache import Cache, CacheKey, default_cache, device_id
-from ..errors import BackendError, IRError, SearchError
+from ..errors import BackendError, InputError, SearchError
 from ..ir.graph import Graph
-from ..ir.serialize import graph_from_dict, graph_to_dict
-from ..measure import available, interleaved, noisy, parse
-from .candidate import Candidate, Task, bound, evaluate_one, executable, knob_items, torch_inputs
+from ..measure import available
+from . import final, stored
+from .cache import default_cache
+from .candidate import Candidate, Executables, Task, evaluate_one, knob_items
+from .config import Budget, CompileConfig
 from .evaluators import LocalEvaluator
-from .genetic import Budget, evolve
-from .genome import LATE_KNOBS, GenomeSpace
+from .genetic import evolve
+from .genome import GenomeSpace
 from .per_block import block_tasks, splice
 from .result import SearchResult, Trial
 from .space import Space
 
-ORDER = {"cpu": ("jax", "torch"), "cuda": ("triton", "jax", "torch"), "tpu": ("jax",)}
-FINAL_ROUNDS = 5
-LATE_KNOB_MIN_S = 10.0  # an Inductor compile takes seconds to tens of seconds on one core and cannot be stopped
-MAX_FINAL_CALLS = 7  # per turn; fewer when the budget's remainder is short (a 12-layer model: 0.1 s a call)
-SEARCH_SHARE = 0.8  # of the time budget, less saturation's and the baseline's time; the rest: the final comparison
-MIN_SEARCH_SHARE = 0.25
+SEARCH_SHARE = 0.85  # of the time budget, less what came before it: the genetic search's end
+MIN_SEARCH_SHARE = 0.25  # ... never less than this share
+FINAL_SHARE = 0.15  # of the time budget: the final comparison's timed calls (at least FINAL_MIN_S)
+FINAL_MIN_S = 1.0
+LATE_KNOB_BUDGET_S = 50.0  # late knobs need this budget: an Inductor compile takes seconds to tens of seconds
+# on one core and cannot be stopped
+SCREEN = 1.5  # a seed the search measured this many times slower than the winner is not timed again
 
 
 def candidate_backends(backend: str, device: str) -> list[str]:
-    """The backends the search may pick on `device`: one when named, all that run there for 'auto'."""
-    kind = parse(device).kind
-    if backend != "auto":
-        b = get_backend(backend)
-        if kind not in b.devices:
-            raise SearchError(f"backend {backend!r} does not run on {device!r} (it runs on {', '.join(b.devices)})")
-        return [backend]
-    out = []
-    for name in ORDER[kind]:
-        try:
-            if kind in get_backend(name).devices:
-                out.append(name)
-        except (BackendError, ImportError):
-            continue
-    if not out:
-        raise SearchError(f"no backend runs on {device!r} here; install jax (or torch) for it")
-    return out
-
-
-def _key(graph: Graph, backend: str, device: str, fitness: str) -> CacheKey:
-    return CacheKey(program=graph.structural_hash(), device=device_id(device), backend=backend,
-                    knobs={"search": "genetic/1", "fitness": fitness})
-
-
-def _from_cache(doc: dict, graph: Graph, t0: float) -> SearchResult | None:
+    """The backends the search may pick on `device`: `backend` when named, every one that runs there for auto."""
     try:
-        prog = graph_from_dict(doc["graph"], graph.weights)
-        s = doc["summary"]
-        res = SearchResult(prog, s["backend"], dict(s["knobs"]), float(s["time_s"]), float(s["baseline_time_s"]),
-                           device=s["device"], fitness=s["fitness"], seed=s["seed"], spread=s["spread"] or 0.0,
-                           baseline_spread=s["baseline_spread"] or 0.0, counts=dict(s["counts"]),
-                           estimate_s=s["estimate_s"] or math.nan, blocks=dict(s["blocks"]),
-                           baseline_estimate_s=s["baseline_estimate_s"] or math.nan, noisy=bool(s["noisy"]),
-                           rank_correlation=s["rank_correlation"] or math.nan, from_cache=True,
-                           notes=list(s["notes"]) + ["returned from the search cache"],
-                           saturation=dict(s.get("saturation") or {}))
-    except (KeyError, TypeError, ValueError, IRError):
-        return None  # an entry of another shape: search again (and overwrite it)
-    if prog.input_names() != graph.input_names() or prog.output_types() != graph.output_types():
-        return None
-    res.search_s = _time.perf_counter() - t0
-    res.stages = {"cache": round(res.search_s, 4)}
-    return res
+        return candidates(backend, device)
+    except BackendError as e:
+        raise SearchError(str(e)) from None
 
 
-def _interleaved(task: Task, cands: list[Candidate], rounds: int, calls: int = MAX_FINAL_CALLS) -> list:
-    """Time each candidate `rounds` times in turn (same machine state for all), `calls` calls a turn; a Timing each."""
-    exes = [executable(task, c) for c in cands]
-    tin = torch_inputs(task.inputs[0])
-    fns = {str(k): (lambda ex=ex: ex(*tin)) for k, ex in enumerate(exes)}
-    out = interleaved(fns, task.device, rounds, calls, jax={str(k) for k, c in enumerate(cands) if c.backend == "jax"})
-    return [out[str(k)] for k in range(len(cands))]
+def search(graph: Graph, config: CompileConfig | None = None, *, saturation=None, evaluator=None, inputs=None,
+           progress=None, **options) -> SearchResult:
+    """Search the programs equal to `graph` for the fastest on the config's device (module docstring).
 
-
-def final_calls(allowance_s: float | None, per_call_s: float) -> int:
-    """Calls per turn of the final comparison, so its FINAL_ROUNDS turns (each with a warm-up call) fit the allowance."""
-    if allowance_s is None or not math.isfinite(per_call_s) or per_call_s <= 0:
-        return MAX_FINAL_CALLS
-    return max(1, min(MAX_FINAL_CALLS, int(allowance_s / (FINAL_ROUNDS * per_call_s)) - 1))
-
-
-def _seeds(gs: GenomeSpace, space: Space, device: str) -> list[list[int]]:
-    from .cost import node_cost
-
-    chs = [space.greedy_choice()]
-    try:
-        chs.append(space.greedy_choice(node_cost(device=device)))
-    except Exception:  # noqa: BLE001 - no cost-model seed is a weaker start, not a failure
-        pass
-    out = []
-    for ch in chs:
-        for b in gs.backends:
-            g = gs.encode(ch, b)
-            if g not in out:
-                out.append(g)
-    return out
-
-
-def search(graph: Graph, backend: str = "auto", device: str = "cpu", budget=None, seed: int = 0, *,
-           saturation=None, fitness: str | None = None, evaluator=None, cache: bool | Cache = True,
-           progress=None, inputs=None, reuse_layers: bool = True, rules=None, limits=None) -> SearchResult:
-    """Search the programs equal to `graph` for the fastest on `device`; see the module docstring.
-
-    `budget`: seconds (a number, ``"60s"``, ``"2m"``) or a :class:`Budget`
-    (seconds / trials / generations / population); default 30 s.
-    `fitness`: ``"measured"`` (default where the device exists) or ``"model"``
-    (the roofline estimate; the default for an absent device).  `evaluator`:
-    a :class:`LocalEvaluator` (default) or a Ray evaluator.  `cache`: True
-    (the default cache), False, or a :class:`egraft.search.cache.Cache`.  `progress`:
-    None (a progress bar on a terminal), True/False, or a progress object.
+    `config`: a :class:`CompileConfig`; `options` (``backend=``, ``device=``,
+    ``budget=``, ``seed=``, ``fitness=``, ``cache=``, ``rules=``, ``limits=``,
+    ``reuse_layers=``) are parsed into one, or change the one given.
+    `saturation`: a saturation of `graph` under the config's rules and limits
+    (the cache key assumes so).  `evaluator`: a :class:`LocalEvaluator`
+    (default) or a Ray evaluator.  `inputs`: the input sets candidates are
+    checked on (default: two random ones for the seed).  `progress`: a
+    progress object, or True/False/None (None: the config's setting).
     """
     t0 = _time.perf_counter()
-    dev = str(parse(device))
-    fitness = fitness or ("measured" if available(dev) else "model")
+    if config is not None and not isinstance(config, CompileConfig):
+        raise InputError(f"egraft.search.search(graph, config, **options): config must be a CompileConfig, got "
+                         f"{config!r}; pass backend=, device=, budget= and seed= as keywords")
+    if config is None:
+        config = CompileConfig.parse(options, where="egraft.search.search")
+    elif options:
+        config = config.with_("egraft.search.search", **options)
+    dev = config.device or "cpu"
+    fitness = config.fitness or ("measured" if available(dev) else "model")
     if fitness == "measured" and not available(dev):
         raise SearchError(f"cannot measure on {dev!r}: it is not on this machine; use fitness='model' "
                           "to search by the cost model's estimates")
-    backends = candidate_backends(backend, dev)
-    plan = Budget.of(budget)
-    store = (default_cache() if cache is True else cache) if cache else None
-    key = _key(graph, backend, dev, fitness)
-    if store is not None:
-        doc = store.get(key)
-        hit = _from_cache(doc, graph, t0) if doc else None
-        if hit is not None:
-            return hit
+    config = config.with_(device=dev, fitness=fitness)
+    backends = candidate_backends(config.backend, dev)
+    store = (default_cache() if config.cache is True else config.cache) if config.cache else None
+    key = stored.key(graph, config)
+    prior = stored.lookup(store, key, graph, t0) if store is not None else None
+    if prior is not None and prior.budget.covers(config.budget):
+        return prior.result
     from .progress import Progress
 
-    prog = progress if progress not in (None, True, False) else Progress(
-        plan.seconds, plan.trials, enabled=None if progress is None else bool(progress))
+    plan = config.budget
+    if progress in (None, True, False):
+        progress = Progress(plan.seconds, plan.trials,
+                            enabled=config.progress if progress is None else bool(progress))
+    memo = getattr(evaluator, "memo", None) or Executables()
     own = evaluator is None
-    evaluator = evaluator or LocalEvaluator()
-    stages: dict[str, float] = {}
+    evaluator = evaluator or LocalEvaluator(memo=memo)
     try:
-        with prog:
-            res = _run(graph, backends, backend, dev, plan, seed, saturation, fitness, evaluator, prog, inputs,
-                       reuse_layers, rules, limits, stages)
+        with progress:
+            res = _Run(graph, config, backends, evaluator, memo, progress, t0).result(
+                saturation, inputs, prior.result if prior is not None else None)
     finally:
+        memo.release()
         if own:
             evaluator.close()
-    res.search_s = _time.perf_counter() - t0
-    res.stages = {k: round(v, 4) for k, v in stages.items()}
     if store is not None and not res.interrupted:
-        store.put(key, {"graph": graph_to_dict(res.graph), "summary": res.summary()})
+        stored.save(store, key, res)
     return res
 
 
-def _run(graph, backends, backend, dev, plan, seed, saturation, fitness, evaluator, prog, inputs, reuse_layers,
-         rules, limits, stages) -> SearchResult:
-    t = _time.perf_counter()
-    if saturation is None:
-        from ..rewrites import saturate
+def _seeds(gs: GenomeSpace, space: Space, device: str) -> dict[str, list[int]]:
+    """The seeded genomes by label: the greedy and the cost-model-best extraction on each backend."""
+    from .cost import node_cost
 
-        saturation = saturate(graph, rules, limits)
-        stages["saturate"] = _time.perf_counter() - t
-    # baseline: the direct lowering
-    t = _time.perf_counter()
-    base_backend = resolve(backend, dev)
-    base_backend = base_backend if base_backend in backends else backends[0]
-    task = Task(graph, dev, fitness, seed, [list(x) for x in inputs] if inputs else [])
-    direct = Candidate(graph, base_backend, knob_items(default_knobs(get_backend(base_backend).knobs(graph))))
-    base_out = evaluate_one(task, direct, pin=True)
-    if not base_out.ok:
-        raise SearchError(f"the model's own program does not run on {base_backend!r} on {dev!r}: "
-                          f"{base_out.message or base_out.status}")
-    stages["baseline"] = _time.perf_counter() - t
-    # search
-    t = _time.perf_counter()
-    # the genetic search gets what saturation and the baseline left of its share (never under MIN_SEARCH_SHARE)
-    left = max(plan.seconds * MIN_SEARCH_SHARE, plan.seconds * SEARCH_SHARE - sum(stages.values())) \
-        if plan.seconds is not None else None
-    search_plan = plan if plan.seconds is None else Budget(left, plan.trials, plan.generations,
-                                                           plan.population, plan.patience)
-    parts = block_tasks(saturation) if reuse_layers and saturation.parts else []
-    res = SearchResult(graph, base_backend, dict(direct.knobs), base_out.time_s, base_out.time_s, device=dev,
-                       fitness=fitness, seed=seed, spread=base_out.spread, baseline_spread=base_out.spread,
-                       estimate_s=base_out.estimate_s, baseline_estimate_s=base_out.estimate_s)
-    counts: dict[str, int] = {}
-    jobs = ([(p.key, p.space, p.reference, p.nodes * p.occurrences, p.occurrences) for p in parts] if parts
-            else [("", Space.from_egraph(saturation), graph, 1, 1)])
-    total = sum(j[3] for j in jobs)
-    chosen: dict[str, Graph] = {}  # block key ("" for the whole graph) -> its chosen program
-    heaviest = None
-    for key, space, ref, weight, occ in jobs:
-        label = key[:12]
-        btask = task if ref is graph else Task(ref, dev, fitness, seed)
-        gs = GenomeSpace(space, space.greedy_choice(), backends, ref)
-        ev = evolve(gs, btask, evaluator, search_plan.share(weight / total), seed, _seeds(gs, space, dev), prog,
-                    label, len(res.trials), base_out.time_s)
-        res.trials += ev.trials
-        res.history += ev.history
-        for k, v in ev.counts.items():
-            counts[k] = counts.get(k, 0) + v
-        res.interrupted |= ev.interrupted
-        if ev.best_candidate is None:
-            res.notes.append(f"block {label or 'graph'}: no candidate validated; its direct program is kept")
-            continue
-        chosen[key] = ev.best_candidate.graph
-        score = ev.best_outcome.time_s * occ
-        if heaviest is None or score > heaviest[0]:
-            heaviest = (score, ev.best_candidate)
-        if res.interrupted:
-            break
-    res.counts = counts
-    res.saturation = {"classes": saturation.classes, "nodes": saturation.nodes,
-                      "iterations": saturation.iterations, "stop_reason": saturation.stop_reason,
-                      "seconds": round(saturation.seconds, 4)}
-    res.blocks = {"distinct": len(parts), "occurrences": sum(p.occurrences for p in parts)} if parts else {}
-    stages["search"] = _time.perf_counter() - t
-    if heaviest is None:
-        return res  # nothing beat or even matched: the direct lowering stands
-    cand_b = heaviest[1]
-    # a block without a winner (none validated, or not reached before Ctrl-C) keeps its own program
-    program = splice(graph, saturation.parts, chosen) if parts else chosen[""]
-    best = Candidate(program, cand_b.backend, cand_b.knobs)
-    allowance = None if plan.seconds is None else max(2.0, plan.seconds * (1 - SEARCH_SHARE))
-    return _final(res, task, direct, best, base_out, stages, allowance)
+    chs = {"greedy": space.greedy_choice()}
+    try:
+        chs["model"] = space.greedy_choice(node_cost(device=device))
+    except Exception:  # noqa: BLE001 - no cost-model seed is a weaker start, not a failure
+        pass
+    return {f"{name}/{b}": gs.encode(ch, b) for name, ch in chs.items() for b in gs.backends}
 
 
-def _final(res: SearchResult, task: Task, direct: Candidate, best: Candidate, base_out, stages,
-           allowance: float | None = None) -> SearchResult:
-    t = _time.perf_counter()
-    from .cost import rank_correlation
+@dataclass(frozen=True)
+class _Searched:
+    """What the genetic search stage yields: the final comparison's contenders and the search's log."""
 
-    pairs = [(tr.estimate_s, tr.time_s) for tr in res.trials if tr.status == "timed" and math.isfinite(tr.estimate_s)]
-    if len(pairs) >= 3:
-        res.rank_correlation = rank_correlation([a for a, _ in pairs], [b for _, b in pairs])
-    if best.key == direct.key:
-        stages["final"] = _time.perf_counter() - t
-        return res
-    out = evaluate_one(task, best)
-    if not out.ok:  # a spliced program that fails as a whole is never returned
-        res.notes.append(f"the searched program failed as a whole ({out.status}: {out.message[:200]}); "
-                         "the direct lowering is kept")
-        stages["final"] = _time.perf_counter() - t
-        return res
-    if task.fitness == "model":
-        if out.time_s < base_out.time_s:
-            res.graph, res.backend, res.knobs = best.graph, best.backend, dict(best.knobs)
-            res.time_s, res.estimate_s = out.time_s, out.estimate_s
-        stages["final"] = _time.perf_counter() - t
-        return res
-    for (b, name), value in LATE_KNOBS.items():  # expensive knobs: tried once, on the winner, if time is left
-        if best.backend != b or dict(best.knobs).get(name) == value:
-            continue
-        if allowance is not None and allowance < LATE_KNOB_MIN_S:
-            res.notes.append(f"late knob {b}.{name}={value} not tried: its compile does not fit the "
-                             f"{allowance:.0f} s the budget keeps for the end")
-            continue
-        late = Candidate(best.graph, b, knob_items({**dict(best.knobs), name: value}))
-        lo = evaluate_one(task, late)
-        res.counts[lo.status] = res.counts.get(lo.status, 0) + 1
-        res.trials.append(Trial(len(res.trials), late.key, lo.status, lo.time_s, lo.spread, lo.estimate_s, b,
-                                -1, "", f"late knob {name}={value}: {lo.message}"[:300]))
-        if lo.ok and lo.time_s < out.time_s:
-            best, out = late, lo
-    tb, tw = _interleaved(task, [direct, best], FINAL_ROUNDS, final_calls(allowance, base_out.time_s + out.time_s))
-    res.baseline_time_s, res.baseline_spread = tb.median, tb.spread
-    res.noisy = noisy(tb) or noisy(tw)
-    if tw.median < tb.median:
-        res.graph, res.backend, res.knobs = best.graph, best.backend, dict(best.knobs)
-        res.time_s, res.spread, res.estimate_s = tw.median, tw.spread, bound(best.graph, best.backend, best.knobs,
-                                                                            task.device)
-    else:
-        res.time_s, res.spread = tb.median, tb.spread
-        res.notes.append("the direct lowering measured as fast as the searched program; it is kept")
-    stages["final"] = _time.perf_counter() - t
-    return res
+    contenders: list  # final.Contender: each seed as a whole program, then the spliced winner
+    winner: Candidate | None
+    trials: list
+    history: list
+    counts: dict
+    notes: list
+    interrupted: bool
+    blocks: dict
+
+
+class _Run:
+    """One search's stages; :meth:`result` runs them and builds the SearchResult once."""
+
+    def __init__(self, graph, config, backends, evaluator, memo, progress, t0):
+        self.graph, self.config, self.backends = graph, config, backends
+        self.evaluator, self.memo, self.progress, self.t0 = evaluator, memo, progress, t0
+        self.stages: dict[str, float] = {}
+        self.dev, self.fitness = config.device, config.fitness
+
+    def _stage(self, name: str, t: float) -> float:
+        now = _time.perf_counter()
+        self.stages[name] = self.stages.get(name, 0.0) + now - t
+        return now
+
+    def result(self, saturation, inputs, prior: SearchResult | None) -> SearchResult:
+        graph, dev, plan = self.graph, self.dev, self.config.budget
+        t = _time.perf_counter()
+        if saturation is None:
+            from ..rewrites import saturate
+
+            saturation = saturate(graph, self.config.rule_specs(), self.config.limits)
+            t = self._stage("saturate", t)
+        task = Task(graph, dev, self.fitness, self.config.seed, [list(x) for x in inputs] if inputs else [])
+        t = self._stage("reference", t)
+        base = self.backends[0]
+        direct = Candidate(graph, base, knob_items(default_knobs(get_backend(base).knobs(graph))))
+        base_out = evaluate_one(task, direct, memo=self.memo, pin=True)
+        if not base_out.ok:
+            raise SearchError(f"the model's own program does not run on {base!r} on {dev!r}: "
+                              f"{base_out.message or base_out.status}")
+        t = self._stage("baseline", t)
+        spent = _time.perf_counter() - self.t0
+        left = None if plan.seconds is None else max(plan.seconds * MIN_SEARCH_SHARE,
+                                                     plan.seconds * SEARCH_SHARE - spent)
+        search_plan = plan if left is None else Budget(left, plan.trials, plan.generations, plan.population,
+                                                       plan.patience)
+        searched = self._evolve(saturation, task, search_plan, base_out.time_s)
+        t = self._stage("search", t)
+        contenders = [final.Contender("direct", direct, base_out.time_s), *searched.contenders,
+                      *self._late(searched.winner, plan.seconds, searched.notes)]
+        if prior is not None:
+            contenders.append(final.Contender("cached", Candidate(prior.graph, prior.backend,
+                                                                  knob_items(prior.knobs))))
+        allowance = None if plan.seconds is None else max(FINAL_MIN_S, plan.seconds * FINAL_SHARE)
+        fin = final.run(task, contenders, self.memo, allowance)
+        self.stages.update(fin.stages)
+        return self._build(fin, searched, saturation, prior)
+
+    def _evolve(self, saturation, task: Task, plan: Budget, baseline_s: float) -> "_Searched":
+        """The genetic search per distinct block (or of the whole graph) and the contenders it yields."""
+        graph, dev = self.graph, self.dev
+        parts = block_tasks(saturation) if self.config.reuse_layers and saturation.parts else []
+        jobs = ([(p.key, p.space, p.reference, p.nodes * p.occurrences, p.occurrences) for p in parts] if parts
+                else [("", Space.from_egraph(saturation), graph, 1, 1)])
+        total = sum(j[3] for j in jobs)
+        trials, history, counts, notes = [], [], {}, []
+        chosen: dict[str, Graph] = {}  # block key ("" for the whole graph) -> its chosen program
+        seeds: dict[str, dict[str, tuple]] = {}  # label -> block key -> (candidate, outcome or None)
+        heaviest, best_out, interrupted, winner_s = None, None, False, 0.0
+        for key, space, ref, weight, occ in jobs:
+            label = key[:12]
+            btask = task if ref is graph else Task(ref, dev, self.fitness, self.config.seed)
+            gs = GenomeSpace(space, space.greedy_choice(), self.backends, ref)
+            sg = _seeds(gs, space, dev)
+            scands = {name: gs.candidate(g) for name, g in sg.items()}
+            if not parts:
+                self.memo.hold(c.key for c in scands.values())  # whole programs: the final reuses them
+            population = [g for i, g in enumerate(sg.values()) if g not in list(sg.values())[:i]]
+            ev = evolve(gs, btask, self.evaluator, plan.share(weight / total), self.config.seed, population,
+                        self.progress, label, len(trials), baseline_s)
+            trials += ev.trials
+            history += ev.history
+            for k, v in ev.counts.items():
+                counts[k] = counts.get(k, 0) + v
+            for name, c in scands.items():
+                seeds.setdefault(name, {})[key] = (c, ev.outcomes.get(c.key), occ)
+            interrupted |= ev.interrupted
+            if ev.best_candidate is None:
+                notes.append(f"block {label or 'graph'}: no candidate validated; its direct program is kept")
+            else:
+                chosen[key] = ev.best_candidate.graph
+                winner_s += ev.best_outcome.time_s * occ
+                score = ev.best_outcome.time_s * occ
+                if heaviest is None or score > heaviest[0]:
+                    heaviest = (score, ev.best_candidate)
+                    best_out = ev.best_outcome
+            if interrupted:
+                break
+
+        def whole(programs: dict[str, Graph]) -> Graph:
+            # a block without a program (none validated, or not reached before Ctrl-C) keeps its own
+            return splice(graph, saturation.parts, programs) if parts else programs[""]
+
+        contenders = []
+        complete = len(chosen) == len(jobs) and math.isfinite(winner_s)
+        for name, per in seeds.items():
+            outs = [o for _, o, _ in per.values()]
+            if any(o is not None and o.status in ("rejected", "failed") for o in outs):
+                continue  # a seed wrong in one block is wrong as a whole
+            # only medians screen: a one-call time (a candidate stopped at the cap) carries first-call costs
+            known = all(o is not None and o.status == "timed" and not o.message for o in outs) \
+                and len(per) == len(jobs)
+            seed_s = sum(o.time_s * occ for _, o, occ in per.values()) if known else math.nan
+            if self.fitness == "measured" and complete and known and seed_s > SCREEN * winner_s:
+                notes.append(f"seed {name} left out of the final comparison: the search measured it "
+                             f"{seed_s / winner_s:.1f}x slower than its winner")
+                continue
+            first = next(iter(per.values()))[0]
+            cand = Candidate(whole({k: c.graph for k, (c, _, _) in per.items()}), first.backend, first.knobs)
+            contenders.append(final.Contender(name, cand, None if parts else _checked(per[""][1])))
+        winner = None
+        if heaviest is not None:
+            best = heaviest[1]
+            winner = Candidate(whole(chosen), best.backend, best.knobs)
+            contenders.append(final.Contender("searched", winner, None if parts else _checked(best_out)))
+        blocks = {"distinct": len(parts), "occurrences": sum(p.occurrences for p in parts)} if parts else {}
+        return _Searched(contenders, winner, trials, history, counts, notes, interrupted, blocks)
+
+    def _late(self, winner: Candidate | None, budget_s: float | None, notes: list[str]) -> list:
+        """The winner with each of its backend's late knobs (one long compile each), when the budget allows."""
+        if winner is None or self.fitness == "model":
+            return []
+        out = []
+        for name, value in get_backend(winner.backend).late_knobs.items():
+            if dict(winner.knobs).get(name) == value:
+                continue
+            if budget_s is not None and budget_s < LATE_KNOB_BUDGET_S:
+                notes.append(f"late knob {winner.backend}.{name}={value} not tried: its compile needs a budget of "
+                             f"{LATE_KNOB_BUDGET_S:.0f} s or more (this one: {budget_s:.0f} s)")
+                continue
+            late = Candidate(winner.graph, winner.backend, knob_items({**dict(winner.knobs), name: value}))
+            out.append(final.Contender(f"late {winner.backend}.{name}={value}", late))
+        return out
+
+    def _build(self, fin: final.Final, s: "_Searched", saturation, prior) -> SearchResult:
+        from .cost import rank_correlation
+
+        trials, notes, counts = list(s.trials), s.notes + fin.notes, dict(s.counts)
+        for row in fin.rows:  # late knobs are trials of their own (tried once, on the winner)
+            if row["label"].startswith("late "):
+                trials.append(Trial(len(trials), row["key"], "timed", row["time_s"], row["spread"],
+                                    row["estimate_s"], row["backend"], -1, "", row["label"]))
+                counts["timed"] = counts.get("timed", 0) + 1
+        pairs = [(tr.estimate_s, tr.time_s) for tr in trials if tr.status == "timed" and math.isfinite(tr.estimate_s)]
+        rho = rank_correlation([a for a, _ in pairs], [b for _, b in pairs]) if len(pairs) >= 3 else math.nan
+        c = fin.chosen
+        if c.label == "direct" and len(fin.rows) > 1:
+            notes.append("the direct lowering measured as fast as every other contender; it is kept")
+        if prior is not None:
+            notes.append("a cached result from a smaller budget joined the final comparison"
+                         + (" and won" if c.label == "cached" else ""))
+        return SearchResult(
+            c.cand.graph, c.cand.backend, dict(c.cand.knobs), fin.time_s, fin.baseline_time_s,
+            history=s.history, counts=counts, device=self.dev, fitness=self.fitness, seed=self.config.seed,
+            spread=fin.spread, baseline_spread=fin.baseline_spread, estimate_s=fin.estimate_s,
+            baseline_estimate_s=fin.rows[0]["estimate_s"],
+            search_s=_time.perf_counter() - self.t0, stages={k: round(v, 4) for k, v in self.stages.items()},
+            trials=trials, blocks=s.blocks, rank_correlation=rho, interrupted=s.interrupted,
+            noisy=fin.noisy, notes=notes, saturation={
+                "classes": saturation.classes, "nodes": saturation.nodes, "iterations": saturation.iterations,
+                "stop_reason": saturation.stop_reason, "seconds": round(saturation.seconds, 4)},
+            verdict=fin.verdict, compared=fin.rows, budget=asdict(self.config.budget), built=fin.executable)
+
+
+def _checked(out) -> float | None:
+    """A whole program's outcome in the search as a final contender's check (None: check it again)."""
+    return out.time_s if out is not None and out.status in ("timed", "estimated") and not out.message else None
+
+
+__all__ = ["candidate_backends", "search"]

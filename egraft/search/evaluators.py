@@ -1,7 +1,8 @@
 """Where candidates are built and run: in this process, with a pool of compile workers.
 
-An evaluator has one method that matters, ``run(task, candidates, bounds)
--> outcomes`` (same order), and ``close()``.  Timing always happens in the
+An evaluator has one method that matters, ``run(task, candidates, bounds,
+cap_s=inf) -> outcomes`` (same order; `cap_s` as in
+:func:`~egraft.search.candidate.evaluate_one`), and ``close()``.  Timing always happens in the
 process that owns the device, one candidate at a time, so timings never
 disturb each other; what can overlap is compilation.
 
@@ -31,7 +32,7 @@ import numpy as np
 from .cache import cache_root
 from ..ir import dtypes
 from ..ir.serialize import graph_from_dict, graph_to_dict
-from .candidate import Candidate, Outcome, Task, evaluate_one
+from .candidate import Candidate, Executables, Outcome, Task, evaluate_one
 
 
 def default_workers() -> int:
@@ -69,12 +70,17 @@ def precompile(doc: dict, weight_types: dict, backend: str, knobs: tuple, device
 
 
 class LocalEvaluator:
-    """Evaluate in this process; with `workers` > 0, compile ahead in worker processes."""
+    """Evaluate in this process; with `workers` > 0, compile ahead in worker processes.
+
+    ``memo`` keeps the last few lowered candidates (the search shares it, so
+    its final comparison reuses what the evaluations lowered).
+    """
 
     name = "local"
 
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None, memo: Executables | None = None):
         self.workers = default_workers() if workers is None else int(workers)
+        self.memo = memo if memo is not None else Executables()
         self._pool = None
 
     def _ensure_pool(self):
@@ -88,9 +94,10 @@ class LocalEvaluator:
                                              initializer=_worker_init, initargs=(path,))
         return self._pool
 
-    def run(self, task: Task, cands: Sequence[Candidate], bounds: Sequence[float]) -> list[Outcome]:
+    def run(self, task: Task, cands: Sequence[Candidate], bounds: Sequence[float],
+            cap_s: float = math.inf) -> list[Outcome]:
         if not self.workers or len(cands) < 2 or task.fitness != "measured":
-            return [evaluate_one(task, c, b) for c, b in zip(cands, bounds)]
+            return [evaluate_one(task, c, b, cap_s=cap_s, memo=self.memo) for c, b in zip(cands, bounds)]
         pool = self._ensure_pool()
         futures = []
         for c in cands:
@@ -107,7 +114,7 @@ class LocalEvaluator:
             if why:
                 out.append(Outcome(c.key, "failed", math.inf, estimate_s=b, message=why))
             else:
-                out.append(evaluate_one(task, c, b))
+                out.append(evaluate_one(task, c, b, cap_s=cap_s, memo=self.memo))
         return out
 
     def close(self) -> None:

@@ -114,13 +114,14 @@ def evolve(gs: GenomeSpace, task: Task, evaluator, budget: Budget, seed: int = 0
                 _log(key, ev.outcomes[key], cand, gen)
             else:
                 to_run.append((cand, est))
-        task.cap_s = CAP * ceiling
+        cap_s = CAP * ceiling
         chunk = max(1, getattr(evaluator, "workers", 0) or 0) * 2 or 1  # small batches: budget checked between
         for i in range(0, len(to_run), chunk):
             if i and out_of_budget():
                 break
             part = to_run[i:i + chunk]
-            for (cand, est), out in zip(part, evaluator.run(task, [c for c, _ in part], [e for _, e in part])):
+            outs = evaluator.run(task, [c for c, _ in part], [e for _, e in part], cap_s=cap_s)
+            for (cand, est), out in zip(part, outs):
                 ev.outcomes[cand.key] = out
                 _log(cand.key, out, cand, gen)
         for ind, cand in keyed:

@@ -11,11 +11,14 @@ A genome is a list of small ints, one per *gene*:
   extraction's choice instead of diluting the search;
 * one materialise-or-recompute bit per intermediate the base program uses
   several times, for backends whose kernels can recompute a value inside
-  each consumer (Triton); XLA and torch fuse (and CSE) on their own, so for
-  them the bits would only make duplicates of one program;
+  each consumer (``Backend.recomputes``: Triton); XLA and torch fuse (and
+  CSE) on their own, so for them the bits would only make duplicates of one
+  program;
 * the backend, among those that run on the device;
 * each backend knob with more than one choice (per-anchor fusion knobs
-  excepted: their names depend on the program).
+  excepted: their names depend on the program; so are a backend's late
+  knobs, ``Backend.late_knobs``, whose every new value costs a long compile:
+  the search tries them once, on the winner).
 
 Decoding a genome gives ``(program, backend, knobs)``; programs are then
 memoised by structural hash, so two genomes that extract to the same
@@ -36,10 +39,6 @@ from .space import Space
 
 MAX_SHARED_BITS = 64
 _PER_PROGRAM_KNOB = re.compile(r"^fuse_\d+$")
-RECOMPUTING_BACKENDS = ("triton",)
-# knobs whose every new value costs a long compile (Inductor: many seconds on one core): not genes; the
-# search tries them once, on the winner (see egraft.search.engine)
-LATE_KNOBS = {("torch", "mode"): "inductor"}
 
 
 def _differ(space: Space, members: Sequence[int]) -> bool:
@@ -66,12 +65,13 @@ class GenomeSpace:
                 continue
             self.genes.append(c)
             self.alleles.append(list(usable))
-        recompute = any(b in RECOMPUTING_BACKENDS for b in self.backends)
+        recompute = any(get_backend(b).recomputes for b in self.backends)
         self.shared = sp.shared(list(self.base))[:MAX_SHARED_BITS] if recompute else []
         self.knobs = []
         for b in self.backends:
-            for name, values in get_backend(b).knobs(self.reference).items():
-                if len(values) > 1 and not _PER_PROGRAM_KNOB.match(name) and (b, name) not in LATE_KNOBS:
+            rec = get_backend(b)
+            for name, values in rec.knobs(self.reference).items():
+                if len(values) > 1 and not _PER_PROGRAM_KNOB.match(name) and name not in rec.late_knobs:
                     self.knobs.append((b, name, list(values)))
 
     # -- shape of the genome ------------------------------------------------------------
@@ -107,7 +107,7 @@ class GenomeSpace:
 
     def candidate(self, genome: Sequence[int]) -> Candidate:
         ch, recompute, backend, knobs = self.decode(genome)
-        if backend not in RECOMPUTING_BACKENDS:
+        if not get_backend(backend).recomputes:
             recompute = frozenset()
         return Candidate(self.space.build(ch, recompute), backend, knob_items(knobs))
 

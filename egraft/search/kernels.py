@@ -9,9 +9,10 @@ Three parts, each a plain function of an ``ir.Graph``:
   element; ``MatMul`` ``2*M*N*K`` (times batch); ``Attention`` its two
   products plus the softmax; leaves, views, ``Iota`` and ``Gather`` none
   (they move or index data, their cost is bytes).
-* which nodes are *materialised* (written to memory): the Triton backend's own
-  partitioner for ``triton``, and for ``jax`` / ``torch`` an approximation of
-  XLA's / Inductor's fusion (:func:`xla_roots`, rules in its docstring).
+* which nodes are *materialised* (written to memory): each backend says, in
+  its record's kernel plan (``Backend.plan`` -> ``backends.base.KernelPlan``:
+  the Triton backend its own partitioner, ``jax`` / ``torch`` an approximation
+  of XLA's / Inductor's fusion in ``backends.xla_fusion``).
 * :func:`kernels`: one :class:`Kernel` per materialised node, holding every
   node computed between it and the buffers it reads, the elements it reads
   from each buffer and the arithmetic it does.
@@ -30,7 +31,6 @@ from typing import Callable, Sequence
 
 from ..ir import Group, dtypes
 from ..ir.graph import Graph
-from ..ir.matmul_form import matmul_form
 
 Shape = Sequence[int]
 
@@ -115,14 +115,6 @@ def is_buffer(graph: Graph, i: int) -> bool:
     return n.op == "Input" or (n.op == "Constant" and numel(n.shape) > 1)
 
 
-def dot_operands(graph: Graph, i: int) -> tuple[int, int] | None:
-    """The two factors of a ``SumReduce(Mul(a, b))`` that is a matrix product (the Mul itself is not run)."""
-    form = matmul_form(graph, i)
-    if form is None or form.K <= 1 or not (form.lhs.broadcast or form.rhs.broadcast):
-        return None  # an un-broadcast product and sum is a plain fused reduction
-    return form.lhs.node, form.rhs.node
-
-
 def _children(graph: Graph, i: int, dots: dict) -> tuple[int, ...]:
     return dots[i] if i in dots else graph.nodes[i].inputs
 
@@ -156,69 +148,6 @@ def kernel(graph: Graph, root: int, mat: set, dots: dict) -> Kernel:
                 stack.append(j)
     reads = {j: float(min(numel(graph.nodes[j].shape), sum(r.values()))) for j, r in readers.items()}
     return Kernel(root, sorted(region), reads, flops, contraction)
-
-
-XLA_ROOTS = Group.CONTRACTION | Group.ATTENTION | Group.ROW_IDIOM | Group.REDUCE | (Group.INDEX - {"Iota"})
-
-
-def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
-    """(materialised nodes, recognised primitive products) under an XLA-like fusion.
-
-    * kernel roots: contractions (``MatMul``, and ``SumReduce(Mul(..))`` that
-      the JAX peephole runs as ``dot_general``), ``Attention``, row idioms,
-      reductions and gathers;
-    * elementwise ops (and ``Iota``) fuse into the kernel of their consumers;
-      views are free and transparent: consumers are counted through them;
-    * materialised besides: a value read by several kernels (several
-      consumers inside one kernel fuse, as in XLA's loop fusion) and a
-      computed operand of a contraction or attention (XLA's dot reads
-      buffers; a transposing view of one is taken as free: it becomes the
-      dot's dimension numbers);
-    * a graph output is written once: a computed one by its kernel, a view
-      output by a copy kernel (reading only the elements it shows);
-    * knob ``peephole=False`` (JAX): a product ``Mul`` is materialised
-      before its reduction, as the JAX backend then runs it.
-    """
-    nodes = graph.nodes
-    peephole = knobs.get("peephole", True)
-    dots, products = {}, set()
-    for i, n in enumerate(nodes):
-        if n.op == "SumReduce" and (ops := dot_operands(graph, i)) is not None:
-            if peephole:
-                dots[i] = ops
-            else:
-                products.add(n.inputs[0])
-    used = graph.needed(lambda i: _children(graph, i, dots))
-    base = list(range(len(nodes)))
-    for i, n in enumerate(nodes):
-        if n.op == "View":
-            base[i] = base[n.inputs[0]]
-    consumers: dict[int, set] = {}
-    operands = set()
-    for i, n in enumerate(nodes):
-        if not used[i] or n.op == "View":
-            continue
-        for j in _children(graph, i, dots):
-            consumers.setdefault(base[j], set()).add(i)
-            if n.op in CONTRACTING or i in dots:
-                operands.add(base[j])
-    outs = set(graph.outputs)
-    for o in outs:
-        if nodes[o].op == "View":  # a view output is written by a copy kernel of its own
-            consumers.setdefault(base[o], set()).add(o)
-    mat: set = set()
-    owner: dict[int, int] = {}  # computed node -> the kernel (root) it runs in
-    for i in range(len(nodes) - 1, -1, -1):  # consumers before producers
-        n = nodes[i]
-        if not used[i] or n.op in Group.LEAF or (n.op == "View" and i not in outs):
-            continue
-        kernels_of_users = {owner[c] for c in consumers.get(i, ())}
-        if n.op in XLA_ROOTS or i in outs or i in operands or i in products or len(kernels_of_users) != 1:
-            mat.add(i)
-            owner[i] = i
-        else:
-            owner[i] = kernels_of_users.pop()
-    return mat, dots
 
 
 def kernels(graph: Graph, mat: set, dots: dict) -> list[Kernel]:

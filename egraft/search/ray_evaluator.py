@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import SearchError
 from ..ir.serialize import graph_from_dict, graph_to_dict
-from .candidate import Candidate, Outcome, Task, bound, evaluate_one
+from .candidate import Candidate, Executables, Outcome, Task, bound, evaluate_one
 
 KEEP_TASKS = 4  # tasks (model blocks) an actor and the driver keep; an evicted one is fetched again
 NEEDS_RAY = "the Ray evaluator needs Ray: pip install 'egraft[ray]'"
@@ -58,6 +58,7 @@ class _Worker:
     def __init__(self, device: str | None):
         self.device = device
         self.tasks: OrderedDict[str, tuple[Task, dict]] = OrderedDict()  # id -> (task, weight chunks)
+        self.memo = Executables()
         self.xla = False
 
     def _task(self, task_id: str, task_ref) -> tuple[Task, dict]:
@@ -65,10 +66,9 @@ class _Worker:
 
         if task_id not in self.tasks:
             d = ray.get(task_ref[0])
-            task = Task.__new__(Task)  # wants travel with it: no second reference run per actor
-            task.__dict__.update(reference=graph_from_dict(d["doc"], _own(d["weights"])),
-                                 device=_kind(self.device or d["device"]), fitness=d["fitness"], seed=d["seed"],
-                                 inputs=d["inputs"], wants=d["wants"])
+            # the wants travel with it: no second reference run per actor
+            task = Task(graph_from_dict(d["doc"], _own(d["weights"])), _kind(self.device or d["device"]),
+                        d["fitness"], d["seed"], d["inputs"], d["wants"])
             self.tasks[task_id] = (task, {})
             while len(self.tasks) > KEEP_TASKS:
                 self.tasks.popitem(last=False)
@@ -76,7 +76,7 @@ class _Worker:
         return self.tasks[task_id]
 
     def evaluate(self, task_id: str, task_ref: list, doc: dict, backend: str, knobs: tuple,
-                 est: float, chunks: list) -> Outcome:
+                 est: float, chunks: list, cap_s: float = math.inf) -> Outcome:
         import ray
 
         task, loaded = self._task(task_id, task_ref)
@@ -91,7 +91,8 @@ class _Worker:
             enable_xla_cache(xla_cache_dir())
             self.xla = True
         # a record that does not rebuild raises here: the driver reports the candidate failed
-        return evaluate_one(task, Candidate(graph_from_dict(doc, weights), backend, knobs), est)
+        return evaluate_one(task, Candidate(graph_from_dict(doc, weights), backend, knobs), est, cap_s=cap_s,
+                            memo=self.memo)
 
 
 def _own(weights: dict) -> dict:
@@ -196,7 +197,8 @@ class RayEvaluator:
         return list(s.chunks)
 
     # -- the evaluator interface --------------------------------------------------------------------
-    def run(self, task: Task, cands: Sequence[Candidate], bounds: Sequence[float]) -> list[Outcome]:
+    def run(self, task: Task, cands: Sequence[Candidate], bounds: Sequence[float],
+            cap_s: float = math.inf) -> list[Outcome]:
         if not cands:
             return []
         ray = self._ray
@@ -214,7 +216,7 @@ class RayEvaluator:
                 c, tries[i] = cands[i], tries[i] + 1
                 ref = self._actors[slot].evaluate.remote(
                     s.task_id, [s.ref], graph_to_dict(c.graph), c.backend, c.knobs, ests[i],
-                    self._ship_weights(s, c.graph.weights))
+                    self._ship_weights(s, c.graph.weights), cap_s)
                 flying[ref] = (i, slot)
             done, _ = ray.wait(list(flying), num_returns=1)
             for ref in done:

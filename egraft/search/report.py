@@ -86,6 +86,12 @@ def _speedup_line(result: SearchResult) -> str:
     return f"{x:.2f}x: slower than direct lowering"
 
 
+def _compared_line(result: SearchResult) -> str:
+    """The final comparison's contenders, fastest first (label and median)."""
+    rows = sorted(result.compared, key=lambda r: r["time_s"] if _finite(r["time_s"]) else math.inf)
+    return ", ".join(f"{r['label']} {fmt_time(r['time_s'])}" for r in rows)
+
+
 def _kv(d: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items()) if d else "defaults"
 
@@ -148,6 +154,10 @@ def text_report(result: SearchResult) -> str:
     if result.noisy:
         lines.append("  WARNING: the spread is too large to conclude a speed-up; "
                      "rerun on a quieter machine or with more repeats")
+    elif result.verdict and not result.verdict.get("conclusive", True):
+        lines.append(f"  (within noise: {result.verdict.get('why_not') or 'not concluded'})")
+    if len(result.compared) > 1:
+        row("compared", _compared_line(result))
     bound = result.estimate_s
     if _finite(bound):
         ratio = result.roofline_ratio

@@ -77,14 +77,23 @@ class Generation:
 class SearchResult:
     """The searched program and the evidence for it.
 
-    ``graph`` is the chosen program (weights bound), to lower with
-    ``backend`` and ``knobs``.  ``time_s`` / ``baseline_time_s`` are medians
-    of the final interleaved comparison against the direct lowering (the
-    input graph, the backend's default knobs), with relative spreads
-    ``spread`` / ``baseline_spread``; under ``fitness="model"`` they are the
-    cost model's estimates and ``estimated`` is True.  ``counts`` holds how
-    many distinct candidates were timed / rejected / failed / pruned and how
-    many offspring the memo answered (``cached``).
+    Built once, by the search (or from a cache entry), from what its stages
+    produced.  ``graph`` is the chosen program (weights bound), lowered with
+    ``backend`` and ``knobs``; :attr:`executable` is that lowering as the
+    search built and measured it (a cached result lowers it on first use).
+    ``time_s`` / ``baseline_time_s`` are medians of the final interleaved
+    comparison of every contender (the direct lowering -- the input graph,
+    the backend's default knobs --, the seeded greedy and cost-model
+    extractions, the genetic search's winner), with relative spreads
+    ``spread`` / ``baseline_spread``; ``compared`` lists each contender's
+    median there.  ``verdict`` is :func:`egraft.measure.compare` of the chosen
+    program against the direct lowering; ``noisy`` says that comparison could
+    not conclude because the machine was too busy.  Under
+    ``fitness="model"`` times are the cost model's estimates and
+    ``estimated`` is True.  ``counts`` holds how many distinct candidates
+    were timed / rejected / failed / pruned and how many offspring the memo
+    answered (``cached``).  ``budget`` is the budget searched under (what the
+    cache compares a later request with).
     """
 
     graph: Graph
@@ -108,9 +117,22 @@ class SearchResult:
     rank_correlation: float = math.nan  # Spearman rho of estimate vs measured time over timed trials
     from_cache: bool = False
     interrupted: bool = False
-    noisy: bool = False  # the final comparison's spread is too large to conclude a speed-up
+    noisy: bool = False  # the final comparison could not conclude: a spread above measure's COLLAPSE
     notes: list[str] = field(default_factory=list)
     saturation: dict = field(default_factory=dict)  # the e-graph searched: classes, nodes, iterations, stop
+    verdict: dict = field(default_factory=dict)  # measure.compare(chosen, direct): speedup, interval, conclusive
+    compared: list = field(default_factory=list)  # the final comparison: {label, backend, key, time_s, spread}
+    budget: dict = field(default_factory=dict)  # the Budget searched under, as a dict
+    built: Any = field(default=None, repr=False, compare=False)  # the chosen program's executable, if built
+
+    @property
+    def executable(self):
+        """The chosen program's executable: the one the search measured, else lowered here once."""
+        if self.built is None:
+            from ..backends import lower
+
+            self.built = lower(self.graph, self.backend, self.device, dict(self.knobs))
+        return self.built
 
     @property
     def estimated(self) -> bool:
@@ -137,7 +159,8 @@ class SearchResult:
             "search_s": self.search_s, "stages": dict(self.stages), "counts": dict(self.counts),
             "blocks": dict(self.blocks), "rank_correlation": self.rank_correlation,
             "from_cache": self.from_cache, "interrupted": self.interrupted, "noisy": self.noisy,
-            "notes": list(self.notes), "saturation": dict(self.saturation),
+            "notes": list(self.notes), "saturation": dict(self.saturation), "verdict": dict(self.verdict),
+            "compared": [dict(c) for c in self.compared], "budget": dict(self.budget),
             "history": [g.as_dict() for g in self.history],
             "trials": [t.as_dict() for t in self.trials],
             "program": {"nodes": len(self.graph.nodes), "hash": self.graph.structural_hash(),

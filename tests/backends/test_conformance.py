@@ -4,8 +4,11 @@ Float32 outputs are held to the error budget derived from the graph
 (``egraft.testing.tolerance_for``: a few ulps per op on the path plus ``n * eps``
 per reduction of length n), not to a flat tolerance.
 
-The cases are written once (``conformance.py``, ``conformance_idioms.py``);
-adding a backend means adding it to ``BACKENDS``.  Test ids are
+The cases are written once (``conformance.py``, ``conformance_idioms.py``)
+and run on every backend of egraft (``egraft.backends.NAMES``, one per
+package of ``egraft/backends/``), on ``cpu`` unless ``SETUP`` says how a
+backend is set up for its tests (Triton: ``triton_helpers.DEVICE``, the GPU
+or the interpreter), so a new backend is under test without an edit here.  Test ids are
 ``[<backend>-<case>]``, so ``pytest -k jax`` / ``-k triton`` / ``-k torch`` select a backend.
 """
 
@@ -35,11 +38,12 @@ def _triton(graph):
     return lower(graph, "triton", triton_helpers.DEVICE)
 
 
-BACKENDS = [
-    BackendUnderTest("jax", lambda graph: lower(graph, "jax", "cpu")),
-    BackendUnderTest("triton", _triton),
-    BackendUnderTest("torch", lambda graph: lower(graph, "torch", "cpu")),
-]
+def _on_cpu(name: str) -> Callable:
+    return lambda graph: lower(graph, name, "cpu")
+
+
+SETUP = {"triton": _triton}  # backend -> how its tests lower a graph (default: on cpu)
+BACKENDS = [BackendUnderTest(name, SETUP.get(name) or _on_cpu(name)) for name in NAMES]
 CASES = all_cases()
 
 
@@ -77,7 +81,11 @@ def test_cases_cover_every_float_dtype_of_every_unary_op():
 
 
 def test_every_backend_is_under_test():
-    assert sorted(b.name for b in BACKENDS) == sorted(NAMES), "add the new backend to BACKENDS"
+    from egraft.backends import registered
+
+    own = {n: b for n, b in registered().items() if n in NAMES}
+    assert sorted(b.name for b in BACKENDS) == sorted(own) == sorted(NAMES), "a backend of egraft does not import"
+    assert set(SETUP) <= set(NAMES), f"SETUP names backends egraft does not have: {sorted(set(SETUP) - set(NAMES))}"
 
 
 def test_case_names_do_not_name_a_backend():

@@ -29,7 +29,7 @@ import torch
 from triton_helpers import DEVICE, require_mode
 
 import egraft
-from egraft.backends import lower
+from egraft.backends import NAMES as BACKEND_NAMES, lower
 from egraft.ir import Graph, evaluate
 from egraft.ir import dtypes
 from egraft.models import MODELS, hf
@@ -60,7 +60,7 @@ SMALL = {
 }
 HF = ("hf_gpt2", "hf_llama", "hf_bert")
 NAMES = sorted(MODELS) + list(HF)
-BACKENDS = ("jax", "triton", "torch")
+BACKENDS = BACKEND_NAMES  # every backend of egraft
 # attention workloads -> (causal, has a bias operand) of the Attention node they must extract to
 ATTENTION = {"gqa_attention": (True, False), "mask_attention": (False, True),
              "mask_attention_additive": (False, True)}

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from egraft.errors import InputError
-from egraft.plugins import dynamo
 from egraft.plugins.dynamo import EgraftFallbackWarning, egraft_backend
-from egraft.plugins.options import ENV_VAR, Options
+from egraft.plugins.dynamo import DEFAULTS, WHERE
+from egraft.search.config import ENV_VAR, CompileConfig
 from egraft.search import Budget
 from egraft.testing import fresh_seed, rel_err
 from plugin_helpers import FAST, fallback_messages
@@ -195,20 +195,22 @@ def test_an_input_dtype_egraft_lacks_runs_in_pytorch():
 
 def test_a_wrong_compiled_program_is_never_returned(monkeypatch):
     """If the compiled program disagrees with PyTorch, the graph runs in PyTorch with a warning."""
-    real = dynamo.compile_exported
+    from egraft.search.result import SearchResult
+
+    real = SearchResult.executable
 
     class OffByOne:
         def __init__(self, exe):
-            self.exe = exe
+            self.exe, self.backend = exe, exe.backend
+
+        def __call__(self, *xs):
+            return self.run_torch(list(xs))
 
         def run_torch(self, xs):
             return [o + 1 for o in self.exe.run_torch(xs)]
 
-    def wrong(*args, **kwargs):
-        exe, res = real(*args, **kwargs)
-        return OffByOne(exe), res
-
-    monkeypatch.setattr(dynamo, "compile_exported", wrong)
+    # the executable the search hands the pipeline, made wrong: the pipeline's check must refuse it
+    monkeypatch.setattr(SearchResult, "executable", property(lambda self: OffByOne(real.fget(self))))
     torch.manual_seed(fresh_seed())
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
     messages = _run(torch.compile(model, backend="egraft", options=FAST), model, [torch.randn(2, 8)] * 2)
@@ -269,32 +271,38 @@ def test_bfloat16_model():
 
 # --- options -------------------------------------------------------------------------------------
 
+def parse(options=None, **kw):
+    """The backend's options as the backend parses them (its defaults, the environment, the options)."""
+    return CompileConfig.parse(options, env=True, where=WHERE, defaults=DEFAULTS, **kw)
+
+
 def test_options_are_checked():
-    assert Options.parse({"budget": {"seconds": None, "trials": 3}}).search_budget() == Budget(seconds=None, trials=3)
-    assert Options.parse({"budget": "20s"}).search_budget(0.5).seconds == 10.0
-    assert Options.parse({"limits": {"iterations": 2}}).rewrite_limits().iterations == 2
-    with pytest.raises(InputError, match="unknown egraft backend option.*'budgt'.*budget"):
-        Options.parse({"budgt": 3})
+    assert parse().budget == Budget(seconds=10.0) and parse().device is None  # the backend's own defaults
+    assert parse({"budget": {"seconds": None, "trials": 3}}).budget == Budget(seconds=None, trials=3)
+    assert parse({"budget": "20s"}).budget.share(0.5).seconds == 10.0
+    assert parse({"limits": {"iterations": 2}}).limits.iterations == 2
+    with pytest.raises(InputError, match="torch.compile backend: unknown option.*'budgt'.*budget"):
+        parse({"budgt": 3})
     with pytest.raises(InputError, match="budget"):
-        Options.parse({"budget": "soon"})
+        parse({"budget": "soon"})
     with pytest.raises(InputError, match="fitness"):
-        Options.parse({"fitness": "fast"})
+        parse({"fitness": "fast"})
     with pytest.raises(InputError, match="limits"):
-        Options.parse({"limits": {"iters": 2}})
+        parse({"limits": {"iters": 2}})
     with pytest.raises(InputError, match="Inductor"):
-        Options.parse(None, mode="max-autotune")
+        egraft_backend(None, [], None, mode="max-autotune")
 
 
 def test_options_from_the_environment(monkeypatch):
     monkeypatch.setenv(ENV_VAR, json.dumps({"budget": "5s", "seed": 3}))
-    opts = Options.parse({"seed": 4})
-    assert opts.search_budget().seconds == 5.0 and opts.seed == 4  # passed options win key by key
+    opts = parse({"seed": 4})
+    assert opts.budget.seconds == 5.0 and opts.seed == 4  # passed options win key by key, over the defaults
     monkeypatch.setenv(ENV_VAR, "{budget: 5}")
     with pytest.raises(InputError, match=ENV_VAR):
-        Options.parse(None)
+        parse(None)
 
 
 def test_a_bad_option_fails_the_compile():
     model = nn.Linear(4, 4).eval()
-    with pytest.raises(Exception, match="unknown egraft backend option"):
+    with pytest.raises(Exception, match="egraft torch.compile backend: unknown option"):
         torch.compile(model, backend="egraft", options={"budgt": 1})(torch.randn(2, 4))

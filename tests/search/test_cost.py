@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from egraft.backends import NAMES
 from egraft.ir.egraph import ENode
 from egraft.errors import BackendError
 from egraft.ir import GraphBuilder, Group, evaluate
@@ -21,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends"))
 from conformance import all_cases  # noqa: E402
 
 SPEC = DeviceSpec("test spec", {"float32": 1e12, "bfloat16": 1e14, "tf32": 5e13}, 1e11)
-PARTITIONS = [("jax", {}), ("jax", {"idioms": "primitive"}), ("jax", {"peephole": False}), ("torch", {}),
-              ("triton", {}), ("triton", {"fuse_epilogue": False, "persistent_rows": False})]
+# every backend of egraft under its default knobs, plus the knobs that change a plan
+PARTITIONS = [(name, {}) for name in NAMES] + [("jax", {"idioms": "primitive"}), ("jax", {"peephole": False}),
+                                               ("triton", {"fuse_epilogue": False, "persistent_rows": False})]
 LAUNCH = cost_mod.LAUNCH_S["cpu"]
 
 

@@ -63,6 +63,22 @@ def test_text_report_says_what_was_chosen_and_how_it_compares():
     assert table[0].split()[:2] == ["gen", "best"] and len(table) == 4 and table[1].split()[1] == "-"
 
 
+def test_text_report_lists_the_final_comparison_and_a_tie():
+    rows = [{"label": "direct", "backend": "jax", "key": "a", "time_s": 2.4e-3, "spread": 0.02, "estimate_s": NAN},
+            {"label": "greedy/jax", "backend": "jax", "key": "b", "time_s": 1.3e-3, "spread": 0.02,
+             "estimate_s": NAN},
+            {"label": "searched", "backend": "triton", "key": "c", "time_s": 1.2e-3, "spread": 0.03,
+             "estimate_s": 4e-4}]
+    verdict = {"speedup": 2.0, "interval": (0.9, 3.0), "conclusive": False,
+               "why_not": "the 95 % intervals of the medians overlap"}
+    text = _result(compared=rows, verdict=verdict).report("text")
+    assert "searched 1.2 ms, greedy/jax 1.3 ms, direct 2.4 ms" in text
+    assert "within noise: the 95 % intervals of the medians overlap" in text and "spread is too large" not in text
+    s = json.loads(_result(compared=rows, verdict=verdict).report("json"))
+    assert [r["label"] for r in s["compared"]] == ["direct", "greedy/jax", "searched"]
+    assert s["verdict"]["conclusive"] is False
+
+
 def test_text_report_warns_when_noisy_and_says_estimated_under_the_model():
     text = _result(noisy=True).report("text")
     assert "the spread is too large to conclude a speed-up" in text

@@ -13,6 +13,7 @@ function, :mod:`.executable` binds weights on the device and runs it, and
 from __future__ import annotations
 
 from ..base import Backend, register
+from ..xla_fusion import plan
 from .executable import KNOBS, JaxExecutable, knobs, lower
 from .export import export_executable
 from .rules import RULES
@@ -22,6 +23,8 @@ def rule_table():
     return RULES
 
 
-BACKEND = register(Backend(name="jax", devices=("cpu", "cuda", "tpu"), lower=lower, knobs=knobs, rule_table=rule_table))
+BACKEND = register(Backend(name="jax", devices={"cpu": 20, "cuda": 20, "tpu": 20}, lower=lower, knobs=knobs,
+                           rule_table=rule_table, plan=plan, writer="egraft.backends.jax.export",
+                           loader="egraft.runtime.jax_loader"))
 
 __all__ = ["BACKEND", "KNOBS", "JaxExecutable", "RULES", "export_executable", "knobs", "lower", "rule_table"]

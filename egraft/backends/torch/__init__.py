@@ -13,6 +13,7 @@ the weights on the device once and runs it (knob ``mode``: ``"eager"`` or
 from __future__ import annotations
 
 from ..base import Backend, register
+from ..xla_fusion import plan
 from .executable import KNOBS, TorchExecutable, knobs, lower
 from .rules import RULES
 
@@ -21,6 +22,9 @@ def rule_table():
     return RULES
 
 
-BACKEND = register(Backend(name="torch", devices=("cpu", "cuda"), lower=lower, knobs=knobs, rule_table=rule_table))
+# mode=inductor is a late knob: each new value is a compile of many seconds on one core, tried once on the winner
+BACKEND = register(Backend(name="torch", devices={"cpu": 10, "cuda": 10}, lower=lower, knobs=knobs,
+                           rule_table=rule_table, plan=plan, late_knobs={"mode": "inductor"},
+                           writer="egraft.backends.torch.export", loader="egraft.runtime.torch_loader"))
 
 __all__ = ["BACKEND", "KNOBS", "RULES", "TorchExecutable", "knobs", "lower", "rule_table"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ...errors import BackendError
 from ...ir.graph import Graph
 from ...runtime.triton_loader import interpreter_active  # one definition, shared with the artifact loader
-from ..base import Backend, default_knobs, device_kind, register
+from ..base import Backend, KernelPlan, default_knobs, device_kind, register
 from ..fold import fold_weights, plan as fold_plan
 from .expand import expand_idioms
 from .partition import anchors, partition
@@ -83,6 +83,14 @@ def build(graph: Graph, knobs: dict):
     return main, folded, specs
 
 
+def plan(graph: Graph, knobs: dict) -> KernelPlan:
+    """The kernels one call runs (for the cost model): the partitioner's, after the idiom expansion of the build."""
+    main = expand_idioms(fold_plan(graph).main)
+    plans = partition(main, knobs)
+    dots = {nid: (f.a, f.b) for p in plans for nid, f in p.dots.items() if main.nodes[nid].op == "SumReduce"}
+    return KernelPlan(main, frozenset(p.root for p in plans), dots, tf32=bool(knobs.get("tf32")))
+
+
 def generate_kernels(graph: Graph, knobs: dict | None = None) -> list:
     """The kernels (KernelSpecs, sources written and loaded) `graph` lowers to under `knobs`.
 
@@ -117,6 +125,9 @@ def lower(graph: Graph, device: str, knobs: dict):
                             folded=folded)
 
 
-BACKEND = register(Backend(name="triton", devices=("cuda", "cpu"), lower=lower, knobs=knobs, rule_table=lambda: RULES))
+# on cpu only in Triton's interpreter (a test and debugging aid): run there when named, never picked by auto
+BACKEND = register(Backend(name="triton", devices={"cuda": 30, "cpu": None}, lower=lower, knobs=knobs,
+                           rule_table=lambda: RULES, plan=plan, recomputes=True,
+                           writer="egraft.backends.triton.export", loader="egraft.runtime.triton_loader"))
 
-__all__ = ["BACKEND", "RULES", "build", "generate_kernels", "interpreter_active", "knobs", "lower"]
+__all__ = ["BACKEND", "RULES", "build", "generate_kernels", "interpreter_active", "knobs", "lower", "plan"]

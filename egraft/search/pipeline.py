@@ -1,0 +1,115 @@
+"""One signature compiled, for every entry point: saturate, search, the winner's executable, check.
+
+``egraft.compile`` (``egraft.api.pipeline``), the ``torch.compile`` backend
+(``egraft.plugins.exported``, whole graphs and the pieces of a split one)
+and the ``egraft compile`` command (through ``egraft.compile``) each trace
+their program their own way, then call :func:`compile_signature`, which:
+
+1. searches the traced graph under the :class:`~egraft.search.config.CompileConfig`
+   (saturation, the genetic search, the final comparison; the search cache
+   answers what it covers);
+2. takes the winner's executable as the search built it (it is never
+   lowered a second time);
+3. checks it once against the reference: the user's eager model, or the
+   Dynamo graph run in PyTorch, on the check input sets (the example inputs
+   and a fresh random set drawn like them, :func:`egraft.measure.like`).
+
+The check.  The search validated every candidate against the *traced*
+program (the float64 reference interpreter); that proves the rewrites and
+the backend right, not the tracing, so the program is compared once more
+with the reference the user trusts, through the one check
+(:func:`egraft.measure.check.outputs`).  Each float output may differ from
+the reference by twice the graph's error budget
+(:func:`egraft.measure.tolerance_for`: both the reference and the program
+carry up to one budget of rounding error relative to the exact result);
+integer and bool outputs, shapes and dtypes must match exactly.  A
+disagreement raises :class:`egraft.errors.ValidationError`: a wrong program
+is never handed out.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..errors import ValidationError
+from ..ir import dtypes
+from ..measure import outputs, tolerance_for
+from .config import CompileConfig
+from .result import SearchResult
+
+
+@dataclass(frozen=True)
+class CompiledSignature:
+    """The executable, the search result behind it, and the check against the reference (None: not checked)."""
+
+    executable: Any
+    result: SearchResult
+    check: dict | None
+    stages: dict = field(default_factory=dict)  # seconds: saturate, search, lower, validate (the check)
+
+
+def compile_signature(graph, config: CompileConfig, *, reference: Callable | None = None,
+                      check_sets: Sequence[Sequence] | None = None, inputs: Sequence[Sequence] | None = None,
+                      label: str = "graph", against: str = "the reference") -> CompiledSignature:
+    """Search `graph` under `config`, take the winner's executable, check it against `reference`.
+
+    `reference(*flat)` runs the user's program on one flat input list (the
+    tensors the executable takes, in its order) and returns its outputs (any
+    torch pytree; None leaves are dropped); `check_sets` are those flat
+    lists.  Without a reference or with ``config.validate`` False nothing is
+    checked.  `inputs`: numpy input sets the search validates candidates on
+    (default: random ones drawn from the graph).  `label` names the program
+    and `against` the reference in errors (``"eager PyTorch"``).
+    """
+    t = _time.perf_counter()
+    res = _search(graph, config, inputs)
+    total = _time.perf_counter() - t
+    stages = {"saturate": float(res.stages.get("saturate", 0.0))}
+    stages["search"] = max(0.0, total - stages["saturate"])
+    t = _time.perf_counter()
+    ex = res.executable  # as the search built and measured it (a cached result lowers it here, once)
+    stages["lower"] = _time.perf_counter() - t
+    record = None
+    if reference is not None and config.validate and check_sets:
+        t = _time.perf_counter()
+        record = check(ex, graph, reference, check_sets, label, against)
+        stages["validate"] = _time.perf_counter() - t
+    return CompiledSignature(ex, res, record, {k: round(v, 4) for k, v in stages.items()})
+
+
+def _search(graph, config: CompileConfig, inputs) -> SearchResult:
+    from .engine import search
+
+    return search(graph, config, inputs=inputs)
+
+
+def _leaves(out) -> list:
+    import torch
+
+    return [x for x in torch.utils._pytree.tree_leaves(out) if x is not None]
+
+
+def check(executable, graph, reference: Callable, sets: Sequence[Sequence], label: str,
+          against: str = "the reference") -> dict:
+    """Compare `executable` with `reference` on each flat input set (module docstring); the check's record."""
+    import torch
+
+    tols = [2 * tolerance_for(graph, k, d) if dtypes.is_float(d) else 0.0
+            for k, (_, d) in enumerate(graph.output_types())]
+    worst = [0.0] * len(tols)
+    for n, flat in enumerate(sets):
+        with torch.no_grad():
+            wants = _leaves(reference(*flat))
+            got = executable(*flat)
+        c = outputs(got, wants, tols, same_dtype=True)
+        if not c.ok:
+            which = "the example inputs" if n == 0 else "fresh random inputs"
+            hint = ("this is a bug in egraft's tracing" if len(got) != len(wants) else
+                    "it was not returned. Try backend='torch' or another backend, and please report this "
+                    "model to egraft")
+            raise ValidationError(f"{label}: on {which} the compiled program ({executable.backend}) differs from "
+                                  f"{against}: {c.message}; {hint}")
+        worst = [max(w, e) for w, e in zip(worst, c.errors)]
+    return {"sets": len(sets), "errors": worst, "tolerances": tols, "max_error": max(worst, default=0.0)}
