@@ -132,7 +132,7 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     graph = trace(model, args, kwargs or None)
     traced_s = _time.perf_counter() - t
     tensor_kwargs = tuple(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
-    kwarg_order = _kwarg_order(graph.input_names()[len(args):], tensor_kwargs)
+    kwarg_order = _kwarg_order(graph.signature.sources()[len(args):], tensor_kwargs)
     values = {k: v for k, v in kwargs.items() if k not in tensor_kwargs}
     fresh = like(args, kwargs, config.seed)
     outs: list = []
@@ -158,17 +158,14 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
                    fresh, traced, {"trace": round(traced_s, 4), **done.stages}, done.check)
 
 
-def _kwarg_order(names: list[str], tensor_kwargs: tuple[str, ...]) -> tuple[str, ...]:
-    """Which kwarg feeds each program input after the positionals.
-
-    The tracer names inputs after the forward's parameters, with a trailing
-    ``_`` added where a name was taken (by a weight, say).
-    """
-    order = tuple(n if n in tensor_kwargs else n.rstrip("_") for n in names)
-    if sorted(order) == sorted(tensor_kwargs):
+def _kwarg_order(sources: list[str | None], tensor_kwargs: tuple[str, ...]) -> tuple[str, ...]:
+    """Which kwarg feeds each program input after the positionals: the user's own names, which the
+    tracer records in the graph's signature (``InputSpec.source``)."""
+    order = tuple(sources)
+    if sorted(map(str, order)) == sorted(tensor_kwargs):
         return order
-    raise InputError(f"the traced program's keyword inputs {names} do not match the tensor keyword arguments "
-                     f"{list(tensor_kwargs)}; pass these tensors positionally")
+    raise InputError(f"the traced program's keyword inputs {list(order)} do not match the tensor keyword "
+                     f"arguments {list(tensor_kwargs)}; pass these tensors positionally")
 
 
 def flat_inputs(args: tuple, kwargs: dict, kwarg_order: tuple[str, ...]) -> list:

@@ -17,8 +17,7 @@ from typing import Sequence
 
 import torch
 
-from ..frontend import export_program, lower_program
-from ..errors import UnsupportedOpError
+from ..frontend import export_program, lower_program, program_signature, require_pure
 from ..ir.evaluate import to_numpy
 from ..measure import like
 from ..search.config import CompileConfig
@@ -34,13 +33,8 @@ def export(module: torch.nn.Module, user_args: Sequence[torch.Tensor]) -> torch.
     place) has no pure-function form egraft could bind weights for; the
     caller runs such a graph in PyTorch.
     """
-    from torch.export.graph_signature import OutputKind
-
     ep = export_program(module, tuple(user_args))
-    mutated = [s.target for s in ep.graph_signature.output_specs if s.kind != OutputKind.USER_OUTPUT]
-    if mutated:
-        raise UnsupportedOpError(f"in-place update of {', '.join(map(str, mutated))}", None,
-                                 "the graph mutates state; egraft compiles pure functions")
+    require_pure(program_signature(ep))
     return ep
 
 
