@@ -21,11 +21,10 @@ import numpy as np
 
 from ..errors import ArtifactError
 from ..ir import dtypes
-from .jax_runner import JaxRunner, x64_scope
+from .jax_runner import JaxRunner, jax_device, x64_scope
 from .manifest import read_verified, single_kernel
 
 PLATFORMS = {"cpu": "cpu", "cuda": "cuda", "tpu": "tpu"}  # egraft device kind -> jax.export platform
-JAX_DEVICES = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}  # egraft device kind -> jax.devices() platform
 
 
 def _entry(manifest: dict) -> dict:
@@ -35,19 +34,6 @@ def _entry(manifest: dict) -> dict:
 def files(manifest: dict) -> list[str]:
     """The files this loader reads (and checks) itself."""
     return [_entry(manifest)["file"]]
-
-
-def jax_device(device: str, directory: str):
-    kind = device.split(":")[0]
-    index = int(device.split(":")[1]) if ":" in device else 0
-    try:
-        devs = jax.devices(JAX_DEVICES[kind])
-    except RuntimeError as e:
-        raise ArtifactError(f"JAX has no {kind} device here ({e}); load {directory!r} with device='cpu' "
-                            f"or install jax for {kind}") from None
-    if index >= len(devs):
-        raise ArtifactError(f"device {device!r} does not exist: JAX sees {len(devs)} {kind} device(s)")
-    return devs[index]
 
 
 def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str) -> JaxRunner:
@@ -68,7 +54,7 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
         raise ArtifactError(f"{path} could not be deserialised ({type(e).__name__}: {e}); it was written with "
                             f"jax {manifest['backend_versions'].get('jax')}, this is jax {jax.__version__}: "
                             "rebuild it with `egraft compile`") from None
-    dev = jax_device(device, directory)
+    dev = jax_device(device, ArtifactError, f"load {directory!r} with")
     prog_dtypes = [np.dtype(dtypes.to_numpy(d)) for d in entry["input_program_dtypes"]]
     with x64_scope(x64):
         ws = tuple(jax.device_put(w, dev) for w in weights)

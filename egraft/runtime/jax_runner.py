@@ -43,6 +43,25 @@ def x64_scope(x64: bool):
     return jax.enable_x64(True) if x64 else contextlib.nullcontext()
 
 
+JAX_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}  # egraft device kind -> jax.devices() platform
+
+
+def jax_device(device: str, error: type = InputError, instead: str = "use"):
+    """The jax device for `device` (``"cpu"``, ``"cuda[:N]"``, ``"tpu"``), or `error` saying what there is.
+
+    `instead` starts the advice (``"use"``, or ``"load 'dir' with"``) to take device='cpu'.
+    """
+    kind = str(device).split(":")[0]
+    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
+    try:
+        devs = jax.devices(JAX_PLATFORMS[kind])
+    except RuntimeError as e:
+        raise error(f"JAX has no {kind} device here ({e}); {instead} device='cpu' or install jax for {kind}") from None
+    if index >= len(devs):
+        raise error(f"device {device!r} does not exist: JAX sees {len(devs)} {kind} device(s)")
+    return devs[index]
+
+
 def _range_error(name: str) -> InputError:
     return InputError(f"input {name!r} holds int64 values outside the int32 range, which this program computes "
                       "in (JAX without 64-bit mode); pass values that fit in int32")
@@ -148,4 +167,4 @@ def _to_torch(o, dt: str, dev):
     return t.to(dev) if t.device != dev else t
 
 
-__all__ = ["INT32_MAX", "INT32_MIN", "JaxRunner", "x64_scope"]
+__all__ = ["INT32_MAX", "INT32_MIN", "JAX_PLATFORMS", "JaxRunner", "jax_device", "x64_scope"]

@@ -22,7 +22,7 @@ import torch
 from ..errors import ArtifactError
 from .manifest import read_verified, single_kernel
 from .tensors import to_torch
-from .torch_runner import TorchRunner
+from .torch_runner import TorchRunner, torch_device
 
 
 def _entry(manifest: dict) -> dict:
@@ -34,24 +34,11 @@ def files(manifest: dict) -> list[str]:
     return [_entry(manifest)["file"]]
 
 
-def torch_device(device: str) -> torch.device:
-    kind = device.split(":")[0]
-    if kind == "cpu":
-        return torch.device("cpu")
-    if kind != "cuda":
-        raise ArtifactError(f"a torch artifact runs on cpu or cuda, not {device!r}")
-    index = int(device.split(":")[1]) if ":" in device else 0
-    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-        raise ArtifactError(f"device {device!r} is not available: torch sees "
-                            f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} CUDA device(s)")
-    return torch.device("cuda", index)
-
-
 def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str) -> "TorchRunner":
     entry = _entry(manifest)
     path = os.path.join(directory, entry["file"])
     data = read_verified(directory, manifest, entry["file"])
-    dev = torch_device(device)
+    dev = torch_device(device, ArtifactError, "a torch artifact")
     try:
         ep = torch.export.load(io.BytesIO(bytes(data)))
     except Exception as e:

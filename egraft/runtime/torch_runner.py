@@ -41,6 +41,21 @@ from .tensors import shared_tensor, to_numpy
 INDUCTOR_OPTIONS = {"emulate_precision_casts": True}
 
 
+def torch_device(device: str, error: type, who: str) -> torch.device:
+    """The torch device for `device` (``"cpu"``, ``"cuda[:N]"``), or `error` saying what there is; `who` runs on it."""
+    kind = str(device).split(":")[0]
+    if kind == "cpu":
+        return torch.device("cpu")
+    if kind != "cuda":
+        raise error(f"{who} runs on cpu or cuda, not {device!r}")
+    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
+    if not torch.cuda.is_available():
+        raise error(f"device {device!r} is not available: torch sees no CUDA device here; use device='cpu'")
+    if index >= torch.cuda.device_count():
+        raise error(f"device {device!r} is not available: torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device("cuda", index)
+
+
 class TorchRunner:
     """One ATen program, its device-resident weights and its call path (see the module docstring)."""
 
@@ -119,4 +134,4 @@ class TorchRunner:
         return [o if o.device == out_dev else o.to(out_dev) for o in outs]
 
 
-__all__ = ["INDUCTOR_OPTIONS", "TorchRunner"]
+__all__ = ["INDUCTOR_OPTIONS", "TorchRunner", "torch_device"]

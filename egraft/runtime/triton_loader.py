@@ -83,10 +83,9 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
     _check_mode(device, directory)
     import torch
 
-    dev = torch.device("cpu") if device.split(":")[0] == "cpu" else torch.device(device)
-    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-        raise ArtifactError(f"device {device!r} is not available: torch sees "
-                            f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} CUDA device(s)")
+    from .torch_runner import torch_device
+
+    dev = torch_device(device, ArtifactError, "a Triton artifact")
     stored = {w["name"]: to_torch(a, dev, copy=False) for w, a in zip(manifest["weights"], weights)}
     launch = manifest.get("launch") or {}
     fixed, kinds = {}, {}

@@ -37,7 +37,7 @@ import numpy as np
 from ...errors import BackendError
 from ...ir.evaluate import check_inputs
 from ...ir.graph import Graph
-from ...runtime.jax_runner import JaxRunner
+from ...runtime.jax_runner import JaxRunner, jax_device
 from ...runtime.tensors import checked_tensors, torch_signature
 from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
@@ -62,19 +62,6 @@ def knobs(graph: Graph) -> dict[str, list]:
     return {k: list(v) for k, v in KNOBS.items()}
 
 
-def jax_device(device: str):
-    kind = device_kind(device)
-    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
-    platform = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}[kind]
-    try:
-        devs = jax.devices(platform)
-    except RuntimeError as e:
-        raise BackendError(f"JAX has no {kind} device here ({e}); use device='cpu' or install jax for {kind}") from None
-    if index >= len(devs):
-        raise BackendError(f"device {device!r} does not exist: JAX sees {len(devs)} {kind} device(s)")
-    return devs[index]
-
-
 @dataclass(eq=False)  # identity equality/hash: executables are cache values, not data
 class JaxExecutable(Executable):
     """A graph compiled by XLA; calls go through its :class:`~egraft.runtime.jax_runner.JaxRunner`.
@@ -88,7 +75,8 @@ class JaxExecutable(Executable):
     folded: dict = field(default_factory=dict, repr=False)  # weight-only values computed at build
 
     def __post_init__(self):
-        self._dev = jax_device(self.device)
+        device_kind(self.device)  # an unknown device string is refused first
+        self._dev = jax_device(self.device, BackendError)
         main, self.folded = fold_weights(self.graph)
         self.program = Program(main, self.knobs)
         self._x64 = self.program.x64

@@ -35,7 +35,7 @@ from ...errors import BackendError
 from ...ir.evaluate import check_inputs
 from ...ir.graph import Graph
 from ...runtime.tensors import checked_tensors, torch_signature
-from ...runtime.torch_runner import TorchRunner
+from ...runtime.torch_runner import TorchRunner, torch_device
 from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
 from .emit import TORCH_DTYPES
@@ -64,20 +64,6 @@ def check_knobs(chosen: dict) -> None:
             raise BackendError(f"the torch backend's knob {k!r} takes one of {KNOBS[k]}, got {v!r}")
 
 
-def torch_device(device: str) -> torch.device:
-    kind = device_kind(device)
-    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
-    if kind == "cpu":
-        return torch.device("cpu")
-    if kind != "cuda":
-        raise BackendError(f"the torch backend runs on cpu and cuda, not {device!r}")
-    if not torch.cuda.is_available():
-        raise BackendError(f"torch sees no CUDA device here, so {device!r} cannot be used; use device='cpu'")
-    if index >= torch.cuda.device_count():
-        raise BackendError(f"device {device!r} does not exist: torch sees {torch.cuda.device_count()} CUDA device(s)")
-    return torch.device("cuda", index)
-
-
 @dataclass(eq=False)  # identity equality/hash: executables are cache values, not data
 class TorchExecutable(Executable):
     """An FX module of ATen calls; calls go through its :class:`~egraft.runtime.torch_runner.TorchRunner`."""
@@ -87,7 +73,8 @@ class TorchExecutable(Executable):
 
     def __post_init__(self):
         check_knobs(self.knobs)
-        self._dev = torch_device(self.device)
+        device_kind(self.device)  # an unknown device string is refused first
+        self._dev = torch_device(self.device, BackendError, "the torch backend")
         main, self.folded = fold_weights(self.graph)
         self.program = Program(main, self.knobs, self._dev)
         self.module = self.program.module
