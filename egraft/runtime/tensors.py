@@ -52,25 +52,6 @@ def to_torch(a: np.ndarray, device=None, copy: bool = True):
     return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
-def shared_tensor(a: np.ndarray):
-    """A CPU tensor sharing `a`'s memory, read-only arrays included (a copy only where strides forbid sharing).
-
-    For inputs a program only reads: torch warns that it could write into a
-    read-only array; nothing here does.
-    """
-    import warnings
-
-    torch = torch_module()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            if a.dtype == BF16:
-                return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-            return torch.from_numpy(a)
-    except ValueError:  # negative strides, or a view whose itemsize change does not fit
-        return shared_tensor(np.ascontiguousarray(a))
-
-
 def torch_signature(types) -> tuple:
     """Per input (shape, IR dtype name) in `types`: (shape tuple, torch dtype), what ``checked_tensors`` compares."""
     torch = torch_module()
@@ -103,5 +84,5 @@ def checked_tensors(inputs, sig: tuple, explain: Callable[[], Any]) -> list:
     return xs
 
 
-__all__ = ["BF16", "checked_tensors", "is_tensor", "shared_tensor", "to_numpy", "to_torch", "torch_module",
+__all__ = ["BF16", "checked_tensors", "is_tensor", "to_numpy", "to_torch", "torch_module",
            "torch_signature"]

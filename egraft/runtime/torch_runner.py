@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..ir import dtypes
-from .tensors import shared_tensor, to_numpy
+from .tensors import to_numpy, to_torch
 
 # Inductor keeps every rounding of a half type: by default it drops the round trips between fused
 # float16 ops, which the reference interpreter (and eager) performs
@@ -121,11 +121,8 @@ class TorchRunner:
 
     # -- the checking path, after the caller's checks --------------------------------------------
     def run_numpy(self, xs) -> list[np.ndarray]:
-        """numpy in (shared with the program where memory allows), numpy out."""
-        ts = [shared_tensor(np.asarray(a)) for a in xs]
-        if self.dev.type != "cpu":
-            ts = [t.to(self.dev) for t in ts]
-        return [to_numpy(o) for o in self._run(ts)]
+        """numpy in (shared with the program on the CPU where memory allows), numpy out."""
+        return [to_numpy(o) for o in self._run([to_torch(a, self.dev, copy=False) for a in xs])]
 
     def run_torch(self, xs: list) -> list:
         """torch in, torch out on the first input's device."""
