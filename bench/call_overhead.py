@@ -14,7 +14,11 @@ A two-input elementwise graph (16x24 float32) is lowered with
 * torch eager,
 * ``egraft.compile``'s ``CompiledModel`` of the same product (JAX backend), its
   own executable called directly, and the artifact it saves loaded back with
-  ``egraft.load``: what the user-facing wrappers add per call.
+  ``egraft.load`` (torch and numpy in): what the user-facing wrappers add per
+  call.  Executable and artifact call through the same runner
+  (``egraft.runtime.jax_runner``);
+* the torch backend's executable of the same graph and its artifact loaded
+  back (``egraft.runtime.torch_runner`` under both), torch in.
 
 The variants are interleaved round by round (the order reversed every other
 round); each round times ``--calls`` calls of one variant, and the per-call
@@ -118,6 +122,20 @@ def main():
     def art_torch():
         return art(xt, yt)
 
+    def art_np():
+        return art(xn, yn)
+
+    from egraft.backends.artifact import save_artifact
+
+    tex = lower(g, "torch", "cpu")
+    tart = egraft.load(save_artifact(tex, tempfile.mkdtemp(prefix="egraft-overhead-torch-")))
+
+    def tex_torch():
+        return tex(xt, yt)
+
+    def tart_torch():
+        return tart(xt, yt)
+
     variants = {
         "bare jit, numpy in": (bare_np, lambda r: r.block_until_ready()),
         "bare jit, numpy in, np.asarray": (bare_np_read, None),
@@ -130,6 +148,9 @@ def main():
         "CompiledModel's executable, torch": (cm_ex_torch, None),
         "CompiledModel, torch": (cm_torch, None),
         "egraft.load artifact, torch": (art_torch, None),
+        "egraft.load artifact, numpy": (art_np, None),
+        "torch-backend executable, torch": (tex_torch, None),
+        "torch-backend artifact, torch": (tart_torch, None),
     }
     # correctness and warm-up
     want = xn * yn
@@ -139,6 +160,9 @@ def main():
     np.testing.assert_allclose(ex_torch()[0].numpy(), want, rtol=1e-6)
     np.testing.assert_allclose(cm_torch().numpy(), want, rtol=1e-6)
     np.testing.assert_allclose(art_torch().numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(art_np(), want, rtol=1e-6)
+    np.testing.assert_allclose(tex_torch()[0].numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(tart_torch()[0].numpy(), want, rtol=1e-6)
     for fn, _ in variants.values():
         for _ in range(200):
             fn()
@@ -160,18 +184,20 @@ def main():
 
     print(f"jax {jax.__version__}, torch {torch.__version__}, core {core}, "
           f"{args.repeats} rounds x {args.calls} calls, graph x*y {shape} float32")
-    print(f"{'variant':32s} {'median us':>10s} {'p10':>8s} {'p90':>8s}")
+    print(f"{'variant':34s} {'median us':>10s} {'p10':>8s} {'p90':>8s}")
     med = {}
     for name, ts in times.items():
         ts = sorted(ts)
         p10, p90 = ts[len(ts) // 10], ts[(len(ts) * 9) // 10]
         med[name] = statistics.median(ts)
-        print(f"{name:32s} {med[name]:10.2f} {p10:8.2f} {p90:8.2f}")
+        print(f"{name:34s} {med[name]:10.2f} {p10:8.2f} {p90:8.2f}")
     for ex_name, floor in (("egraft executable, numpy", "bare jit, numpy in"),
                            ("egraft executable, numpy", "bare jit, numpy in, np.asarray"),
                            ("egraft executable, torch", "bare jit, torch in/out"),
                            ("CompiledModel, torch", "CompiledModel's executable, torch"),
-                           ("egraft.load artifact, torch", "CompiledModel's executable, torch")):
+                           ("egraft.load artifact, torch", "CompiledModel's executable, torch"),
+                           ("egraft.load artifact, numpy", "egraft executable, numpy"),
+                           ("torch-backend artifact, torch", "torch-backend executable, torch")):
         print(f"{ex_name} - {floor}: {med[ex_name] - med[floor]:+.2f} us (medians)")
 
 

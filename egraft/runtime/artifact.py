@@ -1,12 +1,15 @@
 """A loaded artifact: checked inputs in, the model's output structure out.
 
-``Artifact`` wraps one backend runner (``jax_loader``, ``torch_loader``,
-``triton_loader``): an object with ``run_numpy(list of arrays) -> list`` and
+``Artifact`` wraps one backend runner (``jax_runner``, ``torch_runner``,
+``triton_runner``: the same runner the backend's executable calls through):
+an object with ``run_numpy(list of arrays) -> list`` and
 ``run_torch(list of tensors) -> list``, taking inputs already checked
-against the manifest.  The artifact does the checking once per call, in one
-place for every backend (count, then each input's shape and dtype, naming
-the input and what it expects), picks the runner path by the kind of inputs
-(any torch tensor: torch out; otherwise numpy out) and rebuilds the model's
+against the manifest, and ``fast(inputs) -> list | None``, the runner's
+precomputed common call (None: not its case).  The artifact tries ``fast``
+first; otherwise it does the checking, in one place for every backend
+(count, then each input's shape and dtype, naming the input and what it
+expects), picks the runner path by the kind of inputs (any torch tensor:
+torch out; otherwise numpy out).  Either way it rebuilds the model's
 structure (``outputs.rebuild``).  A runner holds no per-call state, so one
 artifact serves concurrent calls from several threads.
 """
@@ -22,7 +25,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir import dtypes
 from . import outputs
-from .tensors import is_tensor, to_torch, torch_module
+from .tensors import checked_tensors, is_tensor, torch_module, torch_signature
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,10 @@ class Artifact:
                                   for k, o in enumerate(manifest["outputs"]))
         self.output_tree = manifest["output_tree"]
         self._np_types = tuple((s.shape, dtypes.to_numpy(s.dtype)) for s in self.input_specs)
-        self._torch_types = None  # made on the first torch call (torch need not be imported before)
-        # a runner may offer fast_torch(inputs) -> list | None: the common torch call with every check
-        # folded into one signature compare; None sends the call down the checked path, which explains
-        self._fast = getattr(runner, "fast_torch", None)
+        self._torch_sig = None  # made on the first torch call (torch need not be imported before)
+        # the runner's fast(inputs) -> list | None: the common call with every check folded into one
+        # signature compare; None sends the call down the checked path, which explains
+        self._fast = getattr(runner, "fast", None)
         self._single = self.output_tree.get("type") == "tensor"
 
     @property
@@ -72,15 +75,11 @@ class Artifact:
     def __call__(self, *inputs):
         """The model's outputs for `inputs`: numpy arrays in, numpy out; any torch tensor in, torch out."""
         fast = self._fast
-        if fast is not None and inputs and inputs[0].__class__ is self._tensor_class():
+        if fast is not None:
             out = fast(inputs)  # the runner's precomputed path: None when this call is not its common case
             if out is not None:
                 return out[0] if self._single else outputs.rebuild(self.output_tree, out)
         return outputs.rebuild(self.output_tree, self.run_flat(*inputs))
-
-    def _tensor_class(self):
-        torch = torch_module()
-        return torch.Tensor if torch is not None else None
 
     def run_flat(self, *inputs) -> list:
         """The program's outputs as a flat list (the order of ``manifest["outputs"]``)."""
@@ -101,21 +100,21 @@ class Artifact:
         return xs
 
     def _torch_inputs(self, inputs) -> list:
+        if self._torch_sig is None:
+            self._torch_sig = torch_signature((s.shape, s.dtype) for s in self.input_specs)
+        return checked_tensors(inputs, self._torch_sig, lambda: self._explain(inputs))
+
+    def _explain(self, inputs) -> None:
+        """Raise the InputError naming the first input whose shape or dtype does not fit (count checked before)."""
         torch = torch_module()
-        if self._torch_types is None:
-            self._torch_types = tuple(getattr(torch, s.dtype) for s in self.input_specs)
-        dev = next(x.device for x in inputs if isinstance(x, torch.Tensor))
-        xs = []
-        for spec, tdt, x in zip(self.input_specs, self._torch_types, inputs):
-            if not isinstance(x, torch.Tensor):
-                a = np.asarray(x)
-                if a.shape != spec.shape or a.dtype != dtypes.to_numpy(spec.dtype):
-                    raise self._mismatch(spec, tuple(a.shape), _dtype_name(a.dtype), "numpy array", ".astype")
-                x = to_torch(a, dev)
-            elif tuple(x.shape) != spec.shape or x.dtype != tdt:
-                raise self._mismatch(spec, tuple(x.shape), str(x.dtype).replace("torch.", ""), "tensor", ".to")
-            xs.append(x.detach() if x.requires_grad else x)
-        return xs
+        for spec, x in zip(self.input_specs, inputs):
+            if isinstance(x, torch.Tensor):
+                if tuple(x.shape) != spec.shape or x.dtype != getattr(torch, spec.dtype):
+                    raise self._mismatch(spec, tuple(x.shape), str(x.dtype).replace("torch.", ""), "tensor", ".to")
+                continue
+            a = np.asarray(x)
+            if a.shape != spec.shape or a.dtype != dtypes.to_numpy(spec.dtype):
+                raise self._mismatch(spec, tuple(a.shape), _dtype_name(a.dtype), "numpy array", ".astype")
 
     def _mismatch(self, spec: TensorSpec, shape, dt: str, kind: str, convert: str) -> InputError:
         if shape != spec.shape:

@@ -7,9 +7,11 @@ a torch tensor in hand, so ``sys.modules`` already holds it.
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import InputError
 from ..ir import dtypes
 
 BF16 = dtypes.to_numpy("bfloat16")
@@ -50,4 +52,37 @@ def to_torch(a: np.ndarray, device=None, copy: bool = True):
     return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
-__all__ = ["BF16", "is_tensor", "to_numpy", "to_torch", "torch_module"]
+def torch_signature(types) -> tuple:
+    """Per input (shape, IR dtype name) in `types`: (shape tuple, torch dtype), what ``checked_tensors`` compares."""
+    torch = torch_module()
+    return tuple((tuple(s), getattr(torch, d)) for s, d in types)
+
+
+def checked_tensors(inputs, sig: tuple, explain: Callable[[], Any]) -> list:
+    """`inputs` as tensors, each of the (shape, torch dtype) `sig` lists for it, detached; numpy arrays converted.
+
+    The checking torch path of every runner's caller (the backends'
+    executables and a loaded artifact): a numpy array or list among the
+    tensors becomes a tensor on the first tensor's device.  When the count,
+    a shape or a dtype does not fit, ``explain()`` raises the caller's
+    ``InputError``, worded for what the caller knows (a graph, a manifest).
+    """
+    torch = torch_module()
+    if len(inputs) != len(sig):
+        explain()
+        raise InputError(f"the program takes {len(sig)} input(s), got {len(inputs)}")  # explain() raises first
+    dev = next((x.device for x in inputs if isinstance(x, torch.Tensor)), None)
+    xs = []
+    for (shape, dt), x in zip(sig, inputs):
+        if not isinstance(x, torch.Tensor):
+            a = np.asarray(x)
+            x = to_torch(a, dev) if a.dtype != object else None
+        if x is None or tuple(x.shape) != shape or x.dtype != dt:
+            explain()
+            raise InputError(f"an input does not fit the program's {list(shape)}:{dt}")  # explain() raises first
+        xs.append(x.detach() if x.requires_grad else x)
+    return xs
+
+
+__all__ = ["BF16", "checked_tensors", "is_tensor", "to_numpy", "to_torch", "torch_module",
+           "torch_signature"]

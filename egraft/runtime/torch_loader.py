@@ -1,29 +1,28 @@
-"""Run a torch artifact: ``torch.export.load`` its program, bind the weights on the device, call it.
+"""Load a torch artifact: ``torch.export.load`` its program, bind the weights on the device, hand it to a runner.
 
 The program (``program.pt2``, written by ``egraft.backends.torch.export``)
 takes the weights as its first inputs; they are put on the device once
 here.  A program saved on one device kind and loaded on another is moved
 with ``torch.export.passes.move_to_device_pass`` (ops such as ``full`` carry
-the device they were traced on).  Under the knob ``mode="inductor"`` the
-program is compiled by Inductor with the backend's options on the first
-call (under a lock, so concurrent first calls compile once).
+the device they were traced on).  Calls go through
+:class:`~egraft.runtime.torch_runner.TorchRunner`, the runner the torch
+backend's executable uses: under the knob ``mode="inductor"`` it compiles
+the program with the backend's Inductor options on the first call (under a
+lock, so concurrent first calls compile once).
 """
 
 from __future__ import annotations
 
 import io
 import os
-import threading
 
 import numpy as np
 import torch
 
 from ..errors import ArtifactError
 from .manifest import read_verified, single_kernel
-from .tensors import to_numpy, to_torch
-
-# the torch backend's Inductor options (egraft.backends.torch.executable): keep every half-type rounding
-INDUCTOR_OPTIONS = {"emulate_precision_casts": True}
+from .tensors import to_torch
+from .torch_runner import TorchRunner, torch_device
 
 
 def _entry(manifest: dict) -> dict:
@@ -35,24 +34,11 @@ def files(manifest: dict) -> list[str]:
     return [_entry(manifest)["file"]]
 
 
-def torch_device(device: str) -> torch.device:
-    kind = device.split(":")[0]
-    if kind == "cpu":
-        return torch.device("cpu")
-    if kind != "cuda":
-        raise ArtifactError(f"a torch artifact runs on cpu or cuda, not {device!r}")
-    index = int(device.split(":")[1]) if ":" in device else 0
-    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-        raise ArtifactError(f"device {device!r} is not available: torch sees "
-                            f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} CUDA device(s)")
-    return torch.device("cuda", index)
-
-
 def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str) -> "TorchRunner":
     entry = _entry(manifest)
     path = os.path.join(directory, entry["file"])
     data = read_verified(directory, manifest, entry["file"])
-    dev = torch_device(device)
+    dev = torch_device(device, ArtifactError, "a torch artifact")
     try:
         ep = torch.export.load(io.BytesIO(bytes(data)))
     except Exception as e:
@@ -64,48 +50,26 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
 
         ep = move_to_device_pass(ep, dev)
     ws = tuple(to_torch(w, dev, copy=False) for w in weights)
-    return TorchRunner(ep.module(), ws, dev, entry.get("mode") == "inductor")
+    types = [(tuple(i["shape"]), i["dtype"]) for i in manifest["inputs"]]
+    return TorchRunner(plain_forward(ep), ws, types, dev, entry.get("mode") == "inductor")
 
 
-class TorchRunner:
-    """The loaded module and its device-resident weights."""
+def plain_forward(ep):
+    """The exported program as a plain FX function ``(*weights, *inputs) -> tuple``, as the executable runs its own.
 
-    def __init__(self, module, weights: tuple, dev: torch.device, inductor: bool):
-        self.module = module
-        self.weights = weights
-        self.dev = dev
-        self.inductor = inductor
-        self._fn = None if inductor else module
-        self._lock = threading.Lock()
-
-    def _run(self, xs: list) -> list:
-        if self.inductor:  # its guards were made for contiguous inputs
-            xs = [x.contiguous() for x in xs]
-        with torch.no_grad():
-            fn = self._fn
-            if fn is None:
-                return self._first_call(xs)
-            return list(fn(*self.weights, *xs))
-
-    def _first_call(self, xs: list) -> list:
-        """Compile with Inductor on the first call, once, however many threads arrive together."""
-        with self._lock:
-            if self._fn is not None:
-                return list(self._fn(*self.weights, *xs))
-            fn = torch.compile(self.module, backend="inductor", fullgraph=True, dynamic=False,
-                               options=INDUCTOR_OPTIONS)
-            outs = list(fn(*self.weights, *xs))
-            self._fn = fn
-            return outs
-
-    def run_torch(self, xs: list) -> list:
-        out_dev = xs[0].device
-        outs = self._run([x if x.device == self.dev else x.to(self.dev) for x in xs])
-        return [o if o.device == out_dev else o.to(out_dev) for o in outs]
-
-    def run_numpy(self, xs: list[np.ndarray]) -> list[np.ndarray]:
-        outs = self._run([to_torch(a, self.dev, copy=False) for a in xs])
-        return [to_numpy(o) for o in outs]
+    ``ep.module()`` wraps the graph in torch.export's pre-hooks (input
+    constraint checks, ~50 us a call), pytree flattening of the inputs and
+    outputs and a shape-guard call (~10 us more on a small program).  The
+    artifact has checked the inputs against the manifest before a call, and
+    the program was exported from flat tensors, so the graph runs as it is.
+    """
+    gm = ep.module()
+    gm.graph.set_codegen(torch.fx.graph.CodeGen())  # flat arguments in, the output tuple out
+    for n in list(gm.graph.nodes):
+        if n.op == "call_module" and n.target == "_guards_fn" and not n.users:
+            gm.graph.erase_node(n)
+    gm.recompile()
+    return gm.forward
 
 
-__all__ = ["TorchRunner", "files", "load"]
+__all__ = ["files", "load", "plain_forward"]

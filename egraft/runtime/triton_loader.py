@@ -1,12 +1,13 @@
-"""Run a Triton artifact: import each kernel's source, then launch them in order over the planned buffers.
+"""Load a Triton artifact: import each kernel's source and hand the launch plan to a ``TritonRunner``.
 
 The manifest's ``launch`` section lists every buffer (model inputs, weights,
 tensor constants, kernel outputs) and its ``kernels`` list the launches:
 grid, ``constexprs``, warps, stages, buffers read and written.  Loading
 imports each ``kernels/<name>.py`` (checked against its hash) from the
 artifact directory, which ``@triton.jit`` needs as real source, and puts
-weights and constants on the device once.  A call allocates each kernel's
-output with ``torch.empty`` and launches the kernels in order.
+weights and constants on the device once.  Calls go through
+:class:`~egraft.runtime.triton_runner.TritonRunner`, the runner the Triton
+backend's executable launches its kernels with.
 
 Devices: ``cuda`` compiles the kernels with Triton's JIT on first launch;
 ``cpu`` runs them in Triton's interpreter, which must be chosen before triton
@@ -19,13 +20,13 @@ import hashlib
 import importlib.util
 import os
 import sys
-import threading
 
 import numpy as np
 
 from ..errors import ArtifactError
 from .manifest import read_verified
-from .tensors import to_numpy, to_torch
+from .tensors import to_torch
+from .triton_runner import TritonRunner
 
 
 def interpreter_active() -> bool:
@@ -82,10 +83,9 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
     _check_mode(device, directory)
     import torch
 
-    dev = torch.device("cpu") if device.split(":")[0] == "cpu" else torch.device(device)
-    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-        raise ArtifactError(f"device {device!r} is not available: torch sees "
-                            f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} CUDA device(s)")
+    from .torch_runner import torch_device
+
+    dev = torch_device(device, ArtifactError, "a Triton artifact")
     stored = {w["name"]: to_torch(a, dev, copy=False) for w, a in zip(manifest["weights"], weights)}
     launch = manifest.get("launch") or {}
     fixed, kinds = {}, {}
@@ -97,52 +97,11 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
                                     "lacks; rebuild the artifact with `egraft compile`")
             fixed[b["id"]] = stored[b["name"]]
     fns = [_import_kernel(directory, manifest, k) for k in manifest["kernels"]]
-    return TritonRunner(manifest, launch, kinds, fixed, fns, dev)
+    launches = [(fn, k["reads"], k["writes"], tuple(kinds[k["writes"]]["shape"]),
+                 getattr(torch, kinds[k["writes"]]["dtype"]), tuple(k["grid"]), dict(k["constexprs"]),
+                 int(k["num_warps"]), int(k["num_stages"])) for fn, k in zip(fns, manifest["kernels"])]
+    inputs = [nid for _, nid in sorted((b["index"], b["id"]) for b in kinds.values() if b["kind"] == "input")]
+    return TritonRunner(launches, fixed, inputs, launch["outputs"], launch.get("copied_outputs", ()), dev)
 
 
-class TritonRunner:
-    """The kernels, the launch plan and the device-resident weights."""
-
-    def __init__(self, manifest: dict, launch: dict, kinds: dict, fixed: dict, fns: list, dev):
-        import torch
-
-        self.dev = dev
-        self.fixed = fixed
-        self.inputs = sorted((b["index"], b["id"]) for b in kinds.values() if b["kind"] == "input")
-        self.launches = [(fn, k["reads"], k["writes"], tuple(kinds[k["writes"]]["shape"]),
-                          getattr(torch, kinds[k["writes"]]["dtype"]), tuple(k["grid"]), dict(k["constexprs"]),
-                          int(k["num_warps"]), int(k["num_stages"])) for fn, k in zip(fns, manifest["kernels"])]
-        self.outputs = list(launch["outputs"])
-        self.copied = set(launch.get("copied_outputs", ()))
-        # the interpreter runs one program at a time on shared numpy state: serialise its calls
-        self._lock = threading.Lock() if dev.type == "cpu" else None
-
-    def _launch_all(self, xs: list) -> list:
-        import torch
-
-        bufs = dict(self.fixed)
-        for (_, nid), x in zip(self.inputs, xs):
-            bufs[nid] = x.contiguous()
-        with np.errstate(all="ignore"):  # the interpreter computes masked-off lanes too; they are discarded
-            for fn, reads, writes, shape, dt, grid, constexprs, warps, stages in self.launches:
-                out = torch.empty(shape, dtype=dt, device=self.dev)
-                bufs[writes] = out
-                if out.numel():
-                    fn[grid](*[bufs[i] for i in reads], out, **constexprs, num_warps=warps, num_stages=stages)
-        return [bufs[o].clone() if o in self.copied else bufs[o] for o in self.outputs]
-
-    def run_torch(self, xs: list) -> list:
-        out_dev = xs[0].device
-        xs = [x if x.device == self.dev else x.to(self.dev) for x in xs]
-        if self._lock is None:
-            outs = self._launch_all(xs)
-        else:
-            with self._lock:
-                outs = self._launch_all(xs)
-        return [o if o.device == out_dev else o.to(out_dev) for o in outs]
-
-    def run_numpy(self, xs: list[np.ndarray]) -> list[np.ndarray]:
-        return [to_numpy(o) for o in self.run_torch([to_torch(a, self.dev) for a in xs])]
-
-
-__all__ = ["TritonRunner", "files", "interpreter_active", "load"]
+__all__ = ["files", "interpreter_active", "load"]

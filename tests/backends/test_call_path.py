@@ -1,4 +1,4 @@
-"""The JAX executable's per-call fast path agrees with the checking (slow) path in every respect."""
+"""The JAX runner's per-call fast path (the executable's and a loaded artifact's) agrees with the checking path."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 
 from egraft.backends import lower
 from egraft.backends.base import Executable
-from egraft.backends.jax.callpath import _layout, numpy_casts, torch_plan
 from egraft.errors import InputError
 from egraft.ir import GraphBuilder
+from egraft.runtime.jax_fast_path import layout, numpy_casts, torch_plan
 
 torch = pytest.importorskip("torch")
 
@@ -32,7 +32,7 @@ def test_numpy_fast_path_matches_slow_path():
     ex, rng = _exe(), np.random.default_rng(0)
     x, y = _np(rng), _np(rng)
     fast, slow = ex(x, y), _slow(ex, x, y)
-    assert ex._fast((x, y)) is not None  # the fast path takes it
+    assert ex.fast_path()((x, y)) is not None  # the fast path takes it
     for f, s in zip(fast, slow):
         assert isinstance(f, np.ndarray) and f.dtype == s.dtype == np.float32
         np.testing.assert_array_equal(f, s)
@@ -68,7 +68,7 @@ def test_torch_fast_path_other_dtypes(dt):
 
 def test_large_torch_output_crosses_without_copy_path():
     ex = _exe(shape=(256, 256))  # 256 KiB outputs: handed over through DLPack
-    assert not any(torch_plan(_layout(ex), numpy_casts(ex))[3])
+    assert not any(torch_plan(layout(ex.runner), numpy_casts(ex.runner))[3])
     x, y = torch.randn(256, 256), torch.randn(256, 256)
     out = ex(x, y)
     torch.testing.assert_close(out[0], x * y, rtol=0, atol=0)
@@ -128,7 +128,7 @@ def test_int64_in_int32_program_takes_checking_path():
     b = GraphBuilder()
     i = b.input("i", (5,), "int64")
     ex = lower(b.build([i + i]), "jax", "cpu")
-    assert ex._fast.np_dtypes is None  # computed in int32: every call is range-checked
+    assert ex.fast_path().np_dtypes is None  # computed in int32: every call is range-checked
     ids = np.arange(5, dtype=np.int64)
     out = ex(ids)[0]
     assert out.dtype == np.int64
@@ -167,7 +167,7 @@ def test_mixed_numpy_and_torch_inputs_take_checking_path(order):
     ex, rng = _exe(), np.random.default_rng(5)
     xn, yn = _np(rng), _np(rng)
     ins = (torch.from_numpy(xn), yn) if order == "torch-first" else (xn, torch.from_numpy(yn))
-    assert ex._fast(ins) is None
+    assert ex.fast_path()(ins) is None
     out = ex(*ins)
     assert all(isinstance(o, torch.Tensor) for o in out)  # any tensor in: torch out
     np.testing.assert_array_equal(out[0].numpy(), xn * yn)
@@ -179,11 +179,11 @@ def test_output_cast_on_both_paths():
     x = b.input("x", (6, 5), "float32")
     ex = lower(b.build([x.argmax(-1), x * 2]), "jax", "cpu")
     xn = np.random.default_rng(6).standard_normal((6, 5)).astype(np.float32)
-    assert ex._fast.np_dtypes is not None
-    out = ex._fast((xn,))
+    assert ex.fast_path().np_dtypes is not None
+    out = ex.fast_path()((xn,))
     assert out[0].dtype == np.int64 and out[1].dtype == np.float32
     np.testing.assert_array_equal(out[0], xn.argmax(-1))
-    tout = ex._fast((torch.from_numpy(xn),))
+    tout = ex.fast_path()((torch.from_numpy(xn),))
     assert tout is not None and tout[0].dtype == torch.int64
     np.testing.assert_array_equal(tout[0].numpy(), xn.argmax(-1))
     for f, s in zip(tout, _slow(ex, torch.from_numpy(xn))):
@@ -196,7 +196,7 @@ def test_float64_program_runs_under_x64_on_fast_path():
     rng = np.random.default_rng(7)
     x, y = rng.standard_normal((4, 6)), rng.standard_normal((4, 6))
     for ins, conv in (((x, y), np.asarray), ((torch.from_numpy(x), torch.from_numpy(y)), lambda t: t.numpy())):
-        fast = ex._fast(ins)
+        fast = ex.fast_path()(ins)
         assert fast is not None and fast[0].dtype == ins[0].dtype  # float64, not canonicalised to float32
         np.testing.assert_array_equal(conv(fast[0]), x * y)
 
@@ -265,7 +265,7 @@ def test_first_call_with_wrong_shape_then_good_calls(kind):
     good, bad = mk(np.ones((16, 24), np.float32)), mk(np.ones((24, 16), np.float32))
     with pytest.raises(InputError, match="input 'y' has shape"):
         ex(good, bad)
-    assert ex._fast((good, bad)) is None
+    assert ex.fast_path()((good, bad)) is None
     out = ex(good, good)
-    assert ex._fast((good, good)) is not None
+    assert ex.fast_path()((good, good)) is not None
     np.testing.assert_array_equal(np.asarray(out[0]), np.ones((16, 24), np.float32))

@@ -187,4 +187,4 @@ def test_torch_inductor_mode_round_trip(tmp_path):
     seed = fresh_seed()
     ins = random_args(g, np.random.default_rng(seed))
     assert_close(art.run_flat(*ins), ex(*ins), graph=g, what=f"inductor artifact vs executable (seed={seed})")
-    assert art.runner._fn is not art.runner.module  # compiled, not the plain module
+    assert art.runner.compiled and art.runner._fn is not art.runner.module  # compiled, not the plain module

@@ -172,7 +172,7 @@ def test_the_fast_torch_path_equals_the_checked_one_and_steps_aside(tmp_path):
         want = model(x)
     art = egraft.load(save_artifact(ex, str(tmp_path / "a"), meta={"input_names": ["x"], "output_tree": describe(want)}))
     calls = []
-    fast = art.runner.fast_torch
+    fast = art.runner.fast
     art._fast = lambda xs: calls.append(1) or fast(xs)
     got = art(x)
     assert calls and torch.equal(got, art.run_flat(x)[0]) and torch.equal(got, ex(x)[0])

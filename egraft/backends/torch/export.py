@@ -8,9 +8,10 @@ literal tensor constants only, and the weights live in
 re-traces that module (every node is already an ATen call, so the trace is
 the same program; composite ops such as ``reshape`` may be written as the
 view or copy they dispatch to) and ``torch.export.save`` writes it.  The
-runtime loads it with ``torch.export.load`` and, under the knob
-``mode="inductor"``, compiles it again with the same Inductor options
-(``egraft.runtime.torch_loader``).
+runtime loads it with ``torch.export.load`` (``egraft.runtime.torch_loader``)
+and runs it through the executable's own runner
+(``egraft.runtime.torch_runner``), which under the knob ``mode="inductor"``
+compiles it again with the same Inductor options.
 """
 
 from __future__ import annotations

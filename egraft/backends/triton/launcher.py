@@ -1,10 +1,12 @@
-"""Run a list of generated kernels: allocate outputs, launch in order.
+"""The Triton executable: generated kernels launched in order through the runtime's ``TritonRunner``.
 
-Weights (including the values folded at build) are moved to the device once,
-when the executable is built.  Per call: the model's inputs go to the device,
-each kernel's output is allocated with ``torch.empty`` and the kernels run in
-topological order.  On ``cuda`` they are compiled Triton kernels; on ``cpu``
-they run in Triton's interpreter on CPU tensors.
+Weights (including the values folded at build) and tensor constants are
+moved to the device once, when the executable is built.  Per call
+(``runtime.triton_runner``, the runner ``egraft.load`` builds for a saved
+Triton program): the model's inputs go to the device, each kernel's output
+is allocated with ``torch.empty`` and the kernels run in topological order.
+On ``cuda`` they are compiled Triton kernels; on ``cpu`` they run in
+Triton's interpreter on CPU tensors.
 """
 
 from __future__ import annotations
@@ -13,35 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import BackendError, InputError
+from ...errors import BackendError
 from ...ir import dtypes
+from ...ir.evaluate import check_inputs
+from ...runtime.tensors import checked_tensors, to_torch, torch_signature
+from ...runtime.triton_runner import TritonRunner
 from ..base import Executable
-
-
-def torch_dtype(dt: str):
-    import torch
-
-    return getattr(torch, dt)
-
-
-def to_torch(arr: np.ndarray, device: str):
-    import torch
-
-    if arr.dtype.name == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(arr.astype(np.float32))).to(torch.bfloat16).to(device)
-    arr = np.ascontiguousarray(arr)
-    if not arr.flags.writeable:
-        arr = arr.copy()
-    return torch.from_numpy(arr).to(device)
-
-
-def to_numpy(t) -> np.ndarray:
-    import torch
-
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().astype(dtypes.to_numpy("bfloat16"))
-    return t.numpy()
 
 
 @dataclass
@@ -51,71 +30,40 @@ class TritonExecutable(Executable):
     kernels: list = field(default_factory=list)  # KernelSpec, in launch order
     main: object = None  # the per-call graph (weight-only work folded out)
     folded: dict = field(default_factory=dict)  # name -> folded weight value (numpy)
-    launches: int = 0  # kernels launched so far (tests check folding with it)
-    _dev_weights: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         import torch
 
-        self._torch_device = torch.device(self.device)
+        dev = torch.device(self.device)
         g = self.main
+        fixed = {}
         for i in g.weight_ids:
             name = g.nodes[i].attrs["name"]
             if name not in g.weights:
                 raise BackendError(f"weight {name!r} has no bound value; bind it with graph.with_weights({{...}})")
-            self._dev_weights[i] = to_torch(np.asarray(g.weights[name]), self.device)
+            fixed[i] = to_torch(np.asarray(g.weights[name]), dev)
         for i, n in enumerate(g.nodes):
             if n.op == "Constant" and n.shape != ():
-                self._dev_weights[i] = to_torch(np.asarray(n.attrs["value"].array).astype(dtypes.to_numpy(n.dtype)), self.device)
+                fixed[i] = to_torch(np.asarray(n.attrs["value"].array).astype(dtypes.to_numpy(n.dtype)), dev)
+        launches = []
+        for k in self.kernels:
+            rn = g.nodes[k.root]
+            launches.append((k.fn, list(k.inputs), k.root, tuple(rn.shape), getattr(torch, rn.dtype), (k.grid,),
+                             dict(k.constexprs), k.num_warps, k.num_stages))
+        leaves = [o for o in g.outputs if g.nodes[o].op in ("Input", "Constant")]
+        self.runner = TritonRunner(launches, fixed, list(g.input_ids), list(g.outputs), leaves, dev)
+        self._tsig = torch_signature(g.input_types())
+
+    @property
+    def launches(self) -> int:
+        """Kernels launched so far (tests check folding with it)."""
+        return self.runner.launched
 
     def sources(self) -> str:
         return "\n\n".join(k.source for k in self.kernels)
 
     def run_numpy(self, inputs):
-        outs = self.run_torch([to_torch(np.asarray(x), self.device) for x in inputs], _checked=True)
-        return [to_numpy(o) for o in outs]
+        return self.runner.run_numpy(inputs)
 
-    def run_torch(self, inputs, _checked=False):
-        import torch
-
-        g = self.main
-        if len(inputs) != len(g.input_ids):
-            raise InputError(f"the graph takes {len(g.input_ids)} input(s) ({', '.join(g.input_names())}), got {len(inputs)}")
-        bufs = dict(self._dev_weights)
-        for i, x in zip(g.input_ids, inputs):
-            n = g.nodes[i]
-            if not isinstance(x, torch.Tensor):
-                x = to_torch(np.asarray(x), self.device)
-            if tuple(x.shape) != n.shape or str(x.dtype).replace("torch.", "") != n.dtype:
-                raise InputError(
-                    f"input {n.attrs['name']!r} is {tuple(x.shape)}:{str(x.dtype).replace('torch.', '')}, "
-                    f"the graph expects {n.shape}:{n.dtype}"
-                )
-            bufs[i] = x.to(self._torch_device).contiguous()
-        # the interpreter computes masked-off lanes too (numpy warns about 0/0 there); their results are discarded
-        with np.errstate(all="ignore"):
-            self._launch_all(bufs)
-        res = []
-        for o in g.outputs:
-            t = bufs[o]
-            is_leaf = g.nodes[o].op in ("Input", "Constant")
-            res.append(t.clone() if is_leaf else t)
-        if inputs and not isinstance(inputs[0], torch.Tensor):
-            return res
-        dev = inputs[0].device if inputs else self._torch_device
-        return [r.to(dev) for r in res]
-
-    def _launch_all(self, bufs):
-        import torch
-
-        g = self.main
-        for k in self.kernels:
-            rn = g.nodes[k.root]
-            out = torch.empty(rn.shape, dtype=torch_dtype(rn.dtype), device=self._torch_device)
-            bufs[k.root] = out
-            if out.numel() == 0:
-                continue
-            args = [bufs[i] for i in k.inputs] + [out]
-            k.fn[(k.grid,)](*args, **k.constexprs, num_warps=k.num_warps, num_stages=k.num_stages)
-            self.launches += 1
-
+    def run_torch(self, inputs):
+        return self.runner.run_torch(checked_tensors(inputs, self._tsig, lambda: check_inputs(self.graph, inputs)))

@@ -1,14 +1,16 @@
-"""The JAX executable's per-call fast path: a dtype compare, the compiled call, the outputs.
+"""The JAX runner's per-call fast path: a dtype compare, the compiled call, the outputs.
 
-``fast_call(ex)`` returns a closure ``fast(inputs) -> list | None`` with every
-per-call decision taken at build time; ``None`` means "not the common case",
-and the executable then takes its checking path (which explains a mismatch).
-The fast path takes exactly the declared inputs, as numpy arrays, or as torch
-CPU tensors when the program runs on the CPU, whose dtype the program holds
-unchanged (int64 computed in int32 is range-checked on every call, so it
-never takes this path).  Only dtypes are compared here: the compiled call
-rejects any other shape itself (``TypeError``, then the checking path), but
-it would silently cast a float64 array to float32 without x64.
+``fast_call(runner)`` returns a closure ``fast(inputs) -> list | None`` with
+every per-call decision taken when the runner is built; ``None`` means "not
+the common case", and the caller then takes its checking path (which
+explains a mismatch).  The same closure serves a compiled program
+(``JaxExecutable``, ``CompiledModel``) and a loaded artifact.  The fast path
+takes exactly the declared inputs, as numpy arrays, or as torch CPU tensors
+when the program runs on the CPU, whose dtype the program holds unchanged
+(int64 computed in int32 is range-checked on every call, so it never takes
+this path).  Only dtypes are compared here: the compiled call rejects any
+other shape itself (``TypeError``, then the checking path), but it would
+silently cast a float64 array to float32 without x64.
 
 Per call, beyond the bare compiled call (``bench/call_overhead.py``: jax
 0.10.2, one pinned core, 16x24 float32 ``x*y``; medians):
@@ -44,8 +46,7 @@ import sys
 import jax
 import numpy as np
 
-from ...ir import dtypes
-from .function import program_dtype, x64_scope
+from ..ir import dtypes
 
 COPY_MAX = 128 * 1024  # bytes: a CPU output up to this size goes to torch as a copy, larger through DLPack
 _BF16 = dtypes.to_numpy("bfloat16")
@@ -54,24 +55,22 @@ _DTYPE = operator.attrgetter("dtype")
 _CONVERT_ERRORS = (RuntimeError, TypeError, ValueError)
 
 
-def numpy_casts(ex) -> tuple:
+def numpy_casts(runner) -> tuple:
     """Per output: the numpy dtype to cast the program's output to, None where it already is."""
-    avals = jax.tree_util.tree_leaves(ex._compiled.out_info)
-    wants = [dtypes.to_numpy(d) for d in ex._out_dtypes]
-    return tuple(None if np.dtype(a.dtype) == w else w for a, w in zip(avals, wants))
+    avals = jax.tree_util.tree_leaves(runner.compiled.out_info)
+    return tuple(None if np.dtype(a.dtype) == w else w for a, w in zip(avals, runner.out_np))
 
 
-def numpy_dtypes(ex):
+def numpy_dtypes(runner):
     """The inputs' numpy dtypes; None when the program holds some input in another dtype (int64 as int32)."""
-    gtypes = ex.graph.input_types()
-    if any(program_dtype(d, ex._x64) != dtypes.to_numpy(d) for _, d in gtypes):
+    if any(runner.narrow):
         return None
-    return tuple(dtypes.to_numpy(d) for _, d in gtypes)
+    return tuple(dtypes.to_numpy(d) for d in runner.in_dtypes)
 
 
-def _layout(ex):
-    """What the torch plan needs from the executable: input types, output avals and dtypes."""
-    return ex.graph.input_types(), jax.tree_util.tree_leaves(ex._compiled.out_info), list(ex._out_dtypes)
+def layout(runner):
+    """What the torch plan needs from the runner: input types, output avals and dtypes."""
+    return list(runner.in_types), jax.tree_util.tree_leaves(runner.compiled.out_info), list(runner.out_dtypes)
 
 
 def torch_plan(layout, casts):
@@ -118,15 +117,15 @@ def _scoped(run):
     return scoped
 
 
-def fast_call(ex):
-    """The executable's per-call closure (see the module docstring); it holds no reference to ``ex``."""
-    np_dts = numpy_dtypes(ex)
-    casts = numpy_casts(ex)
-    dev = ex._dev
+def fast_call(runner):
+    """The runner's per-call closure (see the module docstring); it holds no reference to the runner."""
+    np_dts = numpy_dtypes(runner)
+    casts = numpy_casts(runner)
+    dev = runner.dev
     on_cpu = dev.platform == "cpu"
-    prefix = ex._prefix
-    compiled, x64 = ex._compiled, ex._x64
-    layout = _layout(ex) if on_cpu and np_dts is not None else None  # None: torch takes the checking path
+    prefix = runner.prefix
+    compiled, x64 = runner.compiled, runner.x64
+    plan = layout(runner) if on_cpu and np_dts is not None else None  # None: torch takes the checking path
     asarray, array, ndarray = np.asarray, np.array, np.ndarray
     tensor = tensor_numpy = from_numpy = tsig = bf16 = tconvs = None
     plain_torch = False
@@ -138,7 +137,10 @@ def fast_call(ex):
 
     def first(*args):  # the first call makes the C++ fast call; later calls go straight to it
         nonlocal call
-        with x64_scope(x64):
+        if x64:
+            with jax.enable_x64(True):
+                outs = compiled(*args)
+        else:
             outs = compiled(*args)
         run = getattr(compiled, "_call", None) or compiled  # jax-internal; the public call otherwise
         call = _scoped(run) if x64 else run
@@ -150,7 +152,7 @@ def fast_call(ex):
         nonlocal tensor, tensor_numpy, from_numpy, tsig, bf16, tconvs, plain_torch
         torch = sys.modules["torch"]
         tensor, tensor_numpy, from_numpy = torch.Tensor, torch.Tensor.numpy, torch.from_numpy
-        tsig, bf16, tconvs, copied = torch_plan(layout, casts)
+        tsig, bf16, tconvs, copied = torch_plan(plan, casts)
         # the common case: no bfloat16 input, every output copied out in the program's dtype
         plain_torch = not any(bf16) and all(copied) and not any(c is not None for c in casts)
 
@@ -196,7 +198,7 @@ def fast_call(ex):
                 # a fresh writable copy of each output, wrapped by torch (map: no Python frame per output)
                 return list(map(from_numpy, map(array, outs)))
             return torch_call(xs)
-        if tensor is None and layout is not None and "torch" in sys.modules \
+        if tensor is None and plan is not None and "torch" in sys.modules \
                 and isinstance(xs[0], sys.modules["torch"].Tensor):
             torch_setup()
             return fast(xs)

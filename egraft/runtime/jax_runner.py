@@ -1,0 +1,170 @@
+"""The JAX call path, one for ``egraft.compile`` and ``egraft.load``: a compiled XLA program and how to call it.
+
+A :class:`JaxRunner` holds an XLA ``Compiled`` program, the weights it takes
+(already on the device) and the facts a call needs: each input's name, IR
+dtype and the dtype the program holds it in (without JAX's x64 mode int64
+is held as int32), each output's IR dtype, the device and whether the
+program computes in 64 bits.  The JAX backend's executable builds one after
+compiling (``egraft.backends.jax.executable``), and the runtime's loader
+builds one from a saved StableHLO program (``egraft.runtime.jax_loader``),
+so a compiled and a loaded program run the same code:
+
+* ``fast(inputs) -> list | None``: the precomputed common call
+  (:mod:`.jax_fast_path`); None sends the call to the checking path.
+* ``run_numpy(arrays)`` / ``run_torch(tensors)``: the checking path's last
+  step, on inputs whose count, shapes and dtypes the caller has checked (the
+  executable against its graph, the artifact against its manifest, each
+  with its own wording).  Here an int64 input held as int32 is range
+  checked, inputs cross to the device (CPU tensors as zero-copy numpy views,
+  CUDA tensors through DLPack) and outputs come back in their IR dtypes.
+
+A program that needs 64-bit types runs under a local ``jax.enable_x64``
+scope, never a global one.  A runner holds no per-call state (thread safe).
+This module imports jax and numpy only (torch when a call brings torch
+tensors, which are then already imported).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import numpy as np
+
+from ..errors import InputError
+from ..ir import dtypes
+from .jax_fast_path import fast_call
+from .tensors import BF16, to_numpy, torch_module
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def x64_scope(x64: bool):
+    return jax.enable_x64(True) if x64 else contextlib.nullcontext()
+
+
+JAX_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}  # egraft device kind -> jax.devices() platform
+
+
+def jax_device(device: str, error: type = InputError, instead: str = "use"):
+    """The jax device for `device` (``"cpu"``, ``"cuda[:N]"``, ``"tpu"``), or `error` saying what there is.
+
+    `instead` starts the advice (``"use"``, or ``"load 'dir' with"``) to take device='cpu'.
+    """
+    kind = str(device).split(":")[0]
+    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
+    try:
+        devs = jax.devices(JAX_PLATFORMS[kind])
+    except RuntimeError as e:
+        raise error(f"JAX has no {kind} device here ({e}); {instead} device='cpu' or install jax for {kind}") from None
+    if index >= len(devs):
+        raise error(f"device {device!r} does not exist: JAX sees {len(devs)} {kind} device(s)")
+    return devs[index]
+
+
+def _range_error(name: str) -> InputError:
+    return InputError(f"input {name!r} holds int64 values outside the int32 range, which this program computes "
+                      "in (JAX without 64-bit mode); pass values that fit in int32")
+
+
+class JaxRunner:
+    """One compiled JAX program and its call path (see the module docstring)."""
+
+    def __init__(self, compiled, weights: tuple, inputs, program_dtypes, out_dtypes, dev, x64: bool,
+                 weights_as_arguments: bool = True):
+        """`inputs`: (name, shape, IR dtype) per input; `program_dtypes`: the numpy dtype the program takes each in."""
+        self.compiled = compiled
+        self.weights = tuple(weights)
+        self.prefix = (self.weights,) if weights_as_arguments else ()  # what precedes the inputs in a call
+        self.names = [n for n, _, _ in inputs]
+        self.in_types = [(tuple(s), d) for _, s, d in inputs]  # (shape, IR dtype name)
+        self.in_dtypes = [d for _, _, d in inputs]
+        self.program_dtypes = [np.dtype(p) for p in program_dtypes]
+        self.narrow = [np.dtype(dtypes.to_numpy(d)) != p for d, p in zip(self.in_dtypes, self.program_dtypes)]
+        self.out_dtypes = list(out_dtypes)
+        self.out_np = [dtypes.to_numpy(d) for d in self.out_dtypes]
+        self.dev = dev
+        self.on_cpu = dev.platform == "cpu"
+        self.x64 = bool(x64)
+        self.fast = fast_call(self)
+
+    def call(self, xs: list) -> list:
+        """The compiled program on program-dtype inputs (jax or numpy arrays); jax arrays out."""
+        with x64_scope(self.x64):
+            return list(self.compiled(*self.prefix, *xs))
+
+    # -- the checking path, after the caller's checks --------------------------------------------
+    def run_numpy(self, xs) -> list[np.ndarray]:
+        args = []
+        for name, a, narrow, p in zip(self.names, xs, self.narrow, self.program_dtypes):
+            a = np.asarray(a)
+            if narrow:  # int64 held as int32
+                if a.size and (int(a.min()) < INT32_MIN or int(a.max()) > INT32_MAX):
+                    raise _range_error(name)
+                a = a.astype(p)
+            args.append(a if self.on_cpu else jax.device_put(a, self.dev))  # on the CPU XLA takes numpy directly
+        outs = self.call(args)
+        res = []
+        for o, want in zip(outs, self.out_np):
+            a = np.asarray(o)
+            res.append(a if a.dtype == want else a.astype(want))
+        return res
+
+    def run_torch(self, xs: list) -> list:
+        """torch in, torch out on the first input's device; zero-copy where the device allows it."""
+        torch = torch_module()
+        out_dev = xs[0].device if xs else torch.device("cpu")
+        args = []
+        for name, x, narrow in zip(self.names, xs, self.narrow):
+            x = x.detach()
+            if narrow:
+                if x.numel() and (int(x.min()) < INT32_MIN or int(x.max()) > INT32_MAX):
+                    raise _range_error(name)
+                x = x.to(torch.int32)
+            args.append(_from_torch(x.contiguous(), self.dev))
+        outs = self.call(args)
+        return [_to_torch(o, d, out_dev) for o, d in zip(outs, self.out_dtypes)]
+
+
+def _from_torch(t, dev):
+    if t.device.type == "cpu" and dev.platform == "cpu":
+        # A CPU tensor goes in as its zero-copy numpy view: the compiled call copies it into an
+        # XLA buffer inline, measured ~0.2-0.4 ms faster per call than DLPack or device_put
+        # (both of which import an external / asynchronously transferred buffer).
+        torch = torch_module()
+        try:
+            if t.dtype == torch.bfloat16:  # no numpy twin: reinterpret an int16 view
+                return t.view(torch.int16).numpy().view(BF16)
+            return t.numpy()
+        except Exception:
+            pass
+        try:
+            return jax.dlpack.from_dlpack(t)
+        except Exception:  # some dtypes (bool on older stacks) do not cross DLPack
+            pass
+    elif t.device.type == "cuda" and dev.platform == "gpu":
+        try:  # shares the tensor's memory; moved only if it lives on another GPU
+            x = jax.dlpack.from_dlpack(t)
+            return x if dev in x.devices() else jax.device_put(x, dev)
+        except Exception:
+            pass
+    return jax.device_put(to_numpy(t), dev)
+
+
+def _to_torch(o, dt: str, dev):
+    torch = torch_module()
+    try:
+        t = torch.from_dlpack(o)
+    except Exception:
+        a = np.asarray(o)
+        if a.dtype == BF16:
+            t = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+        else:
+            t = torch.from_numpy(np.array(a))
+    want = getattr(torch, dt)
+    if t.dtype != want:
+        t = t.to(want)
+    return t.to(dev) if t.device != dev else t
+
+
+__all__ = ["INT32_MAX", "INT32_MIN", "JAX_PLATFORMS", "JaxRunner", "jax_device", "x64_scope"]
