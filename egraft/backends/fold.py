@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import dtypes
+from ..ir import Op, dtypes
 from ..ir.analysis import weight_only
 from ..ir.evaluate import evaluate
 from ..ir.graph import Attrs, Graph, Node
@@ -40,7 +40,7 @@ def plan(graph: Graph) -> FoldPlan:
     seen = set()
 
     def base(i):
-        while graph.nodes[i].op == "View":
+        while graph.nodes[i].op == Op.View:
             i = graph.nodes[i].inputs[0]
         return i
 
@@ -56,7 +56,7 @@ def plan(graph: Graph) -> FoldPlan:
             needed.add(o)
     for j in needed:
         b = base(j)
-        if graph.nodes[b].op not in ("Input", "Constant") and b not in seen:
+        if graph.nodes[b].op not in (Op.Input, Op.Constant) and b not in seen:
             seen.add(b)
             targets.append(b)
     if not targets:

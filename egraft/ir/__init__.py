@@ -6,9 +6,9 @@ from .evaluate import evaluate, to_numpy
 from .graph import Attrs, Graph, Node
 from .idioms import IDIOMS
 from .ops import PRIMITIVES, TensorValue
-from .op_groups import OPS, Group, get_op
+from .op_groups import OPS, Group, Op, get_op
 
 __all__ = [
-    "Attrs", "Graph", "GraphBuilder", "Group", "IDIOMS", "Node", "OPS", "PRIMITIVES", "Tensor", "TensorValue",
+    "Attrs", "Graph", "GraphBuilder", "Group", "IDIOMS", "Node", "OPS", "Op", "PRIMITIVES", "Tensor", "TensorValue",
     "cat", "dtypes", "evaluate", "get_op", "shapes", "stack", "to_numpy",
 ]

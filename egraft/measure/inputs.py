@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import dtypes
+from ..ir import Op, dtypes
 from ..ir.graph import Graph
 
 
@@ -51,7 +51,7 @@ def index_ranges(graph: Graph) -> dict[int, int]:
             i = todo.pop()
             for c in consumers[i]:
                 node = graph.nodes[c]
-                if node.op == "Gather" and len(node.inputs) > 1 and node.inputs[1] == i:
+                if node.op == Op.Gather and len(node.inputs) > 1 and node.inputs[1] == i:
                     size = graph.nodes[node.inputs[0]].shape[node.attrs["axis"]]
                     n = size if n is None else min(n, size)
                 elif dtypes.is_int(node.dtype) and c not in seen:

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import dtypes
+from ..ir import Op, dtypes
 from ..ir.graph import Graph
 
 # max |a - b| / max |b| allowed, by dtype of the output, where no graph is at hand (model-level checks)
@@ -76,13 +76,13 @@ def error_budgets(graph: Graph) -> list[float]:
         inherited = max((budget[j] for j in n.inputs), default=0.0)
         kind = get_op(n.op).kind
         e = eps(n.dtype)
-        if kind in _MOVE_KINDS or n.op in ("MaxReduce", "LessThan"):
+        if kind in _MOVE_KINDS or n.op in (Op.MaxReduce, Op.LessThan):
             b = inherited
         elif kind == "type":
             src = graph.nodes[n.inputs[0]].dtype
             rounds = dtypes.is_float(n.dtype) and (not dtypes.is_float(src) or eps(src) < e)
             b = inherited + (e if rounds else 0.0)
-        elif n.op == "SumReduce":
+        elif n.op == Op.SumReduce:
             count = graph.nodes[n.inputs[0]].shape[n.attrs["axis"]]
             b = inherited + (ULPS_PER_OP + SUM_ULPS * count) * e
         elif kind in ("unary", "binary"):

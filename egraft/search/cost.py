@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from ..backends.fold import plan as fold_plan
-from ..ir import egraph
+from ..ir import Op, egraph
 from ..ir.egraph import ENode
 from ..errors import BackendError
 from ..ir import Group
@@ -142,7 +142,7 @@ def _triton(main: Graph, graph: Graph, knobs: dict) -> tuple[Graph, list[K.Kerne
 
     main = expand_idioms(main)
     plans = partition(main, {**default_knobs(triton_knobs(graph)), **knobs})
-    dots = {nid: (f.a, f.b) for p in plans for nid, f in p.dots.items() if main.nodes[nid].op == "SumReduce"}
+    dots = {nid: (f.a, f.b) for p in plans for nid, f in p.dots.items() if main.nodes[nid].op == Op.SumReduce}
     return main, K.kernels(main, {p.root for p in plans}, dots)
 
 

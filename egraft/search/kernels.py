@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..ir import Group, dtypes
+from ..ir import Group, Op, dtypes
 from ..ir.graph import Graph
 from ..ir.matmul_form import matmul_form
 
@@ -112,7 +112,7 @@ class Kernel:
 def is_buffer(graph: Graph, i: int) -> bool:
     """A leaf held in memory: an input, a weight or a tensor constant (a scalar constant is inlined)."""
     n = graph.nodes[i]
-    return n.op == "Input" or (n.op == "Constant" and numel(n.shape) > 1)
+    return n.op == Op.Input or (n.op == Op.Constant and numel(n.shape) > 1)
 
 
 def dot_operands(graph: Graph, i: int) -> tuple[int, int] | None:
@@ -148,7 +148,7 @@ def kernel(graph: Graph, root: int, mat: set, dots: dict) -> Kernel:
                 contraction = i
         for pos, j in enumerate(_children(graph, i, dots)):
             if j in mat or is_buffer(graph, j):
-                narrow = n.op == "View" or (n.op == "Gather" and pos == 0)
+                narrow = n.op == Op.View or (n.op == Op.Gather and pos == 0)
                 cap = numel(n.shape) if narrow else numel(graph.nodes[j].shape)
                 mine = readers.setdefault(j, {})
                 mine[i] = max(mine.get(i, 0), cap)
@@ -183,7 +183,7 @@ def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
     peephole = knobs.get("peephole", True)
     dots, products = {}, set()
     for i, n in enumerate(nodes):
-        if n.op == "SumReduce" and (ops := dot_operands(graph, i)) is not None:
+        if n.op == Op.SumReduce and (ops := dot_operands(graph, i)) is not None:
             if peephole:
                 dots[i] = ops
             else:
@@ -191,12 +191,12 @@ def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
     used = graph.needed(lambda i: _children(graph, i, dots))
     base = list(range(len(nodes)))
     for i, n in enumerate(nodes):
-        if n.op == "View":
+        if n.op == Op.View:
             base[i] = base[n.inputs[0]]
     consumers: dict[int, set] = {}
     operands = set()
     for i, n in enumerate(nodes):
-        if not used[i] or n.op == "View":
+        if not used[i] or n.op == Op.View:
             continue
         for j in _children(graph, i, dots):
             consumers.setdefault(base[j], set()).add(i)
@@ -204,13 +204,13 @@ def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
                 operands.add(base[j])
     outs = set(graph.outputs)
     for o in outs:
-        if nodes[o].op == "View":  # a view output is written by a copy kernel of its own
+        if nodes[o].op == Op.View:  # a view output is written by a copy kernel of its own
             consumers.setdefault(base[o], set()).add(o)
     mat: set = set()
     owner: dict[int, int] = {}  # computed node -> the kernel (root) it runs in
     for i in range(len(nodes) - 1, -1, -1):  # consumers before producers
         n = nodes[i]
-        if not used[i] or n.op in Group.LEAF or (n.op == "View" and i not in outs):
+        if not used[i] or n.op in Group.LEAF or (n.op == Op.View and i not in outs):
             continue
         kernels_of_users = {owner[c] for c in consumers.get(i, ())}
         if n.op in XLA_ROOTS or i in outs or i in operands or i in products or len(kernels_of_users) != 1:

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ...errors import BackendError, InputError
-from ...ir import dtypes
+from ...ir import Op, dtypes
 from ...ir.evaluate import check_inputs
 from ...ir.graph import Graph
 from ..base import Executable, device_kind, guarded_lower
@@ -205,7 +205,7 @@ class TorchExecutable(Executable):
 def _feeds_an_index(graph: Graph) -> set[int]:
     """Node ids whose values reach a Gather's index operand."""
     marked: set[int] = set()
-    stack = [n.inputs[1] for n in graph.nodes if n.op == "Gather"]
+    stack = [n.inputs[1] for n in graph.nodes if n.op == Op.Gather]
     while stack:
         i = stack.pop()
         if i not in marked:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import BackendError
-from ...ir import dtypes, shapes
+from ...ir import Op, dtypes, shapes
 from ...ir.graph import Graph
 
 TL_DTYPE = {
@@ -148,8 +148,8 @@ class KernelWriter:
             return
         self.commented.add(nid)
         n = self.graph.nodes[nid]
-        attrs = {k: v for k, v in n.attrs.as_dict().items() if k not in ("shape", "dtype") or n.op not in ("Input", "Constant")}
-        if n.op == "View":
+        attrs = {k: v for k, v in n.attrs.as_dict().items() if k not in ("shape", "dtype") or n.op not in (Op.Input, Op.Constant)}
+        if n.op == Op.View:
             attrs = {"shape": n.attrs["shape"], "strides": n.attrs["strides"], "offset": n.attrs["offset"]}
         a = " ".join(f"{k}={v!r}" for k, v in attrs.items() if k != "value" or not hasattr(v, "array"))
         args = ", ".join(f"%{j}" for j in n.inputs)
@@ -258,7 +258,7 @@ class KernelWriter:
                 raise BackendError(f"the Triton backend has no rule for IR op {node.op!r}")
             self.covered.add(nid)
             v = rule.emit(self, nid, node, idx)
-            if node.dtype in ("float16", "bfloat16") and rule.kind not in ("index", "leaf") and node.op != "Cast":
+            if node.dtype in ("float16", "bfloat16") and rule.kind not in ("index", "leaf") and node.op != Op.Cast:
                 # the reference rounds every half-typed result; so do we (math stays in float32)
                 tl_dt = TL_DTYPE[node.dtype]
                 name = self.let(f"{v.expr}.to({tl_dt}).to(tl.float32)", v.block, f"{node.op.lower()}{nid}_r")

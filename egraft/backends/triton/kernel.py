@@ -22,6 +22,7 @@ from math import prod
 from pathlib import Path
 
 from ...errors import BackendError
+from ...ir import Op
 from ...ir.graph import Graph
 from .emitter import TL_DTYPE, ZERO, Ix, KernelWriter
 from .partition import KernelPlan, pow2
@@ -69,9 +70,9 @@ def _ident(s: str) -> str:
 def buffer_names(graph: Graph, materialised) -> dict[int, str]:
     names = {}
     for i, n in enumerate(graph.nodes):
-        if n.op == "Input":
+        if n.op == Op.Input:
             names[i] = _ident(f"{'w' if n.attrs['role'] == 'weight' else 'in'}_{n.attrs['name']}")[:40] + f"_{i}"
-        elif n.op == "Constant" and n.shape != ():
+        elif n.op == Op.Constant and n.shape != ():
             names[i] = f"const_{i}"
         elif i in materialised:
             names[i] = f"{n.op.lower()}_{i}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import BackendError, InputError
-from ...ir import dtypes
+from ...ir import Op, dtypes
 from ..base import Executable
 
 
@@ -65,7 +65,7 @@ class TritonExecutable(Executable):
                 raise BackendError(f"weight {name!r} has no bound value; bind it with graph.with_weights({{...}})")
             self._dev_weights[i] = to_torch(np.asarray(g.weights[name]), self.device)
         for i, n in enumerate(g.nodes):
-            if n.op == "Constant" and n.shape != ():
+            if n.op == Op.Constant and n.shape != ():
                 self._dev_weights[i] = to_torch(np.asarray(n.attrs["value"].array).astype(dtypes.to_numpy(n.dtype)), self.device)
 
     def sources(self) -> str:
@@ -98,7 +98,7 @@ class TritonExecutable(Executable):
         res = []
         for o in g.outputs:
             t = bufs[o]
-            is_leaf = g.nodes[o].op in ("Input", "Constant")
+            is_leaf = g.nodes[o].op in (Op.Input, Op.Constant)
             res.append(t.clone() if is_leaf else t)
         if inputs and not isinstance(inputs[0], torch.Tensor):
             return res

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import BackendError
+from ...ir import Op
 from ...ir.graph import Graph
 from ...ir.matmul_form import matmul_form
 from .emitter import ZERO, Ix, Val
@@ -62,7 +63,7 @@ def dot_form(graph: Graph, nid: int) -> DotForm | None:
     if n.dtype not in DOT_DTYPES or len(n.shape) < 2:
         return None
     r = len(n.shape)
-    if n.op == "MatMul":
+    if n.op == Op.MatMul:
         batch = tuple(f"b{i}" for i in range(r - 2))
         a, b = n.inputs
         return DotForm(a, b, batch + ("m", "k"), batch + ("k", "n"), graph.nodes[a].shape[-1], n.dtype)

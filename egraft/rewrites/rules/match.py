@@ -25,7 +25,7 @@ import numpy as np
 
 from ...ir.egraph import ENode, Snapshot, weight_only_classes
 from ...errors import IRError
-from ...ir import Group, dtypes, shapes
+from ...ir import Group, Op, dtypes, shapes
 from ...ir.builder import GraphBuilder
 from ...ir.evaluate import evaluate
 from ..rule import contig, norm_strides, term, view
@@ -99,9 +99,9 @@ class Index:
 
     def _scalar(self, c: int) -> float | None:
         for n in self.nodes(c):
-            if n.op == "Constant" and tuple(n.attrs["shape"]) == () and not hasattr(n.attrs["value"], "array"):
+            if n.op == Op.Constant and tuple(n.attrs["shape"]) == () and not hasattr(n.attrs["value"], "array"):
                 return n.attrs["value"]
-            if n.op == "View" and not any(n.attrs["strides"]):
+            if n.op == Op.View and not any(n.attrs["strides"]):
                 for m in self.nodes(n.children[0], "Constant"):
                     if tuple(m.attrs["shape"]) == () and not hasattr(m.attrs["value"], "array"):
                         return m.attrs["value"]
@@ -141,7 +141,7 @@ class Index:
             if self._keep_reshape(self.shape(src), n.attrs, ax):
                 out.append(src)
         for n in self.users(c):
-            if n.op == "View" and self._keep_reshape(sc, n.attrs, ax):
+            if n.op == Op.View and self._keep_reshape(sc, n.attrs, ax):
                 out.append(n.cls)
         out = self._memo[key] = list(dict.fromkeys(out))
         return out
@@ -201,7 +201,7 @@ class Index:
 
     # -- matrices ------------------------------------------------------------------------------
     def is_weight(self, c: int) -> bool:
-        return any(n.op == "Input" and n.attrs.get("role") == "weight" for n in self.nodes(c))
+        return any(n.op == Op.Input and n.attrs.get("role") == "weight" for n in self.nodes(c))
 
     def weight_only(self, c: int) -> bool:
         """Does class c have a program that reads only weights, constants and Iota?
@@ -268,7 +268,7 @@ def const_mask(ix: Index, c: int, limit: int = 64) -> np.ndarray | None:
             return None
         memo[k] = None  # cycle guard
         for n in sorted(ix.nodes(k), key=lambda n: len(n.children)):
-            if n.op == "Input" or n.op in Group.IDIOM:
+            if n.op == Op.Input or n.op in Group.IDIOM:
                 continue
             kids = []
             for ch in n.children:
