@@ -36,6 +36,7 @@ from ..backends import lower
 from ..errors import InputError, ValidationError
 from ..frontend import trace
 from ..ir import dtypes
+from ..ir.tensors import to_torch
 from ..measure import random_array, rel_err, tolerance_for
 from ..runtime.outputs import count, describe, rebuild
 from ..search import search
@@ -218,8 +219,8 @@ def like(args: tuple, kwargs: dict, seed: int) -> tuple[tuple, dict]:
         low = high = None
         if dtypes.is_int(dt) and t.numel():
             low, high = int(t.min()), int(t.max()) + 1
-        a = random_array(tuple(t.shape), "float32" if dt == "bfloat16" else dt, rng, low, high)
-        return torch.from_numpy(np.ascontiguousarray(a)).to(device=t.device, dtype=t.dtype)
+        a = random_array(tuple(t.shape), dt, rng, low, high)
+        return to_torch(a, t.device)
 
     return tuple(draw(a) for a in args), {k: draw(v) for k, v in kwargs.items()}
 

@@ -193,14 +193,9 @@ def leaves(obj: Any) -> list:
 
 def to_numpy(x):
     """A tensor or array as numpy (bfloat16 widened to float32), for comparison and printing."""
-    import numpy as np
+    from ..ir.tensors import widened
 
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-        if str(x.dtype) == "torch.bfloat16":
-            x = x.float()
-        return x.numpy()
-    return np.asarray(x)
+    return widened(x)
 
 
 def dtype_name(x) -> str:

@@ -10,7 +10,6 @@ in float32 and rounded after each op.
 from __future__ import annotations
 
 import string
-import sys
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -19,22 +18,7 @@ from ..errors import InputError, IRError
 from . import dtypes
 from .graph import Graph
 from .op_groups import Op, get_op
-
-
-def to_numpy(x: Any, what: str = "input") -> np.ndarray:
-    """A numpy array from a numpy array, a torch tensor, or a scalar/list."""
-    if isinstance(x, np.ndarray):
-        return x
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        t = x.detach().cpu()
-        if t.dtype == torch.bfloat16:
-            return t.float().numpy().astype(dtypes.to_numpy("bfloat16"))
-        return t.numpy()
-    try:
-        return np.asarray(x)
-    except Exception as e:  # pragma: no cover - defensive
-        raise InputError(f"{what} of type {type(x).__name__} is not an array or tensor") from e
+from .tensors import as_numpy as to_numpy  # a numpy array, a torch tensor or a scalar/list, as numpy
 
 
 def _storage(dt: str, oracle: bool) -> np.dtype:

@@ -241,7 +241,7 @@ def _rounded(x, dtype: str, dt) -> np.ndarray:
     A half type computes in float32: going value -> float32 -> half would round
     twice, so round to the half type first (exact when widened back).
     """
-    if np.dtype(dt) == np.float32 and dtypes.is_float(dtype) and dtypes.to_numpy(dtype).itemsize < 4:
+    if np.dtype(dt) == np.float32 and dtypes.is_half(dtype):
         return np.asarray(x).astype(dtypes.to_numpy(dtype)).astype(dt)
     return np.asarray(x).astype(dt)
 

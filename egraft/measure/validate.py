@@ -32,6 +32,7 @@ import numpy as np
 from ..ir import dtypes
 from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
+from ..ir.tensors import as_numpy
 from .inputs import random_inputs
 from .tolerances import rel_err, tolerance_for
 
@@ -67,15 +68,6 @@ def poison(candidate) -> int:
     return count
 
 
-def _as_numpy(x) -> np.ndarray:
-    if hasattr(x, "detach"):  # torch tensor
-        x = x.detach().cpu()
-        if str(x.dtype) == "torch.bfloat16":
-            x = x.float()
-        return x.numpy()
-    return np.asarray(x)
-
-
 def reference(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The float64 oracle's outputs, cast to each output's own dtype."""
     want = evaluate(graph, inputs, np.float64)
@@ -95,7 +87,7 @@ def compare(graph: Graph, got: Sequence, want: Sequence[np.ndarray]) -> tuple[bo
         return False, errs, tols, [f"{len(got)} outputs, the graph has {len(want)}"]
     for k, (g, w) in enumerate(zip(got, want)):
         dt = graph.output_types()[k][1]
-        g = _as_numpy(g)
+        g = as_numpy(g)
         t = tolerance_for(graph, k, dt)
         if g.shape != w.shape:
             e = float("inf")
@@ -125,7 +117,7 @@ def validate(candidate: Callable, graph: Graph, inputs: Sequence | None = None, 
     if inputs is None:
         inputs = random_inputs(graph, seed)
     inputs = [np.asarray(x) if not hasattr(x, "detach") else x for x in inputs]
-    want = reference(graph, [_as_numpy(x) for x in inputs])
+    want = reference(graph, [as_numpy(x) for x in inputs])
     try:
         poison(candidate)
         got = candidate(*inputs)

@@ -35,6 +35,7 @@ import torch
 
 from ..errors import InputError, TraceError, UnsupportedOpError
 from ..ir import dtypes
+from ..ir.tensors import to_numpy
 from ..measure.tolerances import rel_err, tolerance
 from .binding import Bound, is_weight, placeholders, signature
 from .options import Options
@@ -179,10 +180,7 @@ def mismatch(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> str:
             return (f"output {k} is {g.dtype} {tuple(g.shape)} on {g.device}, PyTorch gives {w.dtype} "
                     f"{tuple(w.shape)} on {w.device}")
         allowed = tolerance(dtypes.from_torch(w.dtype))
-        g, w = g.detach().cpu(), w.detach().cpu()
-        if w.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds it exactly
-            g, w = g.float(), w.float()
-        err = rel_err(g.numpy(), w.numpy())
+        err = rel_err(to_numpy(g), to_numpy(w))
         if err > allowed:
             return f"output {k}: relative error {err:.3g} > {allowed:.3g}"
     return ""

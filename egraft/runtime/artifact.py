@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir import dtypes
 from . import outputs
-from .tensors import is_tensor, to_torch, torch_module
+from ..ir.tensors import is_tensor, to_torch, torch_module
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ArtifactError, InputError
 from ..ir import dtypes
 from .manifest import read_verified, single_kernel
-from .tensors import to_numpy, to_torch, torch_module
+from ..ir.tensors import to_numpy, to_torch, torch_module
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 PLATFORMS = {"cpu": "cpu", "cuda": "cuda", "tpu": "tpu"}  # egraft device kind -> jax.export platform
@@ -103,7 +103,7 @@ class JaxRunner:
         # the fast torch path (fast_torch): CPU program, no x64, no input held narrower, no bfloat16 anywhere
         self._np_sig = tuple((tuple(i["shape"]), np.dtype(dtypes.to_numpy(i["dtype"]))) for i in manifest["inputs"])
         self._plain = (self.on_cpu and not self.x64 and not any(self.narrow)
-                       and "bfloat16" not in self.in_dtypes and "bfloat16" not in self.out_dtypes)
+                       and not any(dtypes.row(d).bits for d in (*self.in_dtypes, *self.out_dtypes)))
         self._run = None  # the compiled call's C++ fast call once the first call made it
 
     def fast_torch(self, xs) -> list | None:

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import ArtifactError
 from .manifest import read_verified, single_kernel
-from .tensors import to_numpy, to_torch
+from ..ir.tensors import to_numpy, to_torch
 
 # the torch backend's Inductor options (egraft.backends.torch.executable): keep every half-type rounding
 INDUCTOR_OPTIONS = {"emulate_precision_casts": True}

@@ -36,12 +36,11 @@ import numpy as np
 from ...errors import BackendError, InputError
 from ...ir import dtypes
 from ...ir.graph import Graph
+from ...ir.tensors import to_numpy, to_torch, torch_dtype, view_numpy
 from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
 from .callpath import fast_call
 from .function import INT32_MAX, INT32_MIN, Program, program_dtype, to_program_dtype, x64_scope
-
-_BF16 = dtypes.to_numpy("bfloat16")
 
 
 def _torch():
@@ -196,9 +195,7 @@ def _from_torch(t, dev):
         # XLA buffer inline, measured ~0.2-0.4 ms faster per call than DLPack or device_put
         # (both of which import an external / asynchronously transferred buffer).
         try:
-            if t.dtype == _torch().bfloat16:  # no numpy twin: reinterpret an int16 view
-                return t.view(_torch().int16).numpy().view(_BF16)
-            return t.numpy()
+            return view_numpy(t)  # bfloat16 (no numpy twin) as a reinterpreted int16 view
         except Exception:
             pass
         try:
@@ -211,8 +208,6 @@ def _from_torch(t, dev):
             return x if dev in x.devices() else jax.device_put(x, dev)
         except Exception:
             pass
-    from ...ir.evaluate import to_numpy
-
     return jax.device_put(to_numpy(t), dev)
 
 
@@ -222,12 +217,8 @@ def _to_torch(o, dt: str, dev):
     try:
         t = torch.from_dlpack(o)
     except Exception:
-        a = np.asarray(o)
-        if a.dtype.name == "bfloat16":
-            t = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
-        else:
-            t = torch.from_numpy(np.array(a))
-    want = getattr(torch, dt)
+        t = to_torch(np.asarray(o))
+    want = torch_dtype(dt)
     if t.dtype != want:
         t = t.to(want)
     return t.to(dev) if t.device != dev else t

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir import Op
+from ...ir import Op, dtypes
 from ...ir.graph import Graph
 from ...ir.matmul_form import Factor, matmul_form
 from ..fold import FOLDED_PREFIX
@@ -183,8 +183,8 @@ def emit_dot(ctx, plan: DotPlan, a, b, view_fn):
         ((plan.lhs.axes.index(r),), (plan.rhs.axes.index(r),)),
         (tuple(plan.lhs.axes.index(d) for d in batch), tuple(plan.rhs.axes.index(d) for d in batch)),
     )
-    half = a.dtype in (jnp.float16, jnp.bfloat16)
-    kw = {"preferred_element_type": jnp.float32} if half else {}
+    half = dtypes.is_half(a.dtype.name)
+    kw = {"preferred_element_type": dtypes.compute_dtype(a.dtype.name)} if half else {}
     if jnp.issubdtype(a.dtype, jnp.floating):
         kw["precision"] = ctx.precision
     y = lax.dot_general(a, b, dims, **kw)

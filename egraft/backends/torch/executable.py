@@ -123,7 +123,7 @@ class TorchExecutable(Executable):
         self._n_in = len(gtypes)
         self._np_sig = tuple((np.ndarray, tuple(s), dtypes.to_numpy(d)) for s, d in gtypes)
         self._torch_sig = tuple((torch.Tensor, torch.Size(s), TORCH_DTYPES[d]) for s, d in gtypes)
-        self._np_bf16 = tuple(d == "bfloat16" for _, d in gtypes)  # these cross through an int16 view
+        self._np_bf16 = tuple(dtypes.row(d).bits is not None for _, d in gtypes)  # these cross through an int view
         self._cpu = self._dev.type == "cpu"
 
     def _run(self, xs: list) -> list:

@@ -15,33 +15,8 @@ import numpy as np
 
 from ...errors import BackendError, InputError
 from ...ir import Op, dtypes
+from ...ir.tensors import to_numpy, to_torch, torch_dtype
 from ..base import Executable
-
-
-def torch_dtype(dt: str):
-    import torch
-
-    return getattr(torch, dt)
-
-
-def to_torch(arr: np.ndarray, device: str):
-    import torch
-
-    if arr.dtype.name == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(arr.astype(np.float32))).to(torch.bfloat16).to(device)
-    arr = np.ascontiguousarray(arr)
-    if not arr.flags.writeable:
-        arr = arr.copy()
-    return torch.from_numpy(arr).to(device)
-
-
-def to_numpy(t) -> np.ndarray:
-    import torch
-
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().astype(dtypes.to_numpy("bfloat16"))
-    return t.numpy()
 
 
 @dataclass
@@ -63,16 +38,16 @@ class TritonExecutable(Executable):
             name = g.nodes[i].attrs["name"]
             if name not in g.weights:
                 raise BackendError(f"weight {name!r} has no bound value; bind it with graph.with_weights({{...}})")
-            self._dev_weights[i] = to_torch(np.asarray(g.weights[name]), self.device)
+            self._dev_weights[i] = to_torch(np.asarray(g.weights[name]), self.device, copy=False)
         for i, n in enumerate(g.nodes):
             if n.op == Op.Constant and n.shape != ():
-                self._dev_weights[i] = to_torch(np.asarray(n.attrs["value"].array).astype(dtypes.to_numpy(n.dtype)), self.device)
+                self._dev_weights[i] = to_torch(np.asarray(n.attrs["value"].array).astype(dtypes.to_numpy(n.dtype)), self.device, copy=False)
 
     def sources(self) -> str:
         return "\n\n".join(k.source for k in self.kernels)
 
     def run_numpy(self, inputs):
-        outs = self.run_torch([to_torch(np.asarray(x), self.device) for x in inputs], _checked=True)
+        outs = self.run_torch([to_torch(np.asarray(x), self.device, copy=False) for x in inputs], _checked=True)
         return [to_numpy(o) for o in outs]
 
     def run_torch(self, inputs, _checked=False):
@@ -85,7 +60,7 @@ class TritonExecutable(Executable):
         for i, x in zip(g.input_ids, inputs):
             n = g.nodes[i]
             if not isinstance(x, torch.Tensor):
-                x = to_torch(np.asarray(x), self.device)
+                x = to_torch(np.asarray(x), self.device, copy=False)
             if tuple(x.shape) != n.shape or str(x.dtype).replace("torch.", "") != n.dtype:
                 raise InputError(
                     f"input {n.attrs['name']!r} is {tuple(x.shape)}:{str(x.dtype).replace('torch.', '')}, "

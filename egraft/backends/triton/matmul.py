@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import BackendError
-from ...ir import Op
+from ...ir import Op, dtypes
 from ...ir.graph import Graph
 from ...ir.matmul_form import matmul_form
 from .emitter import ZERO, Ix, Val
 
 DOT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-_HALF = {"float16": "tl.float16", "bfloat16": "tl.bfloat16"}
+_HALF = {d: f"tl.{dtypes.row(d).triton}" for d in dtypes.HALF_DTYPES}
 
 
 @dataclass(frozen=True)
