@@ -21,9 +21,6 @@ import numpy as np
 from ..errors import InputError
 from . import dtypes
 
-BF16 = dtypes.to_numpy("bfloat16")
-
-
 def torch_module():
     return sys.modules.get("torch")
 
@@ -121,5 +118,5 @@ def to_torch(a: np.ndarray, device=None, copy: bool = True):
     return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
-__all__ = ["BF16", "as_numpy", "is_tensor", "to_numpy", "to_torch", "torch_dtype", "torch_module", "view_numpy",
+__all__ = ["as_numpy", "is_tensor", "to_numpy", "to_torch", "torch_dtype", "torch_module", "view_numpy",
            "view_torch", "widened"]
