@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import InputError
 from . import dtypes
 
+
 def torch_module():
     return sys.modules.get("torch")
 

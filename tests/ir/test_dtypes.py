@@ -36,7 +36,7 @@ def test_names_are_unique_and_half_types_compute_in_float32():
     for field in ("torch", "triton", "triton_ptr", "safetensors"):
         names = [getattr(r, field) for r in ROWS]
         assert len(set(names)) == len(names), field
-    assert dtypes.HALF_DTYPES == ("float16", "bfloat16")
+    assert {"float16", "bfloat16"} <= set(dtypes.HALF_DTYPES)
     assert all(dtypes.row(d).compute == "float32" for d in dtypes.HALF_DTYPES)
     assert not dtypes.is_half("float32") and not dtypes.is_half("int32") and not dtypes.is_half("nonsense")
     assert dtypes.compute_dtype("bfloat16") == np.float32 and dtypes.compute_name("int64") == "int64"
@@ -47,7 +47,10 @@ def test_names_are_unique_and_half_types_compute_in_float32():
 def test_promotion_is_torchs():
     torch = pytest.importorskip("torch")
     for a, b in itertools.product(dtypes.DTYPES, repeat=2):
-        want = str(torch.promote_types(getattr(torch, a), getattr(torch, b))).removeprefix("torch.")
+        try:
+            want = str(torch.promote_types(getattr(torch, a), getattr(torch, b))).removeprefix("torch.")
+        except RuntimeError:  # torch promotes no float8 type: egraft's rank decides those
+            continue
         assert dtypes.promote(a, b) == want, (a, b)
 
 
