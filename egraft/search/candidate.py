@@ -102,6 +102,8 @@ class Task:
 
 
 def torch_inputs(xs):
+    import torch  # noqa: F401 - the bridge converts with the torch its caller loaded
+
     from ..ir.tensors import to_torch
 
     return [to_torch(x, copy=False) for x in xs]

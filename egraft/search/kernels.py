@@ -52,7 +52,7 @@ ELEMENTWISE_FLOPS = {
 # FLOPs per element of each row idiom: softmax max/sub/exp/sum/scale, layer norm
 # mean/centre/square/sum/scale, RMS norm square/sum/scale (per-row rsqrt amortised)
 ROW_FLOPS = {"Softmax": 8.0, "LayerNorm": 7.0, "RMSNorm": 4.0}
-SOFTMAX_FLOPS = ROW_FLOPS["Softmax"]
+SOFTMAX_FLOPS = ROW_FLOPS[Op.Softmax]
 
 
 def _per_output(w: float):

@@ -5,7 +5,8 @@ bodies too (where a typo would otherwise fail only when that line runs):
 
 * no string literal is compared with an op (``node.op == "Add"``,
   ``op in ("Add", "Mul")``, ``"View" != n.op``) and no literal that names an op
-  is compared with anything: such code reads ``ir.Op.Add`` or an ``ir.Group`` set.
+  is compared with anything or used as a lookup key (``ix.by_op["Mul"]``,
+  ``ix.nodes(c, "Exp2")``, where a typo silently finds nothing): such code reads ``ir.Op.Add`` or an ``ir.Group`` set.
   The one other kind of ``.op`` egraft reads is a ``torch.fx`` node's opcode,
   which is torch's own fixed set (:data:`FX_OPCODES`): a literal compared with
   an op is one of those or it is reported (``"placeholdr"`` too);
@@ -33,6 +34,12 @@ def _op_like(e: ast.expr) -> bool:
     return name is not None and (name == "op" or name.endswith("_op"))
 
 
+def _op_table(e: ast.expr) -> bool:
+    """A lookup keyed by op name: ``ix.by_op``, ``RULES_BY_OP``, ``per_op``."""
+    name = e.id if isinstance(e, ast.Name) else e.attr if isinstance(e, ast.Attribute) else ""
+    return name.lower() == "by_op" or name.lower().endswith(("_op", "_by_op"))
+
+
 def _literals(e: ast.expr) -> list[str]:
     """The string literals of `e`: itself, or the items of a tuple/list/set display."""
     items = e.elts if isinstance(e, (ast.Tuple, ast.List, ast.Set)) else [e]
@@ -54,6 +61,13 @@ def violations(source: str, filename: str = "<src>") -> list[str]:
                 if any(s in OPS for s in lits) or any(
                         _op_like(x) and _literals(y) and not set(_literals(y)) <= FX_OPCODES for x, y in pairs):
                     out.append(f"{filename}:{node.lineno}: {ast.unparse(node)} (use Op.<name> or a Group)")
+        elif isinstance(node, ast.Subscript) and _literals(node.slice):
+            key = _literals(node.slice)[0]
+            if key in OPS or (_op_table(node.value) and key not in FX_OPCODES):  # ix.by_op["Mull"] finds nothing
+                out.append(f"{filename}:{node.lineno}: {ast.unparse(node)} (use Op.<name>)")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "nodes"
+              and len(node.args) == 2 and _literals(node.args[1])):  # Index.nodes(cls, "Exp2"): the e-nodes of one op
+            out.append(f"{filename}:{node.lineno}: {ast.unparse(node)} (use Op.<name>)")
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Op":
             if node.attr not in OPS:
                 out.append(f"{filename}:{node.lineno}: Op.{node.attr} is not an op of the table")
@@ -74,6 +88,9 @@ def test_no_op_is_spelt_as_a_string():
     'X = Op.Viwe\n',
     'def f(node):\n    return node.op == "placeholdr"\n',
     'def f(ctor):\n    return ctor == "Input"\n',
+    'def f(ix):\n    return ix.by_op["Mull"]\n',
+    'def f(table):\n    return table["Softmax"]\n',
+    'def f(ix, c):\n    return ix.nodes(c, "Exp22")\n',
 ])
 def test_the_check_sees_a_planted_violation(planted):
     """Negative control: every form the check exists for is reported, typos inside function bodies included."""
@@ -81,8 +98,8 @@ def test_the_check_sees_a_planted_violation(planted):
 
 
 def test_the_check_passes_table_names():
-    ok = ('def f(n, ctx):\n    return (n.op == Op.Add or n.op in Group.UNARY or n.kind == "unary"\n'
-          '            or n.op == "call_function" or "with_indices" in ctx.op)\n')
+    ok = ('def f(n, ctx, ix, opts):\n    return (n.op == Op.Add or n.op in Group.UNARY or n.kind == "unary"\n'
+          '            or n.op == "call_function" or "with_indices" in ctx.op or ix.by_op[Op.Mul] or opts["cache"])\n')
     assert not violations(ok)
 
 
