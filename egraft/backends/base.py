@@ -162,17 +162,14 @@ class Executable:
         """
         import torch
 
-        from ..ir.evaluate import to_numpy
+        from ..ir.tensors import as_numpy as to_numpy, to_torch
 
         dev = next((x.device for x in inputs if is_torch(x)), torch.device("cpu"))
         arrs = [to_numpy(x) for x in inputs]
         outs = self.run_numpy(check_inputs(self.graph, arrs))
         res, taken = [], {id(a) for a in arrs}
         for o in outs:
-            if o.dtype.name == "bfloat16":
-                res.append(torch.from_numpy(o.astype(np.float32)).to(torch.bfloat16).to(dev))
-                continue
             owned = o.base is None and o.flags.writeable and o.flags.c_contiguous and id(o) not in taken
             taken.add(id(o))  # the same array twice: the second one is a copy
-            res.append(torch.from_numpy(o if owned else np.array(o, order="C")).to(dev))
+            res.append(to_torch(o, dev, copy=not owned))
         return res

@@ -8,7 +8,9 @@ convolution, a transposed weight, a causal mask) is evaluated once, when
 an executable is built or loaded, and enters the per-call graph as a new
 weight named ``__folded_<k>``.  Views over a folded
 value stay views (folding an expanded weight would materialise copies), and
-plain weights are never copied.
+plain weights are never copied.  A dtype whose table row says ``fold=False``
+(a packed weight format, say) is never folded, nor is anything computed from
+it: its dequantise stays in the per-call program, so the weight stays packed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import dtypes
+from ..ir import Op, dtypes
 from ..ir.analysis import weight_only
 from ..ir.evaluate import evaluate
 from ..ir.graph import Attrs, Graph, Node
@@ -35,12 +37,15 @@ class FoldPlan:
 def plan(graph: Graph) -> FoldPlan:
     """Find the weight-only values the per-call graph needs and cut them out."""
     wo = weight_only(graph)
+    foldable: list[bool] = []  # no value of a dtype that must not fold on the way to this node
+    for n in graph.nodes:
+        foldable.append(dtypes.row(n.dtype).fold and all(foldable[j] for j in n.inputs))
     alive = graph.live()
     targets: list[int] = []  # weight-only compute nodes to materialise, in topological order
     seen = set()
 
     def base(i):
-        while graph.nodes[i].op == "View":
+        while graph.nodes[i].op == Op.View:
             i = graph.nodes[i].inputs[0]
         return i
 
@@ -56,7 +61,7 @@ def plan(graph: Graph) -> FoldPlan:
             needed.add(o)
     for j in needed:
         b = base(j)
-        if graph.nodes[b].op not in ("Input", "Constant") and b not in seen:
+        if graph.nodes[b].op not in (Op.Input, Op.Constant) and foldable[b] and b not in seen:
             seen.add(b)
             targets.append(b)
     if not targets:

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from ..ir import dtypes
+from ..ir import Op, dtypes
 from ..ir.graph import Graph
 from ..ir.shapes import contiguous_strides
 from ..ir.strided import Piece, VAxis, common_axes, merge_pieces, read_pieces, through_view, view_axes
@@ -67,19 +67,19 @@ def axis_map(graph: Graph, nid: int) -> AxisMap | None:
     """The exact axis map of node `nid`'s value through its chain of Views, or None."""
     node = graph.nodes[nid]
     shape = tuple(node.shape)
-    if node.op == "View":
+    if node.op == Op.View:
         axes, off, cur = view_axes(shape, node.attrs["strides"]), node.attrs["offset"], node.inputs[0]
     else:
         axes, off, cur = view_axes(shape, contiguous_strides(shape)), 0, nid
     while True:
         c = graph.nodes[cur]
-        if c.op == "Cast" and _float_cast(graph, c):  # elementwise: commutes with views and zero pads
+        if c.op == Op.Cast and _float_cast(graph, c):  # elementwise: commutes with views and zero pads
             cur = c.inputs[0]
             continue
         m = read_pieces(tuple(c.shape), axes, off)
         if m is None:
             return None
-        if c.op != "View":
+        if c.op != Op.View:
             return AxisMap(cur, tuple(merge_pieces(p) for p in m.pieces), m.base)
         axes, off = through_view(m, c.attrs["strides"], c.attrs["offset"])
         cur = c.inputs[0]
@@ -267,7 +267,7 @@ def conv_plan(graph: Graph, nid: int) -> ConvPlan | None:
     """SumReduce(s) over (in-channel, kernel taps) of Mul(window view of x, view of w) -> ConvPlan."""
     base, reduced = reduce_chain(graph, nid)
     mul = graph.nodes[base]
-    if mul.op != "Mul" or not dtypes.is_float(mul.dtype):
+    if mul.op != Op.Mul or not dtypes.is_float(mul.dtype):
         return None
     return _conv_plan_for(graph, base, reduced, 0, 1) or _conv_plan_for(graph, base, reduced, 1, 0)
 
@@ -284,12 +284,12 @@ def _view_is_cheap(graph: Graph, nid: int) -> bool:
 def pool_plan(graph: Graph, nid: int) -> PoolPlan | None:
     """Max/SumReduce(s) over the window axes of a sliding-window view -> PoolPlan."""
     node = graph.nodes[nid]
-    kind = "sum" if node.op == "SumReduce" else "max"
+    kind = "sum" if node.op == Op.SumReduce else "max"
     if node.dtype == "bool":
         return None
     base, reduced = reduce_chain(graph, nid)
     bnode = graph.nodes[base]
-    if bnode.op != "View":
+    if bnode.op != Op.View:
         return None
     m = axis_map(graph, base)
     if m is None:

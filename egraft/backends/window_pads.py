@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import dtypes
+from ..ir import Op, dtypes
 from ..ir.graph import Graph
 from ..ir.ops import TensorValue
 from ..ir.strided import gather_index
@@ -23,9 +23,9 @@ from .fold import FOLDED_PREFIX
 def _known(graph: Graph, nid: int):
     """Values known at build: a folded weight or a constant."""
     n = graph.nodes[nid]
-    if n.op == "Input" and n.attrs["name"].startswith(FOLDED_PREFIX) and n.attrs["name"] in graph.weights:
+    if n.op == Op.Input and n.attrs["name"].startswith(FOLDED_PREFIX) and n.attrs["name"] in graph.weights:
         return np.asarray(graph.weights[n.attrs["name"]])
-    if n.op == "Constant":
+    if n.op == Op.Constant:
         v = n.attrs["value"]
         return np.broadcast_to(v.array if isinstance(v, TensorValue) else np.asarray(v), n.shape)
     return None
@@ -34,7 +34,7 @@ def _known(graph: Graph, nid: int):
 def _along(graph: Graph, nid: int, axis: int):
     """A known-valued node broadcast along every axis but `axis`: its 1-D values along `axis`."""
     n = graph.nodes[nid]
-    if n.op == "View":
+    if n.op == Op.View:
         shape, st, off = n.attrs["shape"], n.attrs["strides"], n.attrs["offset"]
         if any(s != 0 and sz > 1 for d, (sz, s) in enumerate(zip(shape, st)) if d != axis):
             return None
@@ -53,7 +53,7 @@ def _along(graph: Graph, nid: int, axis: int):
 def _fill(graph: Graph, nid: int):
     """The scalar a node holds everywhere, if known, else None."""
     n = graph.nodes[nid]
-    if n.op == "View" and all(s == 0 for s in n.attrs["strides"]):
+    if n.op == Op.View and all(s == 0 for s in n.attrs["strides"]):
         vals = _known(graph, n.inputs[0])
     else:
         vals = _known(graph, nid)
@@ -76,11 +76,11 @@ def peel_pads(graph: Graph, nid: int, kind: str):
     pads: dict[int, list[int]] = {}
     while True:
         n = graph.nodes[nid]
-        if n.op != "Where":
+        if n.op != Op.Where:
             break
         cond, g, fill = n.inputs
         gn = graph.nodes[g]
-        if gn.op != "Gather" or tuple(gn.shape) != tuple(n.shape):
+        if gn.op != Op.Gather or tuple(gn.shape) != tuple(n.shape):
             break
         v = _fill(graph, fill)
         if v is None or not _is_identity(v, kind, n.dtype):

@@ -11,7 +11,7 @@ work.  Causal attention is priced as full attention.
 
 from __future__ import annotations
 
-from ..ir import Group
+from ..ir import Group, Op
 from ..ir.decompose import decompose
 from ..ir.graph import Graph
 from ..ir.matmul_form import matmul_form
@@ -33,7 +33,7 @@ def _operands(graph: Graph, i: int, dots: dict) -> tuple[int, ...]:
     return dots[i] if i in dots else graph.nodes[i].inputs
 
 
-XLA_ROOTS = Group.CONTRACTION | Group.ATTENTION | Group.ROW_IDIOM | Group.REDUCE | (Group.INDEX - {"Iota"})
+XLA_ROOTS = Group.CONTRACTION | Group.ATTENTION | Group.ROW_IDIOM | Group.REDUCE | (Group.INDEX - {Op.Iota})
 
 
 def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
@@ -58,7 +58,7 @@ def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
     peephole = knobs.get("peephole", True)
     dots, products = {}, set()
     for i, n in enumerate(nodes):
-        if n.op == "SumReduce" and (ops := dot_operands(graph, i)) is not None:
+        if n.op == Op.SumReduce and (ops := dot_operands(graph, i)) is not None:
             if peephole:
                 dots[i] = ops
             else:
@@ -66,12 +66,12 @@ def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
     used = graph.needed(lambda i: _operands(graph, i, dots))
     base = list(range(len(nodes)))
     for i, n in enumerate(nodes):
-        if n.op == "View":
+        if n.op == Op.View:
             base[i] = base[n.inputs[0]]
     consumers: dict[int, set] = {}
     operands = set()
     for i, n in enumerate(nodes):
-        if not used[i] or n.op == "View":
+        if not used[i] or n.op == Op.View:
             continue
         for j in _operands(graph, i, dots):
             consumers.setdefault(base[j], set()).add(i)
@@ -79,13 +79,13 @@ def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
                 operands.add(base[j])
     outs = set(graph.outputs)
     for o in outs:
-        if nodes[o].op == "View":  # a view output is written by a copy kernel of its own
+        if nodes[o].op == Op.View:  # a view output is written by a copy kernel of its own
             consumers.setdefault(base[o], set()).add(o)
     mat: set = set()
     owner: dict[int, int] = {}  # computed node -> the kernel (root) it runs in
     for i in range(len(nodes) - 1, -1, -1):  # consumers before producers
         n = nodes[i]
-        if not used[i] or n.op in Group.LEAF or (n.op == "View" and i not in outs):
+        if not used[i] or n.op in Group.LEAF or (n.op == Op.View and i not in outs):
             continue
         kernels_of_users = {owner[c] for c in consumers.get(i, ())}
         if n.op in XLA_ROOTS or i in outs or i in operands or i in products or len(kernels_of_users) != 1:

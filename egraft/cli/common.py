@@ -187,9 +187,9 @@ def leaves(obj: Any) -> list:
 
 def to_numpy(x):
     """A tensor or array as numpy (bfloat16 widened to float32), for comparison and printing."""
-    from ..measure.check import as_numpy
+    from ..ir.tensors import widened
 
-    return as_numpy(x)
+    return widened(x)
 
 
 def dtype_name(x) -> str:

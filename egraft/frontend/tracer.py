@@ -49,6 +49,7 @@ from ..errors import EgraftError, InputError, IRError, TraceError, UnsupportedOp
 from ..ir import dtypes
 from ..ir.builder import GraphBuilder, Tensor
 from ..ir.graph import Graph
+from ..ir.tensors import to_numpy, torch_dtype
 from .lowering import UNSUPPORTED_HINTS, Ctx, Missing, lookup, op_name
 from .signature import input_specs, require_pure
 
@@ -135,7 +136,7 @@ def export_program(model, example_inputs: Sequence[Any], kwargs: dict | None = N
         raise TraceError(f"decomposing {name}'s exported graph to core ATen failed: {_summarise(e)}") from e
 
 
-_TORCH_DTYPES = {getattr(torch, d) for d in dtypes.DTYPES}
+_TORCH_DTYPES = {torch_dtype(d) for d in dtypes.DTYPES}
 
 
 def _summarise(e: Exception, lines: int = 6) -> str:
@@ -167,11 +168,7 @@ def _weight_array(t: torch.Tensor, name: str) -> np.ndarray:
     t = t.detach().cpu()
     if t.dtype not in _TORCH_DTYPES:
         raise InputError(f"weight {name!r} has dtype {t.dtype}; egraft supports {', '.join(dtypes.DTYPES)}")
-    if t.dtype == torch.bfloat16:
-        arr = t.view(torch.int16).numpy().view(dtypes.to_numpy("bfloat16"))
-    else:
-        arr = t.numpy()
-    arr = np.array(arr, copy=True)  # the graph must not change when the model's parameters do
+    arr = np.array(to_numpy(t), copy=True)  # the graph must not change when the model's parameters do
     arr.setflags(write=False)
     return arr
 
@@ -276,8 +273,8 @@ def _lower_node(b: GraphBuilder, node: torch.fx.Node, env):
 
 
 def _up(a):
-    if isinstance(a, Tensor) and a.dtype in ("float16", "bfloat16"):
-        return a.cast("float32")
+    if isinstance(a, Tensor) and dtypes.is_half(a.dtype):
+        return a.cast(dtypes.compute_name(a.dtype))
     if isinstance(a, (list, tuple)):
         return type(a)(_up(x) for x in a)
     return a

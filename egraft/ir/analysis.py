@@ -10,6 +10,7 @@ parameters rather than as the activation stream.
 from __future__ import annotations
 
 from .graph import Graph
+from .op_groups import Op
 
 
 def weight_only(graph: Graph) -> list[bool]:
@@ -20,7 +21,7 @@ def weight_only(graph: Graph) -> list[bool]:
     """
     mask: list[bool] = []
     for n in graph.nodes:
-        if n.op == "Input":
+        if n.op == Op.Input:
             mask.append(n.attrs["role"] == "weight")
         elif not n.inputs:  # Constant, Iota: the same value on every call
             mask.append(True)

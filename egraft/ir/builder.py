@@ -21,6 +21,7 @@ import numpy as np
 from . import dtypes, shapes, strided
 from .graph import Attrs, Graph, Node, infer_node
 from .idiom_forms import IdiomMethods
+from .op_groups import Op
 from .ops import TensorValue
 from .tensor_base import TensorBase, in_float32, promote
 from .tensor_math import MathLib
@@ -48,7 +49,7 @@ class GraphBuilder:
         ids = tuple(t.id for t in inputs)
         fattrs = Attrs(attrs)
         key = (op, ids, fattrs)
-        if key in self._cse and op != "Input":
+        if key in self._cse and op != Op.Input:
             return Tensor(self, self._cse[key])
         shape, dt = infer_node(op, [(self.nodes[i].shape, self.nodes[i].dtype) for i in ids], fattrs)
         self.nodes.append(Node(op, ids, fattrs, shape, dt))
@@ -94,7 +95,7 @@ class GraphBuilder:
         if shapes.is_identity_view(x.shape, shape, strides, offset):
             return x
         node = x.node
-        if node.op == "View":
+        if node.op == Op.View:
             src = self.nodes[node.inputs[0]]
             inner = (node.attrs["shape"], node.attrs["strides"], node.attrs["offset"])
             composed = strided.compose_views(src.shape, inner, (shape, strides, offset))

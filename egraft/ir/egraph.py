@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .graph import Attrs
+from .op_groups import Op
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def weight_only_classes(nodes: list[ENode], n_classes: int) -> list[bool]:
     for i, n in enumerate(nodes):
         for c in set(n.children):
             parents.setdefault(c, []).append(i)
-    work = [i for i, n in enumerate(nodes) if not n.children and (n.op != "Input" or n.attrs.get("role") == "weight")]
+    work = [i for i, n in enumerate(nodes) if not n.children and (n.op != Op.Input or n.attrs.get("role") == "weight")]
     while work:
         c = nodes[work.pop()].cls
         if wo[c]:

@@ -10,7 +10,6 @@ in float32 and rounded after each op.
 from __future__ import annotations
 
 import string
-import sys
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -18,24 +17,9 @@ import numpy as np
 from ..errors import InputError, IRError
 from . import dtypes
 from .graph import Graph
-from .op_groups import get_op
+from .op_groups import Op, get_op
 from .signature import shape_accepts, shape_str
-
-
-def to_numpy(x: Any, what: str = "input") -> np.ndarray:
-    """A numpy array from a numpy array, a torch tensor, or a scalar/list."""
-    if isinstance(x, np.ndarray):
-        return x
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        t = x.detach().cpu()
-        if t.dtype == torch.bfloat16:
-            return t.float().numpy().astype(dtypes.to_numpy("bfloat16"))
-        return t.numpy()
-    try:
-        return np.asarray(x)
-    except Exception as e:  # pragma: no cover - defensive
-        raise InputError(f"{what} of type {type(x).__name__} is not an array or tensor") from e
+from .tensors import as_numpy as to_numpy  # a numpy array, a torch tensor or a scalar/list, as numpy
 
 
 def _storage(dt: str, oracle: bool) -> np.dtype:
@@ -111,7 +95,7 @@ def evaluate(
             vals[i] = _eval_node(graph, i, n, vals, wmap, oracle)
     # an output that is an input or weight would alias the caller's (or the graph's bound) array, and a
     # View's value may be a read-only strided view
-    return [np.array(vals[o]) if graph.nodes[o].op == "Input" or not np.asarray(vals[o]).flags.writeable
+    return [np.array(vals[o]) if graph.nodes[o].op == Op.Input or not np.asarray(vals[o]).flags.writeable
             else np.asarray(vals[o]) for o in graph.outputs]
 
 
@@ -126,10 +110,10 @@ def _contractions(graph: Graph) -> dict[int, int]:
     outs = set(graph.outputs)
     out = {}
     for i, n in enumerate(graph.nodes):
-        if n.op != "SumReduce" or not dtypes.is_float(n.dtype):
+        if n.op != Op.SumReduce or not dtypes.is_float(n.dtype):
             continue
         j = n.inputs[0]
-        if graph.nodes[j].op == "Mul" and uses[j] == 1 and j not in outs:
+        if graph.nodes[j].op == Op.Mul and uses[j] == 1 and j not in outs:
             out[i] = j
     return out
 
@@ -156,7 +140,7 @@ def _contract(a: np.ndarray, b: np.ndarray, axis: int, shape: tuple) -> np.ndarr
 
 def _eval_node(graph, i, n, vals, wmap, oracle):
     store = _storage(n.dtype, oracle)
-    if n.op == "Input":
+    if n.op == Op.Input:
         name = n.attrs["name"]
         if name not in wmap:
             raise InputError(f"weight {name!r} has no bound value; pass weights={{{name!r}: array}}")

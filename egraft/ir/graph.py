@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import IRError
 from . import dtypes
-from .op_groups import get_op
+from .op_groups import Op, get_op
 from .signature import InputSpec, OutputSpec, Signature
 
 
@@ -164,7 +164,7 @@ class Graph:
             shape, dt = infer_node(n.op, [(nodes[j].shape, nodes[j].dtype) for j in n.inputs], n.attrs)
             if (shape, dt) != (tuple(n.shape), n.dtype):
                 raise IRError(f"node {i} ({n.op}) declares {n.shape}:{n.dtype} but its inputs give {shape}:{dt}")
-            if n.op == "Input":
+            if n.op == Op.Input:
                 name = n.attrs["name"]
                 if name in names:
                     raise IRError(f"two inputs are named {name!r}")
@@ -175,7 +175,7 @@ class Graph:
         for o in outputs:
             if not 0 <= o < len(nodes):
                 raise IRError(f"output id {o} does not name a node")
-        role_inputs = [i for i, n in enumerate(nodes) if n.op == "Input" and n.attrs["role"] == "input"]
+        role_inputs = [i for i, n in enumerate(nodes) if n.op == Op.Input and n.attrs["role"] == "input"]
         if input_ids is None:
             input_ids = role_inputs
         if sorted(input_ids) != sorted(role_inputs):
@@ -184,7 +184,7 @@ class Graph:
         init(self, "nodes", nodes)
         init(self, "outputs", tuple(outputs))
         init(self, "input_ids", tuple(input_ids))
-        init(self, "weight_ids", tuple(i for i, n in enumerate(nodes) if n.op == "Input" and n.attrs["role"] == "weight"))
+        init(self, "weight_ids", tuple(i for i, n in enumerate(nodes) if n.op == Op.Input and n.attrs["role"] == "weight"))
         bound = {}
         for name, value in (weights or {}).items():
             if name not in names or nodes[names[name]].attrs["role"] != "weight":
@@ -296,7 +296,7 @@ class Graph:
         lines = []
         for i, n in enumerate(self.nodes):
             args = ", ".join(f"%{j}" for j in n.inputs)
-            attrs = {k: v for k, v in n.attrs.as_dict().items() if not (n.op in ("Input", "Constant") and k in ("shape", "dtype"))}
+            attrs = {k: v for k, v in n.attrs.as_dict().items() if not (n.op in (Op.Input, Op.Constant) and k in ("shape", "dtype"))}
             attr_s = " ".join(f"{k}={v!r}" for k, v in attrs.items())
             lines.append(f"%{i} = {n.op}({args}){' ' + attr_s if attr_s else ''} : {list(n.shape)} {n.dtype}")
         lines.append("return " + ", ".join(f"%{o}" for o in self.outputs))

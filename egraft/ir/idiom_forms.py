@@ -13,7 +13,7 @@ methods, reached through its arguments) so that ``Tensor`` can offer
 from __future__ import annotations
 
 from ..errors import IRError
-from . import shapes
+from . import dtypes, shapes
 from .tensor_base import TensorBase, in_float32, promote
 
 
@@ -26,8 +26,8 @@ def matmul_decomposed(a, b):
     """
     dt = promote(a.dtype, b.dtype)
     a, b = a.cast(dt), b.cast(dt)
-    if dt in ("float16", "bfloat16"):
-        return matmul_decomposed(a.cast("float32"), b.cast("float32")).cast(dt)
+    if dtypes.is_half(dt):
+        return matmul_decomposed(a.cast(dtypes.compute_name(dt)), b.cast(dtypes.compute_name(dt))).cast(dt)
     squeeze_m = squeeze_n = False
     if a.ndim == 1:
         a, squeeze_m = a.unsqueeze(0), True

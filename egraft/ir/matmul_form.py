@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .graph import Graph
-from .op_groups import Group
+from .op_groups import Group, Op
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def _invariance(graph: Graph, nid: int, rank: int) -> frozenset[int]:
             n = graph.nodes[i]
             if n.shape[axis] == 1:
                 memo[key] = True
-            elif n.op == "View":
+            elif n.op == Op.View:
                 memo[key] = n.attrs["strides"][axis] == 0
             elif n.op in Group.ELEMENTWISE and depth < MAX_DEPTH:
                 memo[key] = all(invariant(j, axis, depth + 1) for j in n.inputs)
@@ -127,7 +127,7 @@ def _invariance(graph: Graph, nid: int, rank: int) -> frozenset[int]:
 def _factor(graph: Graph, nid: int) -> Factor:
     n = graph.nodes[nid]
     invariant = _invariance(graph, nid, len(n.shape))
-    if n.op != "View":
+    if n.op != Op.View:
         return Factor(nid, nid, None, tuple(range(len(n.shape))), invariant, False)
     shape, strides, off = n.attrs["shape"], n.attrs["strides"], n.attrs["offset"]
     axes = tuple(d for d, (sz, st) in enumerate(zip(shape, strides)) if sz > 1 and st != 0)
@@ -146,10 +146,10 @@ def matmul_form(graph: Graph, nid: int) -> MatmulForm | None:
     sum scaled by that factor, not a matrix product.
     """
     n = graph.nodes[nid]
-    if n.op != "SumReduce":
+    if n.op != Op.SumReduce:
         return None
     mul = graph.nodes[n.inputs[0]]
-    if mul.op != "Mul":  # (SumReduce is not defined on bool, so neither is this Mul)
+    if mul.op != Op.Mul:  # (SumReduce is not defined on bool, so neither is this Mul)
         return None
     k = n.attrs["axis"]
     lhs, rhs = _factor(graph, mul.inputs[0]), _factor(graph, mul.inputs[1])

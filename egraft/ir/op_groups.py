@@ -16,6 +16,32 @@ def get_op(name: str) -> OpDef:
         raise IRError(f"unknown IR op {name!r}; known ops: {', '.join(sorted(OPS))}") from None
 
 
+class _OpTable(type):
+    """The metaclass of :class:`Op`: read-only, iterable, and an unknown name fails naming the known ones."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"unknown IR op {name!r}; known ops: {', '.join(sorted(OPS))}")
+
+    def __setattr__(cls, name, value):
+        raise AttributeError(f"Op is generated from the op table; add {name!r} to ir/ops.py or ir/idioms.py instead")
+
+    def __iter__(cls):
+        return iter(OPS)
+
+
+Op = _OpTable("Op", (), {
+    "__doc__": """Every op's name, generated from the tables: ``Op.Add == "Add"`` (a plain str, so ``Node.op`` stays one).
+
+    Code names an op as ``Op.Add`` or takes a :class:`Group`, never the string
+    ``"Add"``: a misspelt ``Op.Addd`` fails (``tests/ir/test_op_names.py`` finds
+    it statically, in function bodies too).
+    """,
+    **{name: name for name in OPS},
+})
+
+
 def _kinds(*kinds: str) -> frozenset[str]:
     return frozenset(name for name, d in OPS.items() if d.kind in kinds)
 
@@ -45,4 +71,4 @@ class Group:
     ALL = frozenset(OPS)  # every op a graph may hold; every backend has a rule for each
 
 
-__all__ = ["Group", "OPS", "PRIMITIVES", "IDIOMS", "get_op"]
+__all__ = ["Group", "OPS", "Op", "PRIMITIVES", "IDIOMS", "get_op"]

@@ -117,7 +117,7 @@ def _infer_where(ts, attrs):
     return a
 
 
-def _infer_reduce(op, allow_bool):
+def _infer_reduce(op, allow_bool, needs_elements=False):
     def infer(ts, attrs):
         shape, dt = ts[0]
         if dt == "bool" and not allow_bool:
@@ -127,8 +127,8 @@ def _infer_reduce(op, allow_bool):
         ax = attrs["axis"]
         if not isinstance(ax, int) or not 0 <= ax < len(shape):
             raise IRError(f"{op} axis must be a non-negative int below rank {len(shape)}, got {ax!r}")
-        if shape[ax] == 0 and op == "MaxReduce":
-            raise IRError("MaxReduce over an empty axis has no value")
+        if shape[ax] == 0 and needs_elements:
+            raise IRError(f"{op} over an empty axis has no value")
         return shape[:ax] + shape[ax + 1:], dt
     return infer
 
@@ -241,7 +241,7 @@ def _rounded(x, dtype: str, dt) -> np.ndarray:
     A half type computes in float32: going value -> float32 -> half would round
     twice, so round to the half type first (exact when widened back).
     """
-    if np.dtype(dt) == np.float32 and dtypes.is_float(dtype) and dtypes.to_numpy(dtype).itemsize < 4:
+    if np.dtype(dt) == np.float32 and dtypes.is_half(dtype):
         return np.asarray(x).astype(dtypes.to_numpy(dtype)).astype(dt)
     return np.asarray(x).astype(dt)
 
@@ -289,9 +289,9 @@ class TensorValue:
         return f"tensor<{self.array.shape} sha={self._key[2][:10]}>"
 
 
-def _leaf_check(op):
+def _leaf_check(op, has_value=False):
     def infer(ts, attrs):
-        if op == "Constant":
+        if has_value:
             v = attrs["value"]
             if isinstance(v, TensorValue):
                 if tuple(v.array.shape) != tuple(attrs["shape"]):
@@ -327,14 +327,14 @@ _def(PRIMITIVES, "Mod", "binary", (2,), "", _binary("Mod", allow_bool=False), _m
 _def(PRIMITIVES, "LessThan", "binary", (2,), "", _binary("LessThan", result="bool"), lambda a, b, *_: a < b, "a<b")
 _def(PRIMITIVES, "Where", "select", (3,), "", _infer_where, lambda c, a, b, *_: np.where(c, a, b), "IEEE-safe select")
 _def(PRIMITIVES, "SumReduce", "reduce", (1,), "axis:int", _infer_reduce("SumReduce", False), _sum_reduce, "sum over one axis")
-_def(PRIMITIVES, "MaxReduce", "reduce", (1,), "axis:int", _infer_reduce("MaxReduce", True), _max_reduce, "max over one axis")
+_def(PRIMITIVES, "MaxReduce", "reduce", (1,), "axis:int", _infer_reduce("MaxReduce", True, needs_elements=True), _max_reduce, "max over one axis")
 _def(PRIMITIVES, "Iota", "index", (0,), "n:int dtype:dtype", _infer_iota, _iota, "0..n-1")
 _def(PRIMITIVES, "Gather", "index", (2,), "axis:int", _infer_gather, _gather, "take_along_axis")
 _def(PRIMITIVES, "Cast", "type", (1,), "dtype:dtype", _infer_cast, _cast, "dtype conversion")
 
 _def(LEAVES, "Input", "leaf", (0,), "name:name shape:shape dtype:dtype role:role", _leaf_check("Input"), None,
      "a model input or weight")
-_def(LEAVES, "Constant", "leaf", (0,), "value:value shape:shape dtype:dtype", _leaf_check("Constant"), _constant,
+_def(LEAVES, "Constant", "leaf", (0,), "value:value shape:shape dtype:dtype", _leaf_check("Constant", has_value=True), _constant,
      "a literal")
 _def(LEAVES, "View", "movement", (1,), "shape:shape strides:shape offset:int", _infer_view, _view, "as_strided view")
 

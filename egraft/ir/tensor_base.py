@@ -27,23 +27,14 @@ def in_float32(fn):
 
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
-        if self.dtype in ("float16", "bfloat16"):
-            return fn(self.cast("float32"), *args, **kwargs).cast(self.dtype)
+        if dtypes.is_half(self.dtype):
+            return fn(self.cast(dtypes.compute_name(self.dtype)), *args, **kwargs).cast(self.dtype)
         return fn(self, *args, **kwargs)
 
     return wrapper
 
 
-_RANK = {"bool": 0, "int32": 1, "int64": 2, "bfloat16": 3, "float16": 3, "float32": 4, "float64": 5}
-
-
-def promote(a: str, b: str) -> str:
-    """The dtype two operands meet in, as numpy/torch promote (float16 with bfloat16 meet in float32)."""
-    if a == b:
-        return a
-    if {a, b} == {"float16", "bfloat16"}:
-        return "float32"
-    return a if _RANK[a] >= _RANK[b] else b
+promote = dtypes.promote  # the dtype two operands meet in (the table's promotion ranks)
 
 
 def reduce_axes(axis, rank) -> tuple[int, ...]:

@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..ir.tensors import widened as as_numpy  # bfloat16 widened exactly to float32
 from .tolerances import rel_err
 
 
@@ -54,17 +55,6 @@ def dtype_name(x) -> str:
     if dt is None:
         return np.asarray(x).dtype.name
     return str(dt).removeprefix("torch.") if not isinstance(dt, np.dtype) else dt.name
-
-
-def as_numpy(x) -> np.ndarray:
-    """A tensor or array as numpy on the host (bfloat16 widened to float32)."""
-    if hasattr(x, "detach"):  # a torch tensor
-        x = x.detach().cpu()
-        if str(x.dtype) == "torch.bfloat16":
-            x = x.float()
-        return x.numpy()
-    a = np.asarray(x)
-    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
 
 
 def _is_float(a: np.ndarray) -> bool:

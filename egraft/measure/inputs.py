@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import dtypes
+from ..ir import Op, dtypes
 from ..ir.graph import Graph
 
 
@@ -65,7 +65,7 @@ def index_ranges(graph: Graph) -> dict[int, int]:
             i = todo.pop()
             for c in consumers[i]:
                 node = graph.nodes[c]
-                if node.op == "Gather" and len(node.inputs) > 1 and node.inputs[1] == i:
+                if node.op == Op.Gather and len(node.inputs) > 1 and node.inputs[1] == i:
                     size = graph.nodes[node.inputs[0]].shape[node.attrs["axis"]]
                     n = size if n is None else min(n, size)
                 elif dtypes.is_int(node.dtype) and c not in seen:
@@ -85,12 +85,9 @@ def random_inputs(graph: Graph, seed: int | None = None) -> list[np.ndarray]:
 
 
 def _to_torch(a: np.ndarray, like=None):
-    import torch
+    from ..ir.tensors import to_torch
 
-    if a.dtype == dtypes.to_numpy("bfloat16"):
-        t = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
-    else:
-        t = torch.from_numpy(np.ascontiguousarray(a))
+    t = to_torch(a)
     if like is not None:
         t = t.to(device=like.device, dtype=like.dtype)
     return t

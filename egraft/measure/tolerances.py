@@ -48,18 +48,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import dtypes
+from ..ir import Op, dtypes
 from ..ir.graph import Graph
 
 # max |a - b| / max |b| allowed, by dtype of the output, where no graph is at hand (model-level checks)
-TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+TOLERANCE = {d: r.tolerance for d, r in dtypes.ROWS.items() if r.tolerance is not None}  # the dtype table's
 
 ULPS_PER_OP = 4  # ulps per rounding elementwise op on the path
 SUM_ULPS = 1  # ulps per summed element (k in k * eps * n)
 FLOOR_ULPS = 4  # no output is checked tighter than this (a Cast or a movement of an input is exact)
-HALF = ("float16", "bfloat16")
+HALF = dtypes.HALF_DTYPES
 _MOVE_KINDS = ("leaf", "movement", "index", "select")
-_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+_EPS = {d: r.eps for d, r in dtypes.ROWS.items() if r.eps}
 
 
 def eps(dtype: str) -> float:
@@ -76,13 +76,13 @@ def error_budgets(graph: Graph) -> list[float]:
         inherited = max((budget[j] for j in n.inputs), default=0.0)
         kind = get_op(n.op).kind
         e = eps(n.dtype)
-        if kind in _MOVE_KINDS or n.op in ("MaxReduce", "LessThan"):
+        if kind in _MOVE_KINDS or n.op in (Op.MaxReduce, Op.LessThan):
             b = inherited
         elif kind == "type":
             src = graph.nodes[n.inputs[0]].dtype
             rounds = dtypes.is_float(n.dtype) and (not dtypes.is_float(src) or eps(src) < e)
             b = inherited + (e if rounds else 0.0)
-        elif n.op == "SumReduce":
+        elif n.op == Op.SumReduce:
             count = graph.nodes[n.inputs[0]].shape[n.attrs["axis"]]
             b = inherited + (ULPS_PER_OP + SUM_ULPS * count) * e
         elif kind in ("unary", "binary"):
@@ -102,7 +102,7 @@ def tolerance_for(graph: Graph, output_index: int, dtype: str | None = None) -> 
         return 0.0
     prim = decompose(graph)
     derived = max(error_budgets(prim)[prim.outputs[output_index]], FLOOR_ULPS * eps(dt))
-    return max(derived, TOLERANCE[dt]) if dt in HALF else derived
+    return max(derived, TOLERANCE[dt]) if dtypes.is_half(dt) else derived
 
 
 def rel_err(got, want, floor: float = 0.0) -> float:

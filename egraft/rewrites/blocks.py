@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir import Op
 from ..ir.analysis import weight_only
 from ..ir.graph import Attrs, Graph, Node
 
@@ -33,7 +34,7 @@ def _stream(graph: Graph, inputs: bool = False) -> list[bool]:
     flag = [not w for w in weight_only(graph)]
     if not inputs:
         for i, n in enumerate(graph.nodes):
-            if n.op == "Input":
+            if n.op == Op.Input:
                 flag[i] = False
     return flag
 
@@ -105,7 +106,7 @@ def block_graph(graph: Graph, outputs: list[int], entry: int | None) -> Block:
             if v in ids:
                 continue
             n = graph.nodes[v]
-            if v == entry or n.op == "Input":
+            if v == entry or n.op == Op.Input:
                 if v == entry:
                     name, role = "__in__", "input"
                 else:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import IRError
+from ..ir import Op
 from ..ir.graph import Attrs, Graph
 from ..ir.ops import TensorValue
 from .rule import Term
@@ -122,7 +123,7 @@ class Context:
 
     def add_graph_leaves(self, graph: Graph) -> None:
         for n in graph.nodes:
-            if n.op == "Input":
+            if n.op == Op.Input:
                 self.roles[n.attrs["name"]] = n.attrs["role"]
 
 
@@ -154,7 +155,7 @@ def constant_attrs(attrs: Mapping[str, Any], ctx: Context) -> Attrs:
 
 def encode_op(op: str, attrs: Mapping[str, Any], children: Sequence[str], ctx: Context) -> str:
     """egglog text of one node whose children are already egglog expressions."""
-    if op == "Constant":
+    if op == Op.Constant:
         shape, dtype = tuple(attrs["shape"]), attrs["dtype"]
         lit = None if shape else _scalar_ctor(attrs["value"], dtype)
         if lit is None:
@@ -201,7 +202,7 @@ def encode_graph(graph: Graph, ctx: Context, rename: Mapping[str, str] | None = 
         if i in bind:
             lines.append(f"(union {handle(h)} {bind[i]})")
             continue
-        if n.op == "Input":
+        if n.op == Op.Input:
             name = rename.get(n.attrs["name"], n.attrs["name"])
             term = f"(Input {lit_str(name)} {lit_vec(n.shape)} {lit_str(n.dtype)})"
         else:
@@ -239,7 +240,7 @@ class Decoder:
         sig = SIGS[ctor]
         kids = tuple(inputs[: sig.children])
         vals = {name: self.prim(sort, v) for (name, sort), v in zip(sig.attrs, inputs[sig.children:])}
-        if ctor == "Input":
+        if ctor == Op.Input:
             name = vals["name"]
             return "Input", input_attrs(name, vals["shape"], vals["dtype"], self.ctx.roles.get(name, "input")), kids
         if ctor == "Const":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..ir import Op
 from ..ir.egraph import Snapshot
 
 
@@ -25,12 +26,12 @@ def size_table(result) -> str:
 
 def _label(n) -> str:
     a = n.attrs.as_dict()
-    if n.op == "Input":
+    if n.op == Op.Input:
         return f"Input {a['name']}"
-    if n.op == "Constant":
+    if n.op == Op.Constant:
         v = a["value"]
         return f"Const {v!r}" if len(repr(v)) < 16 else "Const tensor"
-    if n.op == "View":
+    if n.op == Op.View:
         return f"View {list(a['shape'])}/{list(a['strides'])}+{a['offset']}"
     extra = " ".join(f"{k}={v}" for k, v in a.items())
     return f"{n.op} {extra}".strip()

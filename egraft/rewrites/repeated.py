@@ -47,6 +47,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from ..ir import Op
 from ..ir.egraph import Snapshot, best_by_cost
 from ..ir.graph import Graph
 from .blocks import Block, block_graph, layer_blocks
@@ -102,7 +103,7 @@ def saturate_layered(graph: Graph, rules, limits):
     for b in blocks:
         if b.key in templates:
             continue
-        if all(n.op == "Input" for n in b.graph.nodes):
+        if all(n.op == Op.Input for n in b.graph.nodes):
             templates[b.key] = None  # nothing to saturate: its inputs are added as they are
             continue
         if sess is None:
@@ -146,7 +147,7 @@ def _stitch(graph: Graph, blocks: list[Block], templates: dict) -> tuple[Snapsho
     ctx.next_handle = len(graph.nodes)
     st = Stitcher()
     base: dict[int, int] = {}  # graph node -> stitched class
-    for v in list(graph.input_ids) + [i for i, n in enumerate(graph.nodes) if n.op == "Input"]:
+    for v in list(graph.input_ids) + [i for i, n in enumerate(graph.nodes) if n.op == Op.Input]:
         if v not in base:
             n = graph.nodes[v]
             base[v] = st.new_class(n.shape, n.dtype)
@@ -180,7 +181,7 @@ def _instantiate(st: Stitcher, tpl: Template, block: Block, base: dict[int, int]
     for i in tpl.order:
         n = nodes[i]
         attrs = n.attrs
-        if n.op == "Input":
+        if n.op == Op.Input:
             real = block.names[attrs["name"]]
             if not real:
                 continue  # the placeholder: its class is the previous block's output

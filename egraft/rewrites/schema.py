@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..ir import OPS, Group, dtypes
+from ..ir import OPS, Group, Op, dtypes
 from ..ir.ops import OpDef
 
 # egglog sorts of attribute values
@@ -147,9 +147,9 @@ def _shape_of(sig: Sig, kids: list[str], attrs: dict[str, str]) -> str:
         return _LAST.format(s=f"s{kids[0]}", t=f"s{kids[1]}")
     if kind == "attention":  # q [..., Sq, D], v [..., Sk, Dv] -> [..., Sq, Dv]
         return _LAST.format(s=f"s{kids[0]}", t=f"s{kids[2]}")
-    if sig.op == "Iota":
+    if sig.op == Op.Iota:
         return f"(vec-of {attrs['n']})"
-    if sig.op == "Gather":  # the index tensor's shape
+    if sig.op == Op.Gather:  # the index tensor's shape
         return f"s{kids[1]}"
     raise AssertionError(f"no shape rule for {sig.ctor} (kind {kind}): add one to egraft/rewrites/schema.py")
 

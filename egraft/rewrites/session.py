@@ -30,6 +30,7 @@ import egglog.bindings as eb
 
 from ..ir.egraph import Snapshot, best_by_cost
 from ..errors import SaturationError
+from ..ir import Op
 from ..ir.graph import Graph
 from .codec import Context, constant_attrs, encode_op, encode_term, handle, split_commands
 from .snapshot import snapshot
@@ -324,7 +325,7 @@ def resolve(snap: Snapshot, t: Term | int, ctx: Context) -> int | None:
             return None
         kids.append(k)
     attrs = t.attrs
-    if t.op == "Constant":
+    if t.op == Op.Constant:
         attrs = constant_attrs(t.attrs, ctx)
     return snap.lookup(t.op, attrs, tuple(kids))
 

@@ -25,7 +25,8 @@ import numpy as np
 from ..errors import InputError
 from ..ir import dtypes
 from . import outputs
-from .tensors import checked_tensors, is_tensor, torch_module, torch_signature
+from ..ir.tensors import is_tensor, torch_module
+from .checked import checked_tensors, torch_signature
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,9 @@ import jax
 import numpy as np
 
 from ..ir import dtypes
+from ..ir.tensors import view_numpy
 
 COPY_MAX = 128 * 1024  # bytes: a CPU output up to this size goes to torch as a copy, larger through DLPack
-_BF16 = dtypes.to_numpy("bfloat16")
 _SIG = operator.attrgetter("__class__", "shape", "dtype")
 _DTYPE = operator.attrgetter("dtype")
 _CONVERT_ERRORS = (RuntimeError, TypeError, ValueError)
@@ -79,10 +79,10 @@ def torch_plan(layout, casts):
     from_numpy, from_dlpack = torch.from_numpy, torch.utils.dlpack.from_dlpack
     gtypes, avals, out_dtypes = layout
     sig = tuple((torch.Tensor, tuple(s), getattr(torch, d)) for s, d in gtypes)
-    bf16 = tuple(d == "bfloat16" for _, d in gtypes)
+    bf16 = tuple(dtypes.row(d).bits is not None for _, d in gtypes)  # no numpy twin: they cross as bits
     convs, copied = [], []
     for a, cast, d in zip(avals, casts, out_dtypes):
-        copy = d != "bfloat16" and int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize <= COPY_MAX
+        copy = dtypes.row(d).bits is None and int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize <= COPY_MAX
         copied.append(copy)
         if copy:  # np.array / astype: a fresh writable array, then zero-copy into torch
             convs.append((lambda o: from_numpy(np.array(o))) if cast is None else
@@ -96,7 +96,6 @@ def torch_plan(layout, casts):
 
 def _torch_arrays(xs, bf16):
     """The careful conversion: detach, bfloat16 as an int16 view; None when some tensor cannot cross."""
-    torch = sys.modules["torch"]
     arrs = []
     for x, bf in zip(xs, bf16):
         if not x.is_cpu:
@@ -104,7 +103,7 @@ def _torch_arrays(xs, bf16):
         if x.requires_grad:
             x = x.detach()
         try:
-            arrs.append(x.view(torch.int16).numpy().view(_BF16) if bf else x.numpy())
+            arrs.append(view_numpy(x) if bf else x.numpy())
         except _CONVERT_ERRORS:  # conj/neg-bit views and the like: take the checking path
             return None
     return arrs

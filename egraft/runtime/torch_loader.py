@@ -21,7 +21,7 @@ import torch
 
 from ..errors import ArtifactError
 from .manifest import read_verified, single_kernel
-from .tensors import to_torch
+from ..ir.tensors import to_torch
 from .torch_runner import TorchRunner, torch_device
 
 

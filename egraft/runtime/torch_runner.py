@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..ir import dtypes
-from .tensors import to_numpy, to_torch
+from ..ir.tensors import to_numpy, to_torch
 
 # Inductor keeps every rounding of a half type: by default it drops the round trips between fused
 # float16 ops, which the reference interpreter (and eager) performs

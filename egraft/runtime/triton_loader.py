@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ArtifactError
 from .manifest import read_verified
-from .tensors import to_torch
+from ..ir.tensors import to_torch
 from .triton_runner import TritonRunner
 
 

@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from .tensors import to_numpy, to_torch, torch_module
+from ..ir.tensors import to_numpy, to_torch, torch_module
 
 
 class TritonRunner:

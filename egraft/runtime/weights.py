@@ -25,8 +25,7 @@ from ..ir import dtypes
 WEIGHTS_FILE = "weights.safetensors"
 
 # safetensors dtype codes <-> IR dtype names
-_CODES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I32": "int32",
-          "I64": "int64", "BOOL": "bool"}
+_CODES = {r.safetensors: d for d, r in dtypes.ROWS.items()}
 _HEADER_MAX = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
 
 

@@ -33,7 +33,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..backends import lower
-from ..ir import dtypes
 from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
 from ..measure import random_inputs
@@ -107,15 +106,11 @@ class Task:
 
 
 def torch_inputs(xs):
-    import torch
+    import torch  # noqa: F401 - the bridge converts with the torch its caller loaded
 
-    out = []
-    for x in xs:
-        if x.dtype == dtypes.to_numpy("bfloat16"):
-            out.append(torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16))
-        else:
-            out.append(torch.from_numpy(np.ascontiguousarray(x)))
-    return out
+    from ..ir.tensors import to_torch
+
+    return [to_torch(x, copy=False) for x in xs]
 
 
 def time_calls(ex, inputs, device: str, backend: str, repeats: int):

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from .cache import cache_root
-from ..ir import dtypes
+from ..ir import Op, dtypes
 from ..ir.serialize import graph_from_dict, graph_to_dict
 from .candidate import Candidate, Executables, Outcome, Task, evaluate_one
 
@@ -102,7 +102,7 @@ class LocalEvaluator:
         futures = []
         for c in cands:
             wt = {n.attrs["name"]: (n.shape, n.dtype) for n in c.graph.nodes
-                  if n.op == "Input" and n.attrs["role"] == "weight"}
+                  if n.op == Op.Input and n.attrs["role"] == "weight"}
             futures.append(pool.submit(precompile, graph_to_dict(c.graph), wt, c.backend, c.knobs, task.device))
         out = []
         for c, b, f in zip(cands, bounds, futures):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..backends import get_backend
-from ..ir import Group
+from ..ir import Group, Op
 from ..ir.graph import Graph
 from .candidate import Candidate, knob_items
 from .space import Space
@@ -61,7 +61,7 @@ class GenomeSpace:
         sp = self.space
         self.genes, self.alleles = [], []
         for c, usable in enumerate(sp.usable):
-            if sp.nodes[sp.safe[c]].op == "Input" or not _differ(sp, usable):
+            if sp.nodes[sp.safe[c]].op == Op.Input or not _differ(sp, usable):
                 continue
             self.genes.append(c)
             self.alleles.append(list(usable))

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..ir import Group, dtypes
+from ..ir import Group, Op, dtypes
 from ..ir.graph import Graph
 
 Shape = Sequence[int]
@@ -52,7 +52,7 @@ ELEMENTWISE_FLOPS = {
 # FLOPs per element of each row idiom: softmax max/sub/exp/sum/scale, layer norm
 # mean/centre/square/sum/scale, RMS norm square/sum/scale (per-row rsqrt amortised)
 ROW_FLOPS = {"Softmax": 8.0, "LayerNorm": 7.0, "RMSNorm": 4.0}
-SOFTMAX_FLOPS = ROW_FLOPS["Softmax"]
+SOFTMAX_FLOPS = ROW_FLOPS[Op.Softmax]
 
 
 def _per_output(w: float):
@@ -112,7 +112,7 @@ class Kernel:
 def is_buffer(graph: Graph, i: int) -> bool:
     """A leaf held in memory: an input, a weight or a tensor constant (a scalar constant is inlined)."""
     n = graph.nodes[i]
-    return n.op == "Input" or (n.op == "Constant" and numel(n.shape) > 1)
+    return n.op == Op.Input or (n.op == Op.Constant and numel(n.shape) > 1)
 
 
 def _children(graph: Graph, i: int, dots: dict) -> tuple[int, ...]:
@@ -140,7 +140,7 @@ def kernel(graph: Graph, root: int, mat: set, dots: dict) -> Kernel:
                 contraction = i
         for pos, j in enumerate(_children(graph, i, dots)):
             if j in mat or is_buffer(graph, j):
-                narrow = n.op == "View" or (n.op == "Gather" and pos == 0)
+                narrow = n.op == Op.View or (n.op == Op.Gather and pos == 0)
                 cap = numel(n.shape) if narrow else numel(graph.nodes[j].shape)
                 mine = readers.setdefault(j, {})
                 mine[i] = max(mine.get(i, 0), cap)

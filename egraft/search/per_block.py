@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import IRError
+from ..ir import Op
 from ..ir.graph import Graph, Node
 from .space import Space
 
@@ -61,16 +62,16 @@ def splice(graph: Graph, parts, chosen: Mapping[str, Graph]) -> Graph:
     by_name: dict[str, int] = {}
     new_of: dict[int, int] = {}  # original node id -> node id in the spliced graph
     for i, n in enumerate(graph.nodes):
-        if n.op == "Input":
+        if n.op == Op.Input:
             by_name[n.attrs["name"]] = new_of[i] = len(nodes)
             nodes.append(n)
     for block, tpl in parts:
         w = chosen.get(block.key, block.graph) if tpl is not None else block.graph
         entry = next((block.order[k] for k, n in enumerate(block.graph.nodes)
-                      if n.op == "Input" and n.attrs["name"] == "__in__"), None)
+                      if n.op == Op.Input and n.attrs["name"] == "__in__"), None)
         local: dict[int, int] = {}
         for j, n in enumerate(w.nodes):
-            if n.op == "Input":
+            if n.op == Op.Input:
                 real = block.names.get(n.attrs["name"])
                 if real == "":
                     local[j] = new_of[entry]

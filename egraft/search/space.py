@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import IRError
-from ..ir import Group
+from ..ir import Group, Op
 from ..ir.graph import Graph, Node
 from ..ir.egraph import ENode, Snapshot, best_by_cost
 
@@ -65,7 +65,7 @@ class Space:
         rank, safe = best_by_cost(snap, [1.0] * len(self.nodes), "max")
         for c, members in enumerate(self.classes):
             for ni in members:
-                if self.nodes[ni].op == "Input":
+                if self.nodes[ni].op == Op.Input:
                     safe[c] = ni
         self.rank, self.safe = rank, safe
         # e-nodes whose children are all extractable (finite rank), per class
@@ -91,7 +91,7 @@ class Space:
         items = choices.items() if isinstance(choices, Mapping) else enumerate(choices or ())
         for c, k in items:
             members = self.classes[c]
-            if members and self.safe[c] >= 0 and self.nodes[self.safe[c]].op != "Input":
+            if members and self.safe[c] >= 0 and self.nodes[self.safe[c]].op != Op.Input:
                 ni = members[int(k) % len(members)]
                 if all(self.rank[x] < math.inf for x in self.nodes[ni].children):
                     ch[c] = ni
@@ -201,7 +201,7 @@ class Space:
         rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
         ch = list(self.safe)
         for c, usable in enumerate(self.usable):
-            if len(usable) > 1 and self.nodes[self.safe[c]].op != "Input":
+            if len(usable) > 1 and self.nodes[self.safe[c]].op != Op.Input:
                 ch[c] = usable[int(rng.integers(len(usable)))]
         return ch
 
@@ -211,7 +211,7 @@ class Space:
         floor = 1e-9 if cost_fn is None else 1e-18  # roofline costs are seconds: tiny but meaningful
         costs = [max(float(fn(n, self)), floor) for n in self.nodes]
         for i, n in enumerate(self.nodes):
-            if n.op == "Input":
+            if n.op == Op.Input:
                 costs[i] = floor * 1e-3
         _, ch = best_by_cost(self._snap, costs, "sum")
         return [x if x >= 0 else s for x, s in zip(ch, self.safe)]

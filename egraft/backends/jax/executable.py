@@ -38,7 +38,7 @@ from ...errors import BackendError
 from ...ir.evaluate import check_inputs
 from ...ir.graph import Graph
 from ...runtime.jax_runner import JaxRunner, jax_device
-from ...runtime.tensors import checked_tensors, torch_signature
+from ...runtime.checked import checked_tensors, torch_signature
 from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
 from .function import Program, program_dtype, x64_scope

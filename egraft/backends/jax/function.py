@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from ...errors import BackendError, InputError
-from ...ir import dtypes
+from ...ir import Op, dtypes
 from ...ir.decompose import decompose
 from ...ir.graph import Graph
 from ...ir.ops import TensorValue
@@ -40,7 +40,7 @@ def needs_x64(graph: Graph) -> bool:
     for n in graph.nodes:
         if n.dtype == "float64":
             return True
-        if n.dtype == "int64" and n.op == "Constant":
+        if n.dtype == "int64" and n.op == Op.Constant:
             v = n.attrs["value"]
             arr = v.array if isinstance(v, TensorValue) else np.asarray(v)
             if not fits_int32(arr):
@@ -112,7 +112,7 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
     for i, n in enumerate(graph.nodes):
         if not need[i]:
             continue
-        if n.op == "Input":
+        if n.op == Op.Input:
             if n.attrs["role"] == "input":
                 v = inputs[pos[i]]
             else:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...ir import Op, dtypes
 from ...ir.graph import Graph
 from ...ir.matmul_form import Factor, matmul_form
 from ..fold import FOLDED_PREFIX
@@ -78,7 +79,7 @@ def _take_plan(graph: Graph, nid: int) -> TakePlan | None:
     n = graph.nodes[nid]
     ax = n.attrs["axis"]
     idx = graph.nodes[n.inputs[1]]
-    if idx.op != "View":
+    if idx.op != Op.View:
         return None
     shape, strides, off = idx.attrs["shape"], idx.attrs["strides"], idx.attrs["offset"]
     if any(st != 0 and sz > 1 for d, (sz, st) in enumerate(zip(shape, strides)) if d != ax):
@@ -119,7 +120,7 @@ def _slices_plan(graph: Graph, take: TakePlan) -> SlicesPlan | None:
     from .views import gather_index
 
     node = graph.nodes[take.index]
-    if node.op != "Input" or not node.attrs["name"].startswith(FOLDED_PREFIX) or node.attrs["name"] not in graph.weights:
+    if node.op != Op.Input or not node.attrs["name"].startswith(FOLDED_PREFIX) or node.attrs["name"] not in graph.weights:
         return None
     flat = np.asarray(graph.weights[node.attrs["name"]]).reshape(-1)
     values = flat[gather_index(*take.index_view)]
@@ -182,8 +183,8 @@ def emit_dot(ctx, plan: DotPlan, a, b, view_fn):
         ((plan.lhs.axes.index(r),), (plan.rhs.axes.index(r),)),
         (tuple(plan.lhs.axes.index(d) for d in batch), tuple(plan.rhs.axes.index(d) for d in batch)),
     )
-    half = a.dtype in (jnp.float16, jnp.bfloat16)
-    kw = {"preferred_element_type": jnp.float32} if half else {}
+    half = dtypes.is_half(a.dtype.name)
+    kw = {"preferred_element_type": dtypes.compute_dtype(a.dtype.name)} if half else {}
     if jnp.issubdtype(a.dtype, jnp.floating):
         kw["precision"] = ctx.precision
     y = lax.dot_general(a, b, dims, **kw)

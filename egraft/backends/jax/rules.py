@@ -22,7 +22,6 @@ from ...ir import dtypes
 from ...ir.ops import TensorValue
 from .views import StackPlan, apply_view, plan_view
 
-HALF = ("float16", "bfloat16")
 STAT_ZERO = {"view_gathers": 0, "view_stacks": 0, "peephole_dots": 0, "peephole_takes": 0, "peephole_slices": 0,
              "peephole_convs": 0, "peephole_pools": 0}
 
@@ -46,7 +45,7 @@ class LowerCtx:
 
 def compute_f32(x):
     """Half types are computed in float32 (the program rounds the result back)."""
-    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
+    return x.astype(dtypes.compute_dtype(x.dtype.name)) if dtypes.is_half(x.dtype.name) else x
 
 
 # --- elementwise ----------------------------------------------------------------
@@ -153,7 +152,7 @@ def _batch_dims(rank):
 def _matmul(ctx, node, a, b):
     r = a.ndim
     dims = (((r - 1,), (r - 2,)), (_batch_dims(r), _batch_dims(r)))
-    pref = jnp.float32 if a.dtype in (jnp.float16, jnp.bfloat16) else None
+    pref = dtypes.compute_dtype(a.dtype.name) if dtypes.is_half(a.dtype.name) else None
     return lax.dot_general(a, b, dims, precision=ctx.precision, preferred_element_type=pref)
 
 

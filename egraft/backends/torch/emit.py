@@ -21,36 +21,15 @@ numpy gives.
 from __future__ import annotations
 
 import operator
-import warnings
 
 import numpy as np
 import torch
 
 from ...ir import dtypes
+from ...ir.tensors import torch_dtype, view_numpy as to_numpy, view_torch as from_numpy  # noqa: F401 (re-exported)
 
 aten = torch.ops.aten
-HALF = ("float16", "bfloat16")
-TORCH_DTYPES = {d: getattr(torch, d) for d in dtypes.DTYPES}
-_BF16 = dtypes.to_numpy("bfloat16")
-
-
-def from_numpy(a: np.ndarray) -> torch.Tensor:
-    """A CPU tensor sharing `a`'s memory (a copy only for negative strides); bfloat16 through an int16 view."""
-    try:
-        with warnings.catch_warnings():  # read-only arrays: egraft never writes into an input or weight
-            warnings.simplefilter("ignore", UserWarning)
-            if a.dtype == _BF16:
-                return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-            return torch.from_numpy(a)
-    except ValueError:  # negative strides, or a view whose itemsize change does not fit
-        return from_numpy(np.ascontiguousarray(a))
-
-
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A numpy array sharing the CPU tensor `t`'s memory; bfloat16 as ml_dtypes' bfloat16."""
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_BF16)
-    return t.numpy()
+TORCH_DTYPES = {d: torch_dtype(d) for d in dtypes.DTYPES}
 
 
 class Emitter:
@@ -102,7 +81,7 @@ class Emitter:
 
     def f32(self, x: torch.fx.Node) -> torch.fx.Node:
         """Half types are computed in float32 (the program rounds each result back to its node's dtype)."""
-        return convert(self, x, "float32") if self.dt(x) in HALF else x
+        return convert(self, x, dtypes.compute_name(self.dt(x))) if dtypes.is_half(self.dt(x)) else x
 
 
 def _to(ctx: Emitter, x, dt: str):
@@ -150,7 +129,7 @@ def convert(ctx: Emitter, x, dst: str):
         return x
     if dst == "bool":
         return ctx.call(aten.ne.Scalar, (x, 0), "bool")
-    if dst in HALF and (src == "float64" or (dst == "bfloat16" and dtypes.is_int(src))):
+    if dtypes.is_half(dst) and (src == "float64" or (dst == "bfloat16" and dtypes.is_int(src))):
         if src == "int32":
             x = _to(ctx, x, "float64")  # exact
         elif src == "int64":

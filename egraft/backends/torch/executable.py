@@ -32,9 +32,10 @@ import numpy as np
 import torch
 
 from ...errors import BackendError
+from ...ir import Op
 from ...ir.evaluate import check_inputs
 from ...ir.graph import Graph
-from ...runtime.tensors import checked_tensors, torch_signature
+from ...runtime.checked import checked_tensors, torch_signature
 from ...runtime.torch_runner import TorchRunner, torch_device
 from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
@@ -131,7 +132,7 @@ class TorchExecutable(Executable):
 def _feeds_an_index(graph: Graph) -> set[int]:
     """Node ids whose values reach a Gather's index operand."""
     marked: set[int] = set()
-    stack = [n.inputs[1] for n in graph.nodes if n.op == "Gather"]
+    stack = [n.inputs[1] for n in graph.nodes if n.op == Op.Gather]
     while stack:
         i = stack.pop()
         if i not in marked:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import BackendError
+from ...ir import Op
 from ...ir.decompose import decompose
 from ...ir.graph import Graph
 from . import peephole
@@ -40,7 +41,7 @@ def _base(v: torch.fx.Node) -> torch.fx.Node:
 
 def _broadcasts(graph: Graph, nid: int) -> bool:
     n = graph.nodes[nid]
-    return n.op == "View" and any(s == 0 and d > 1 for d, s in zip(n.attrs["shape"], n.attrs["strides"]))
+    return n.op == Op.View and any(s == 0 and d > 1 for d, s in zip(n.attrs["shape"], n.attrs["strides"]))
 
 
 class Program:
@@ -64,7 +65,7 @@ class Program:
         for i, n in enumerate(graph.nodes):
             if not alive[i] or i in vals:
                 continue
-            if n.op == "Input":
+            if n.op == Op.Input:
                 vals[i] = self._weight(ctx, n)
                 continue
             if i in plans:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from ...ir import dtypes
+from ...ir import Op, dtypes
 from ...ir.graph import Graph
 from ...ir.matmul_form import Factor, matmul_form
 from .emit import Emitter, aten
@@ -49,7 +49,7 @@ def find(graph: Graph) -> dict[int, DotPlan]:
     """SumReduce node id -> plan, for every primitive matrix product."""
     plans = {}
     for i, n in enumerate(graph.nodes):
-        if n.op == "SumReduce":
+        if n.op == Op.SumReduce:
             p = _dot_plan(graph, i)
             if p is not None:
                 plans[i] = p

@@ -66,7 +66,7 @@ def _cast(ctx: Emitter, node, x):
 
 
 def _sum(ctx: Emitter, node, x):
-    dt = "float32" if ctx.dt(x) in ("float16", "bfloat16") else ctx.dt(x)  # accumulate half in float32
+    dt = dtypes.compute_name(ctx.dt(x))  # accumulate half in float32
     return ctx.call(aten.sum.dim_IntList, (x, [node.attrs["axis"]], False), dt, dtype=TORCH_DTYPES[dt])
 
 
@@ -86,7 +86,7 @@ def _iota(ctx: Emitter, node):
         return ctx.call(aten.arange.default, (n,), dt, dtype=TORCH_DTYPES[dt], device=ctx.device)
     x = ctx.call(aten.arange.default, (n,), "int64", dtype=torch.int64, device=ctx.device)
     # the reference: arange(n) in int64, converted to the compute dtype (float32 for half types)
-    return convert(ctx, x, "float32" if dt in ("float16", "bfloat16") else dt)
+    return convert(ctx, x, dtypes.compute_name(dt))
 
 
 def _gather(ctx: Emitter, node, x, idx):

@@ -22,6 +22,7 @@ sm_90 without a GPU.
 from __future__ import annotations
 
 from ...errors import BackendError
+from ...ir import Op
 from ...ir.graph import Graph
 from ...runtime.triton_loader import interpreter_active  # one definition, shared with the artifact loader
 from ..base import Backend, KernelPlan, default_knobs, device_kind, register
@@ -87,7 +88,7 @@ def plan(graph: Graph, knobs: dict) -> KernelPlan:
     """The kernels one call runs (for the cost model): the partitioner's, after the idiom expansion of the build."""
     main = expand_idioms(fold_plan(graph).main)
     plans = partition(main, knobs)
-    dots = {nid: (f.a, f.b) for p in plans for nid, f in p.dots.items() if main.nodes[nid].op == "SumReduce"}
+    dots = {nid: (f.a, f.b) for p in plans for nid, f in p.dots.items() if main.nodes[nid].op == Op.SumReduce}
     return KernelPlan(main, frozenset(p.root for p in plans), dots, tf32=bool(knobs.get("tf32")))
 
 

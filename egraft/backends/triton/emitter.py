@@ -23,18 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import BackendError
-from ...ir import dtypes, shapes
+from ...ir import Op, dtypes, shapes
 from ...ir.graph import Graph
 
-TL_DTYPE = {
-    "float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16", "float64": "tl.float64",
-    "int32": "tl.int32", "int64": "tl.int64", "bool": "tl.int1",
-}
+TL_DTYPE = {d: f"tl.{r.triton}" for d, r in dtypes.ROWS.items()}
 
 
 def compute_dtype(dt: str) -> str:
     """Half types are computed in float32 (as the reference interpreter does)."""
-    return "float32" if dt in ("float16", "bfloat16") else dt
+    return dtypes.compute_name(dt)
 
 
 @dataclass(frozen=True)
@@ -148,8 +145,8 @@ class KernelWriter:
             return
         self.commented.add(nid)
         n = self.graph.nodes[nid]
-        attrs = {k: v for k, v in n.attrs.as_dict().items() if k not in ("shape", "dtype") or n.op not in ("Input", "Constant")}
-        if n.op == "View":
+        attrs = {k: v for k, v in n.attrs.as_dict().items() if k not in ("shape", "dtype") or n.op not in (Op.Input, Op.Constant)}
+        if n.op == Op.View:
             attrs = {"shape": n.attrs["shape"], "strides": n.attrs["strides"], "offset": n.attrs["offset"]}
         a = " ".join(f"{k}={v!r}" for k, v in attrs.items() if k != "value" or not hasattr(v, "array"))
         args = ", ".join(f"%{j}" for j in n.inputs)
@@ -187,10 +184,10 @@ class KernelWriter:
             lit = str(int(value))
         else:
             v = float(value)
-            if dt in ("float16", "bfloat16"):
+            if dtypes.is_half(dt):
                 import numpy as np
 
-                v = float(np.asarray(v, dtype=dtypes.to_numpy(dt)).astype(np.float32))
+                v = float(np.asarray(v, dtype=dtypes.to_numpy(dt)).astype(dtypes.compute_dtype(dt)))
             lit = repr(v) if v == v and abs(v) != float("inf") else f'float("{v}")'
         shape = "[" + ", ".join("1" for _ in range(self.rank)) + "]"
         name = self.let(f"tl.full({shape}, {lit}, {TL_DTYPE[cdt]})", 0, "c")
@@ -258,7 +255,7 @@ class KernelWriter:
                 raise BackendError(f"the Triton backend has no rule for IR op {node.op!r}")
             self.covered.add(nid)
             v = rule.emit(self, nid, node, idx)
-            if node.dtype in ("float16", "bfloat16") and rule.kind not in ("index", "leaf") and node.op != "Cast":
+            if dtypes.is_half(node.dtype) and rule.kind not in ("index", "leaf") and node.op != Op.Cast:
                 # the reference rounds every half-typed result; so do we (math stays in float32)
                 tl_dt = TL_DTYPE[node.dtype]
                 name = self.let(f"{v.expr}.to({tl_dt}).to(tl.float32)", v.block, f"{node.op.lower()}{nid}_r")
@@ -293,8 +290,8 @@ class KernelWriter:
             # one element for the whole tile: load it as a rank-matched [1, 1, ...] tile
             ptr = f"{ptr} + {self.ctx['zero_tile']}"
         expr = f"tl.load({ptr}" + (f", mask={mask}, other=0)" if mask else ")")
-        if node.dtype in ("float16", "bfloat16"):
-            expr += ".to(tl.float32)"
+        if dtypes.is_half(node.dtype):
+            expr += f".to({TL_DTYPE[compute_dtype(node.dtype)]})"
         name = self.let(expr, block, f"ld{nid}")
         return Val(name, node.dtype, block, masks, axes)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ...ir import Op
 from ...ir.decompose import decompose
 from ...ir.graph import Graph
 from ...ir.op_groups import Group
@@ -24,7 +25,7 @@ def too_wide(graph: Graph, nid: int) -> bool:
     n = graph.nodes[nid]
     if n.op in Group.ROW_IDIOM:
         return pow2(n.shape[n.attrs["axis"]]) > MAX_ROW
-    if n.op == "Attention":
+    if n.op == Op.Attention:
         q, v = graph.nodes[n.inputs[0]], graph.nodes[n.inputs[2]]
         return max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM
     return False

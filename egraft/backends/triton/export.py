@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ...errors import BackendError
-from ...ir import dtypes
+from ...ir import Op, dtypes
 from ...runtime.manifest import library_version
 from . import interpreter_active, ptx
 
@@ -48,13 +48,13 @@ def _buffers(ex) -> tuple[list[dict], dict[str, np.ndarray]]:
     made = {k.root for k in ex.kernels}
     for i, n in enumerate(g.nodes):
         entry = {"id": i, "shape": list(n.shape), "dtype": n.dtype}
-        if n.op == "Input" and i in g.weight_ids:
+        if n.op == Op.Input and i in g.weight_ids:
             name = n.attrs["name"]
             stored[name] = np.asarray(g.weights[name])
             bufs.append({**entry, "kind": "weight", "name": name})
-        elif n.op == "Input":
+        elif n.op == Op.Input:
             bufs.append({**entry, "kind": "input", "index": g.input_ids.index(i)})
-        elif n.op == "Constant" and n.shape != ():
+        elif n.op == Op.Constant and n.shape != ():
             name = f"__constant_{i}"
             stored[name] = np.asarray(n.attrs["value"].array).astype(dtypes.to_numpy(n.dtype))
             bufs.append({**entry, "kind": "constant", "name": name})
@@ -127,7 +127,7 @@ def write(ex, directory: str, *, ptx_archs=None):
     if unheld:
         raise BackendError(f"output node %{unheld[0]} ({g.nodes[unheld[0]].op}) is held by no buffer; "
                            "save this program with backend='jax' or 'torch'")
-    leaves = [o for o in g.outputs if g.nodes[o].op in ("Input", "Constant")]
+    leaves = [o for o in g.outputs if g.nodes[o].op in (Op.Input, Op.Constant)]
     fields = {
         "target": {"device": ex.device, "backend": "triton"},
         "backend_versions": {"triton": library_version("triton") or "unknown"},

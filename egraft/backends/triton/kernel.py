@@ -22,12 +22,12 @@ from math import prod
 from pathlib import Path
 
 from ...errors import BackendError
+from ...ir import Op, dtypes
 from ...ir.graph import Graph
 from .emitter import TL_DTYPE, ZERO, Ix, KernelWriter
 from .partition import KernelPlan, pow2
 
-PTR_TYPE = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16", "float64": "*fp64",
-            "int32": "*i32", "int64": "*i64", "bool": "*i1"}
+PTR_TYPE = {d: r.triton_ptr for d, r in dtypes.ROWS.items()}
 
 
 @dataclass
@@ -69,9 +69,9 @@ def _ident(s: str) -> str:
 def buffer_names(graph: Graph, materialised) -> dict[int, str]:
     names = {}
     for i, n in enumerate(graph.nodes):
-        if n.op == "Input":
+        if n.op == Op.Input:
             names[i] = _ident(f"{'w' if n.attrs['role'] == 'weight' else 'in'}_{n.attrs['name']}")[:40] + f"_{i}"
-        elif n.op == "Constant" and n.shape != ():
+        elif n.op == Op.Constant and n.shape != ():
             names[i] = f"const_{i}"
         elif i in materialised:
             names[i] = f"{n.op.lower()}_{i}"
@@ -191,7 +191,7 @@ def generate(graph: Graph, plan: KernelPlan, names: dict, knobs: dict, index: in
     v = w.broadcast_full(val, all_axes) if all_axes else val.expr
     if not all_axes and set(val.axes):
         raise BackendError(f"internal: scalar output %{plan.root} computed as a tile")
-    if root.dtype in ("float16", "bfloat16"):
+    if dtypes.is_half(root.dtype):
         v = f"{v}.to({TL_DTYPE[root.dtype]})"
     ptr = f"{out_name} + {flat.expr}" if flat.expr != "0" else out_name
     if not all_axes:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import BackendError
-from ...ir import dtypes
+from ...ir import Op, dtypes
 from ...ir.evaluate import check_inputs
-from ...runtime.tensors import checked_tensors, to_torch, torch_signature
+from ...ir.tensors import to_torch, torch_dtype
+from ...runtime.checked import checked_tensors, torch_signature
 from ...runtime.triton_runner import TritonRunner
 from ..base import Executable
 
@@ -43,14 +44,14 @@ class TritonExecutable(Executable):
                 raise BackendError(f"weight {name!r} has no bound value; bind it with graph.with_weights({{...}})")
             fixed[i] = to_torch(np.asarray(g.weights[name]), dev)
         for i, n in enumerate(g.nodes):
-            if n.op == "Constant" and n.shape != ():
+            if n.op == Op.Constant and n.shape != ():
                 fixed[i] = to_torch(np.asarray(n.attrs["value"].array).astype(dtypes.to_numpy(n.dtype)), dev)
         launches = []
         for k in self.kernels:
             rn = g.nodes[k.root]
-            launches.append((k.fn, list(k.inputs), k.root, tuple(rn.shape), getattr(torch, rn.dtype), (k.grid,),
+            launches.append((k.fn, list(k.inputs), k.root, tuple(rn.shape), torch_dtype(rn.dtype), (k.grid,),
                              dict(k.constexprs), k.num_warps, k.num_stages))
-        leaves = [o for o in g.outputs if g.nodes[o].op in ("Input", "Constant")]
+        leaves = [o for o in g.outputs if g.nodes[o].op in (Op.Input, Op.Constant)]
         self.runner = TritonRunner(launches, fixed, list(g.input_ids), list(g.outputs), leaves, dev)
         self._tsig = torch_signature(g.input_types())
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import BackendError
+from ...ir import Op, dtypes
 from ...ir.graph import Graph
 from ...ir.matmul_form import matmul_form
 from .emitter import ZERO, Ix, Val
 
 DOT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-_HALF = {"float16": "tl.float16", "bfloat16": "tl.bfloat16"}
+_HALF = {d: f"tl.{dtypes.row(d).triton}" for d in dtypes.HALF_DTYPES}
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def dot_form(graph: Graph, nid: int) -> DotForm | None:
     if n.dtype not in DOT_DTYPES or len(n.shape) < 2:
         return None
     r = len(n.shape)
-    if n.op == "MatMul":
+    if n.op == Op.MatMul:
         batch = tuple(f"b{i}" for i in range(r - 2))
         a, b = n.inputs
         return DotForm(a, b, batch + ("m", "k"), batch + ("k", "n"), graph.nodes[a].shape[-1], n.dtype)

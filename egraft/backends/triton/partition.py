@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...ir import Group, get_op
+from ...ir import Group, Op, get_op
 from ...ir.graph import Graph
 from .matmul import DotForm, dot_form
 from .views import digit_map
@@ -68,7 +68,7 @@ def anchor_kind(graph: Graph, nid: int) -> str | None:
 
 def is_leaf_buffer(graph: Graph, nid: int) -> bool:
     n = graph.nodes[nid]
-    return n.op == "Input" or (n.op == "Constant" and n.shape != ())
+    return n.op == Op.Input or (n.op == Op.Constant and n.shape != ())
 
 
 def anchors(graph: Graph) -> list[int]:
@@ -199,9 +199,9 @@ def _grow(graph: Graph, root: int, mat: set, knobs: dict):
                 plan.reduce_k = max(plan.reduce_k, graph.nodes[n.inputs[0]].shape[n.attrs["axis"]])
                 _push_anchor_children(graph, nid, ak, "red", stack, prologue_cut, must, mat, plan)
             continue
-        if n.op == "View":
+        if n.op == Op.View:
             stack.append((n.inputs[0], _view_mode(graph, n, mode)))
-        elif n.op == "Gather":
+        elif n.op == Op.Gather:
             stack.append((n.inputs[0], "other" if isinstance(mode, tuple) else mode))
             stack.append((n.inputs[1], mode))
         else:

@@ -15,13 +15,14 @@ Two ways to reduce, chosen per use:
 from __future__ import annotations
 
 from ...errors import BackendError
+from ...ir import Op
 from .emitter import TL_DTYPE, Ix, Val, compute_dtype
 
 _INT_MIN = {"int32": -(2**31), "int64": -(2**63)}
 
 
 def _neutral(op: str, dt: str) -> str:
-    if op == "SumReduce" or dt == "bool":
+    if op == Op.SumReduce or dt == "bool":
         return "0"
     if dt in _INT_MIN:
         return str(_INT_MIN[dt])
@@ -42,7 +43,7 @@ def _finish(w, nid, op, dt, x: Val, axis_t: int, count: int, kmask: str | None) 
     masks = x.masks - ({kmask} if kmask else set())
     axes = x.axes - {axis_t}
     if axis_t not in x.axes:  # x does not vary along the reduced axis: closed form
-        if op == "MaxReduce":
+        if op == Op.MaxReduce:
             return Val(x.expr, dt, x.block, masks, axes)
         k = w.const(count, dt)
         return w.combine(nid, "{0} * {1}", [x, k], dt, f"sum{nid}")
@@ -52,14 +53,14 @@ def _finish(w, nid, op, dt, x: Val, axis_t: int, count: int, kmask: str | None) 
     if kmask:
         src = f"tl.where({kmask}, {src}, {_neutral(op, dt)})"
     w.comment(nid, x.block)
-    if op == "MaxReduce" and dt != "bool" and not dt.startswith("int"):
+    if op == Op.MaxReduce and dt != "bool" and not dt.startswith("int"):
         name = _nan_max(w, w.let(src, x.block, f"maxin{nid}"), axis_t, x.block, f"max{nid}")
         return Val(name, dt, x.block, masks, axes)
-    fn = "tl.sum" if op == "SumReduce" else "tl.max"
+    fn = "tl.sum" if op == Op.SumReduce else "tl.max"
     expr = f"{fn}({src}, axis={axis_t}, keep_dims=True)"
     if dt == "bool":
         expr = f"{expr} != 0"
-    name = w.let(expr, x.block, f"{'sum' if op == 'SumReduce' else 'max'}{nid}")
+    name = w.let(expr, x.block, f"{'sum' if op == Op.SumReduce else 'max'}{nid}")
     return Val(name, dt, x.block, masks, axes)
 
 
@@ -126,7 +127,7 @@ def emit_reduce(w, nid, node, idx):
     xe = f"{x.expr}.to(tl.int32)" if dt == "bool" else x.expr
     masked = f"tl.where({kmask}, {xe}, {_neutral(op, dt)})"
     is_float = dt != "bool" and not dt.startswith("int")
-    if op == "SumReduce":
+    if op == Op.SumReduce:
         w.line(body, f"{acc} = {acc} + {masked}")
     elif is_float:  # NaN sticks in the accumulator (tl.maximum drops it)
         mv = w.fresh(f"maxin{nid}")
@@ -135,12 +136,12 @@ def emit_reduce(w, nid, node, idx):
     else:
         w.line(body, f"{acc} = tl.maximum({acc}, {masked})")
     w.close_loop(body)
-    if op == "MaxReduce" and is_float:
+    if op == Op.MaxReduce and is_float:
         name = _nan_max(w, acc, a, parent, f"max{nid}")
     else:
-        fn = "tl.sum" if op == "SumReduce" else "tl.max"
+        fn = "tl.sum" if op == Op.SumReduce else "tl.max"
         expr = f"{fn}({acc}, axis={a}, keep_dims=True)" + (" != 0" if dt == "bool" else "")
-        name = w.let(expr, parent, f"{'sum' if op == 'SumReduce' else 'max'}{nid}")
+        name = w.let(expr, parent, f"{'sum' if op == Op.SumReduce else 'max'}{nid}")
     return Val(name, dt, parent, frozenset().union(*(ix.masks for ix in idx)) if idx else frozenset(),
                acc_axes - {a})
 
@@ -174,18 +175,18 @@ def emit_row_idiom(w, nid, node, idx):
     def masked(e, neutral):
         return f"tl.where({cm}, {e}, {neutral})" if cm else e
 
-    if node.op == "Softmax":
+    if node.op == Op.Softmax:
         xm = let(masked(x.expr, 'float("-inf")'), "x")
         m = let(f"tl.max({xm}, axis=1, keep_dims=True)", "max")
         e = let(f"tl.exp({xm} - {m})", "exp")
         s = let(f"tl.sum({e}, axis=1, keep_dims=True)", "sum")
         out = let(f"{e} / {s}", "out")
-    elif node.op == "LayerNorm":
+    elif node.op == Op.LayerNorm:
         mean = let(f"tl.sum({masked(x.expr, '0.0')}, axis=1, keep_dims=True) / {float(n)}", "mean")
         d = let(f"{x.expr} - {mean}", "centered")
         var = let(f"tl.sum({masked(f'{d} * {d}', '0.0')}, axis=1, keep_dims=True) / {float(n)}", "var")
         out = let(f"{d} / tl.sqrt({var} + {float(node.attrs['eps'])!r})", "out")
-    elif node.op == "RMSNorm":
+    elif node.op == Op.RMSNorm:
         ms = let(f"tl.sum({masked(f'{x.expr} * {x.expr}', '0.0')}, axis=1, keep_dims=True) / {float(n)}", "ms")
         out = let(f"{x.expr} / tl.sqrt({ms} + {float(node.attrs['eps'])!r})", "out")
     else:  # pragma: no cover - the rule table only routes the three row idioms here

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ...errors import BackendError
-from ...ir import shapes
+from ...ir import dtypes, shapes
 from . import attention, matmul, reduction
 from .emitter import TL_DTYPE, ZERO, Ix, Val, compute_dtype
 from .views import digit_map
@@ -76,9 +76,9 @@ def _cast(w, nid, node, idx):
     src, dst = w.graph.nodes[node.inputs[0]].dtype, node.dtype
     if dst == "bool":
         tmpl = "{0}" if src == "bool" else "{0} != 0"
-    elif dst in ("float16", "bfloat16"):
+    elif dtypes.is_half(dst):
         # round to the half type, keep computing in float32
-        tmpl = f"{{0}}.to({TL_DTYPE[dst]}).to(tl.float32)"
+        tmpl = f"{{0}}.to({TL_DTYPE[dst]}).to({TL_DTYPE[compute_dtype(dst)]})"
     elif compute_dtype(src) == compute_dtype(dst):
         return replace(x, dtype=dst)
     else:

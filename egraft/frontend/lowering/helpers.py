@@ -93,5 +93,5 @@ def round_half_even(x: Tensor) -> Tensor:
     odd = ~eq(r % 2.0, x.builder.constant(0.0, x.dtype, x.shape))
     r = Tensor.where(tie & odd, r - 1, r)
     r = Tensor.where(eq(r, x.builder.constant(0.0, x.dtype, x.shape)), x * 0.0, r)  # round(-0.3) is -0.0, as in torch
-    big = {"float64": 2.0 ** 52, "float32": 2.0 ** 23, "float16": 2.0 ** 10, "bfloat16": 2.0 ** 7}[x.dtype]
+    big = 1.0 / dtypes.row(x.dtype).eps  # 2**52 in float64: the spacing there is 1
     return Tensor.where(~(x.abs() < big), x, r)

@@ -84,7 +84,7 @@ def op_name(target) -> str:
 
 
 def torch_dtype(dt: str) -> torch.dtype:
-    return getattr(torch, dt)
+    return getattr(torch, dtypes.row(dt).torch)
 
 
 _STAND_INS: dict = {}
@@ -117,7 +117,7 @@ class Ctx:
     def dtype(self) -> str:
         """The dtype a rule computes in: the output dtype, or float32 for a half output of an upcast rule."""
         dt = self.out_dtype
-        return "float32" if self.upcast and dt in ("float16", "bfloat16") else dt
+        return dtypes.compute_name(dt) if self.upcast else dt
 
     @property
     def shape(self) -> tuple[int, ...]:

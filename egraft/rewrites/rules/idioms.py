@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from ...ir import Op
 from ..rule import RuleSpec, contig, scalar, term, view
 from .idiom_witnesses import witnesses
 from .match import Index, close, is_causal_mask
@@ -44,19 +45,19 @@ TILES = (128, 64, 32, 16, 8, 4, 2)
 def _apply_matmul(snap):
     """SumReduce(Mul(View(a) expanded over N, View(b) expanded over M), axis=-2) -> MatMul."""
     ix = Index.of(snap)
-    for n in ix.by_op["SumReduce"]:
+    for n in ix.by_op[Op.SumReduce]:
         (p,) = n.children
         sh = ix.shape(p)
         r = len(sh)
         if r < 3 or n.attrs["axis"] != r - 2 or not ix.is_float(p):
             continue
-        for m in ix.nodes(p, "Mul"):
+        for m in ix.nodes(p, Op.Mul):
             for x, y in (m.children, m.children[::-1]):
-                for va in ix.nodes(x, "View"):
+                for va in ix.nodes(x, Op.View):
                     sa = va.attrs["strides"]
                     if sh[-1] != 1 and sa[r - 1] != 0:
                         continue
-                    for vb in ix.nodes(y, "View"):
+                    for vb in ix.nodes(y, Op.View):
                         sb = vb.attrs["strides"]
                         if sh[-3] != 1 and sb[r - 3] != 0:
                             continue
@@ -73,13 +74,13 @@ def _apply_matmul(snap):
 def _apply_softmax(snap):
     """e * bcast(recip(sum(e))) with e = exp2((x - bcast(max x)) * log2 e) -> Softmax(x)."""
     ix = Index.of(snap)
-    for n in ix.by_op["Mul"]:
+    for n in ix.by_op[Op.Mul]:
         for e, bsrc in (n.children, n.children[::-1]):
-            for ex in ix.nodes(e, "Exp2"):
+            for ex in ix.nodes(e, Op.Exp2):
                 for d, l2e in ix.scaled(ex.children[0]):
                     if not close(l2e, LOG2E):
                         continue
-                    for ad in ix.nodes(d, "Add"):
+                    for ad in ix.nodes(d, Op.Add):
                         for x, nm in (ad.children, ad.children[::-1]):
                             for ax in ix.bcast_axes(bsrc):
                                 if _is_neg_max(ix, nm, x, ax) and _is_recip_sum(ix, bsrc, e, ax):
@@ -119,13 +120,13 @@ def _rsqrt_of_mean_eps(ix, bsrc, ax, sq_of):
 
 
 def _is_square(ix, y, x):
-    return any(m.children == (x, x) for m in ix.nodes(y, "Mul"))
+    return any(m.children == (x, x) for m in ix.nodes(y, Op.Mul))
 
 
 def _apply_rmsnorm(snap):
     """x * bcast(rsqrt(mean(x*x) + eps)) -> RMSNorm(x, eps)."""
     ix = Index.of(snap)
-    for n in ix.by_op["Mul"]:
+    for n in ix.by_op[Op.Mul]:
         for x, bsrc in (n.children, n.children[::-1]):
             if not ix.is_float(x):
                 continue
@@ -137,9 +138,9 @@ def _apply_rmsnorm(snap):
 def _apply_layernorm(snap):
     """d * bcast(rsqrt(mean(d*d) + eps)), d = x - bcast(mean x) -> LayerNorm(x, eps)."""
     ix = Index.of(snap)
-    for n in ix.by_op["Mul"]:
+    for n in ix.by_op[Op.Mul]:
         for d, bsrc in (n.children, n.children[::-1]):
-            for ad in ix.nodes(d, "Add"):
+            for ad in ix.nodes(d, Op.Add):
                 for x, nmu in (ad.children, ad.children[::-1]):
                     if not ix.is_float(x):
                         continue
@@ -163,10 +164,10 @@ def _is_neg_mean(ix, nmu, x, ax):
 
 def _scores(ix, s):
     """(q, kT, scale) for each way class s is ``q @ kT * scale`` (or unscaled)."""
-    for mm in ix.nodes(s, "MatMul"):
+    for mm in ix.nodes(s, Op.MatMul):
         yield mm.children[0], mm.children[1], 1.0
     for a, v in ix.scaled(s):
-        for mm in ix.nodes(a, "MatMul"):
+        for mm in ix.nodes(a, Op.MatMul):
             yield mm.children[0], mm.children[1], float(v)
 
 
@@ -174,7 +175,7 @@ def _untranspose(ix, kt):
     """Terms k ``[..., Sk, D]`` whose last-two-axes transpose is class kt ``[..., D, Sk]``."""
     sh = ix.shape(kt)
     ksh = sh[:-2] + (sh[-1], sh[-2])
-    for v in ix.nodes(kt, "View"):
+    for v in ix.nodes(kt, Op.View):
         st = list(v.attrs["strides"])
         st[-1], st[-2] = st[-2], st[-1]
         src = v.children[0]
@@ -183,10 +184,10 @@ def _untranspose(ix, kt):
 
 def _softmax_matmuls(ix):
     """(matmul node, softmax input, v) for every ``Softmax(s, last axis) @ v`` in the snapshot."""
-    for n in ix.by_op["MatMul"]:
+    for n in ix.by_op[Op.MatMul]:
         p, v = n.children
         r = len(ix.shape(p))
-        for sm in ix.nodes(p, "Softmax"):
+        for sm in ix.nodes(p, Op.Softmax):
             if sm.attrs["axis"] == r - 1:
                 yield n, sm.children[0], v
 
@@ -196,16 +197,16 @@ def _apply_attention(snap):
     ix = Index.of(snap)
     for n, sx, v in _softmax_matmuls(ix):
         cands = [(sx, False)]
-        for w in ix.nodes(sx, "Where"):
+        for w in ix.nodes(sx, Op.Where):
             c, s1, fill = w.children
             f = ix.scalar(fill)
-            if f is None and ix.nodes(fill, "View"):
+            if f is None and ix.nodes(fill, Op.View):
                 f = _opaque_scalar(ix, fill)
             if f == float("-inf") and ix.is_float(s1) and is_causal_mask(ix, c):
                 cands.append((s1, True))
         for s, causal in cands:
             forms = [(q, kt, sc, None) for q, kt, sc in _scores(ix, s)]
-            for ad in ix.nodes(s, "Add"):
+            for ad in ix.nodes(s, Op.Add):
                 for s2, bias in (ad.children, ad.children[::-1]):
                     forms += [(q, kt, sc, bias) for q, kt, sc in _scores(ix, s2)]
             for q, kt, sc, bias in forms:
@@ -215,9 +216,9 @@ def _apply_attention(snap):
 
 
 def _opaque_scalar(ix, c):
-    for vw in ix.nodes(c, "View"):
+    for vw in ix.nodes(c, Op.View):
         if not any(vw.attrs["strides"]):
-            for k in ix.nodes(vw.children[0], "Constant"):
+            for k in ix.nodes(vw.children[0], Op.Constant):
                 if tuple(k.attrs["shape"]) == ():
                     return k.attrs["value"]
     return None

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...ir.egraph import ENode, Snapshot, weight_only_classes
 from ...errors import IRError
-from ...ir import Group, dtypes, shapes
+from ...ir import OPS, Group, Op, dtypes, get_op, shapes
 from ...ir.builder import GraphBuilder
 from ...ir.evaluate import evaluate
 from ..rule import contig, norm_strides, term, view
@@ -36,6 +36,14 @@ _LAST: list = [None, None]  # (weak reference to the snapshot, its Index): one p
 
 def close(a: float, b: float, rel: float = 1e-12) -> bool:
     return a == b or abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+class _ByOp(defaultdict):
+    """op name -> e-nodes: [] for an op with none, an IRError for a name the op table lacks (a typo finds nothing)."""
+
+    def __missing__(self, op):
+        get_op(op)
+        return super().__missing__(op)
 
 
 class Index:
@@ -52,7 +60,7 @@ class Index:
 
     def __init__(self, snap: Snapshot):
         self.snap = snap
-        self.by_op: dict[str, list[ENode]] = defaultdict(list)
+        self.by_op: dict[str, list[ENode]] = _ByOp(list)
         self._users: dict[int, list[ENode]] | None = None
         self._memo: dict[tuple, object] = {}
         self._cls_op: dict[tuple[int, str], list[ENode]] = defaultdict(list)
@@ -70,7 +78,8 @@ class Index:
     def nodes(self, c: int, op: str | None = None) -> list[ENode]:
         if op is None:
             return self.snap.nodes_of(c)
-        return self._cls_op.get((c, op), [])
+        got = self._cls_op.get((c, op))
+        return got if got is not None else [] if op in OPS else get_op(op)
 
     def users(self, c: int) -> list[ENode]:
         if self._users is None:
@@ -99,17 +108,17 @@ class Index:
 
     def _scalar(self, c: int) -> float | None:
         for n in self.nodes(c):
-            if n.op == "Constant" and tuple(n.attrs["shape"]) == () and not hasattr(n.attrs["value"], "array"):
+            if n.op == Op.Constant and tuple(n.attrs["shape"]) == () and not hasattr(n.attrs["value"], "array"):
                 return n.attrs["value"]
-            if n.op == "View" and not any(n.attrs["strides"]):
-                for m in self.nodes(n.children[0], "Constant"):
+            if n.op == Op.View and not any(n.attrs["strides"]):
+                for m in self.nodes(n.children[0], Op.Constant):
                     if tuple(m.attrs["shape"]) == () and not hasattr(m.attrs["value"], "array"):
                         return m.attrs["value"]
         return None
 
     def scaled(self, c: int) -> Iterator[tuple[int, float]]:
         """(a, v) for every ``Mul(a, scalar v)`` (either operand order) in class c."""
-        for n in self.nodes(c, "Mul"):
+        for n in self.nodes(c, Op.Mul):
             x, y = n.children
             for a, s in ((x, y), (y, x)):
                 v = self.scalar(s)
@@ -136,12 +145,12 @@ class Index:
             return self._memo[key]
         out = [c]
         sc = self.shape(c)
-        for n in self.nodes(c, "View"):
+        for n in self.nodes(c, Op.View):
             src = n.children[0]
             if self._keep_reshape(self.shape(src), n.attrs, ax):
                 out.append(src)
         for n in self.users(c):
-            if n.op == "View" and self._keep_reshape(sc, n.attrs, ax):
+            if n.op == Op.View and self._keep_reshape(sc, n.attrs, ax):
                 out.append(n.cls)
         out = self._memo[key] = list(dict.fromkeys(out))
         return out
@@ -162,7 +171,7 @@ class Index:
             return self._memo[key]
         full = self.shape(c)
         out = self._memo[key] = []
-        for n in self.nodes(c, "View"):
+        for n in self.nodes(c, Op.View):
             src = n.children[0]
             ss = self.shape(src)
             if n.attrs["offset"] != 0 or tuple(n.attrs["shape"]) != full:
@@ -201,7 +210,7 @@ class Index:
 
     # -- matrices ------------------------------------------------------------------------------
     def is_weight(self, c: int) -> bool:
-        return any(n.op == "Input" and n.attrs.get("role") == "weight" for n in self.nodes(c))
+        return any(n.op == Op.Input and n.attrs.get("role") == "weight" for n in self.nodes(c))
 
     def weight_only(self, c: int) -> bool:
         """Does class c have a program that reads only weights, constants and Iota?
@@ -225,7 +234,7 @@ class Index:
         out = []
         if len(sh) == 2 and self.is_weight(c):
             out.append((c, contig(sh), 0))
-        for n in self.nodes(c, "View"):
+        for n in self.nodes(c, Op.View):
             st = norm_strides(sh, n.attrs["strides"])
             src = n.children[0]
             if any(st[:-2]) or not self.is_weight(src):
@@ -239,7 +248,7 @@ class Index:
 
 def matmuls(ix: Index) -> Iterator[tuple[ENode, int, int]]:
     """(node, a, b) for every ``MatMul(a, b)`` e-node."""
-    for n in ix.by_op["MatMul"]:
+    for n in ix.by_op[Op.MatMul]:
         yield n, n.children[0], n.children[1]
 
 
@@ -268,7 +277,7 @@ def const_mask(ix: Index, c: int, limit: int = 64) -> np.ndarray | None:
             return None
         memo[k] = None  # cycle guard
         for n in sorted(ix.nodes(k), key=lambda n: len(n.children)):
-            if n.op == "Input" or n.op in Group.IDIOM:
+            if n.op == Op.Input or n.op in Group.IDIOM:
                 continue
             kids = []
             for ch in n.children:
@@ -304,7 +313,7 @@ def is_causal_mask(ix: Index, c: int) -> bool:
     sq, sk = sh[-2:]
     want = np.tril(np.ones((sq, sk), bool))
     cands = [c]
-    for n in ix.nodes(c, "View"):  # peel a batch broadcast before evaluating
+    for n in ix.nodes(c, Op.View):  # peel a batch broadcast before evaluating
         st = norm_strides(sh, n.attrs["strides"])
         if not any(st[:-2]):
             src = n.children[0]

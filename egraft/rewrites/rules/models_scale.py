@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from ...ir import Op
 from ...ir.builder import GraphBuilder
 from ..rule import RuleSpec, Witness, contig, dims, norm_strides, term
 from .match import Index, matmuls
@@ -33,7 +34,7 @@ from .match import Index, matmuls
 def _scale_views(ix, c, axis_const):
     """(src, strides, offset) of each View in class c that is constant along `axis_const` (from the end)."""
     sh = ix.shape(c)
-    for v in ix.nodes(c, "View"):
+    for v in ix.nodes(c, Op.View):
         st = norm_strides(sh, v.attrs["strides"])
         if st[len(sh) + axis_const] == 0:
             yield v.children[0], st, v.attrs["offset"]
@@ -43,7 +44,7 @@ def _apply_row_scale(snap):
     ix = Index.of(snap)
     for n, a, b in matmuls(ix):
         out = ix.shape(n.cls)
-        for m in ix.nodes(a, "Mul"):
+        for m in ix.nodes(a, Op.Mul):
             for x, s in (m.children, m.children[::-1]):
                 for src, st, off in _scale_views(ix, s, -1):
                     yield n.cls, term("Mul", term("MatMul", x, b), term("View", src, shape=out, strides=norm_strides(out, st), offset=off))
@@ -55,7 +56,7 @@ def _apply_col_scale_in(snap):
         bsh = ix.shape(b)
         if not ix.weight_only(b):
             continue
-        for m in ix.nodes(a, "Mul"):
+        for m in ix.nodes(a, Op.Mul):
             for x, s in (m.children, m.children[::-1]):
                 for src, st, off in _scale_views(ix, s, -2):
                     if not ix.weight_only(src):
@@ -73,14 +74,14 @@ def _mm_frames(ix, c):
 
 
 def _mm_frames_of(ix, c):
-    for n in ix.nodes(c, "MatMul"):
+    for n in ix.nodes(c, Op.MatMul):
         yield n, None
-    for v in ix.nodes(c, "View"):
+    for v in ix.nodes(c, Op.View):
         sh = tuple(v.attrs["shape"])
         src = v.children[0]
         if v.attrs["offset"] == 0 and norm_strides(sh, v.attrs["strides"]) == contig(sh) and \
                 math.prod(sh) == math.prod(ix.shape(src)) and sh[-1:] == ix.shape(src)[-1:]:
-            for n in ix.nodes(src, "MatMul"):
+            for n in ix.nodes(src, Op.MatMul):
                 yield n, v.attrs
 
 
@@ -90,7 +91,7 @@ def _reframe(t, attrs):
 
 def _apply_col_scale_out(snap):
     ix = Index.of(snap)
-    for m in ix.by_op["Mul"]:
+    for m in ix.by_op[Op.Mul]:
         for p, s in (m.children, m.children[::-1]):
             for n, fr in _mm_frames(ix, p):
                 a, b = n.children
@@ -109,7 +110,7 @@ def _apply_col_scale_out(snap):
 
 def _apply_matmul_add(snap):
     ix = Index.of(snap)
-    for ad in ix.by_op["Add"]:
+    for ad in ix.by_op[Op.Add]:
         p, q = ad.children
         for m1, f1 in _mm_frames(ix, p):
             for m2, f2 in _mm_frames(ix, q):
@@ -124,11 +125,11 @@ def _apply_affine_fold(snap):
     norm ``(y - mean) * rsqrt(var + eps) * gamma + beta`` after a conv/linear y folds into
     the weights and a bias, one scale at a time."""
     ix = Index.of(snap)
-    for m in ix.by_op["Mul"]:
+    for m in ix.by_op[Op.Mul]:
         for p, s in (m.children, m.children[::-1]):
-            for ad in ix.nodes(p, "Add"):
+            for ad in ix.nodes(p, Op.Add):
                 for y, c in (ad.children, ad.children[::-1]):
-                    for n in ix.nodes(y, "MatMul"):
+                    for n in ix.nodes(y, Op.MatMul):
                         a, b = n.children
                         bsh = ix.shape(b)
                         if not (ix.weight_only(b) and ix.weight_only(c)):

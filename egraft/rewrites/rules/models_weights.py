@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from ...ir import strided
+from ...ir import Op, strided
 from ...ir.builder import GraphBuilder
 from ..rule import RuleSpec, Witness, contig, dims, norm_strides, term, view
 from .match import Index, batch_bcast, matmuls
@@ -133,7 +133,7 @@ def _apply_reassoc(snap):
     for n, xa, b in matmuls(ix):
         if not ix.weight_only(b):
             continue
-        for inner in ix.nodes(xa, "MatMul"):
+        for inner in ix.nodes(xa, Op.MatMul):
             x, a = inner.children
             if not ix.weight_only(a):
                 continue
@@ -143,7 +143,7 @@ def _apply_reassoc(snap):
 def _apply_reassoc_rev(snap):
     ix = Index.of(snap)
     for n, x, c in matmuls(ix):
-        for inner in ix.nodes(c, "MatMul"):
+        for inner in ix.nodes(c, Op.MatMul):
             a, b = inner.children
             yield n.cls, term("MatMul", term("MatMul", x, a), b)
 
@@ -210,14 +210,14 @@ def _apply_kv_repeat(snap):
     for n, a, b in matmuls(ix):
         bsh, ash = ix.shape(b), ix.shape(a)
         r = len(bsh)
-        for v in ix.nodes(b, "View"):
+        for v in ix.nodes(b, Op.View):
             e = v.children[0]
             st, off = tuple(v.attrs["strides"]), v.attrs["offset"]
             for h in range(r - 2):
                 size = bsh[h]
                 if size < 2 or st[h] == 0:
                     continue
-                for inner in ix.nodes(e, "View"):
+                for inner in ix.nodes(e, Op.View):
                     ish = (tuple(inner.attrs["shape"]), tuple(inner.attrs["strides"]), inner.attrs["offset"])
                     for rep in range(2, size + 1):
                         if size % rep:

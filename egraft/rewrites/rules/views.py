@@ -12,7 +12,7 @@ are plain egglog rewrites, in both directions, generated for every op of
 
 from __future__ import annotations
 
-from ...ir import shapes, strided
+from ...ir import Op, shapes, strided
 from ...ir.builder import GraphBuilder, Tensor
 from ..rule import (Group, RuleSpec, Witness, arity, call, drop, norm_strides, ops_in, pair, program, rand_shape,
                     scalar, term, view_attrs, view_term)
@@ -54,7 +54,7 @@ def reduce_broadcast(snap):
                 if strides[ax] != 0:
                     continue
                 inner = view_term(u.children[0], drop(shape, ax), drop(strides, ax), off)
-                if op == "MaxReduce":
+                if op == Op.MaxReduce:
                     yield r.cls, inner
                     continue
                 dt = snap.dtype[r.cls]
@@ -136,9 +136,9 @@ def _pos(t):
 
 def _apply(op: str, *xs: Tensor) -> Tensor:
     """`op` of the inputs, through the builder's own spelling (positive inputs for log2/sqrt/recip)."""
-    if op == "Cast":
+    if op == Op.Cast:
         return xs[0].cast("float16")
-    if op == "Where":
+    if op == Op.Where:
         return Tensor.where(xs[0] < xs[1], xs[0], xs[1])
     if len(xs) == 1:
         return xs[0].builder.add(op, (_pos(xs[0]),))
