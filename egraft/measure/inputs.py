@@ -85,6 +85,8 @@ def random_inputs(graph: Graph, seed: int | None = None) -> list[np.ndarray]:
 
 
 def _to_torch(a: np.ndarray, like=None):
+    import torch  # noqa: F401 - these inputs are torch tensors: load torch before the bridge hands one out
+
     from ..ir.tensors import to_torch
 
     t = to_torch(a)

@@ -11,8 +11,9 @@ once, before torch or JAX start their thread pools:
 * at one thread XLA's Eigen pool is turned off
   (``--xla_cpu_multi_thread_eigen=false``; read when XLA starts).
 
-:func:`pinned` undoes the affinity and torch's thread count on exit (the
-environment variables only matter to pools not started yet, so they stay).
+:func:`pinned` undoes the affinity, torch's thread count and the environment
+variables on exit (they only matter to pools not started yet, but a process
+started after the measurement must not inherit them).
 On a GPU nothing is pinned: ``do_bench`` times with CUDA events.
 """
 
@@ -29,6 +30,9 @@ from .device import parse
 
 def _cores() -> list[int]:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "XLA_FLAGS")
 
 
 def _set(n: int, cores: Sequence[int]) -> None:
@@ -78,6 +82,7 @@ def pinned(device: str = "cpu", threads: int = 1) -> Iterator[dict]:
         yield info
         return
     before, threads_before = _cores(), info["torch_threads"]
+    env_before = {k: os.environ.get(k) for k in _ENV}
     chosen = _chosen(threads)
     _set(threads, chosen)
     info.update(pinned=_cores(), torch_threads=threads)
@@ -89,6 +94,11 @@ def pinned(device: str = "cpu", threads: int = 1) -> Iterator[dict]:
         torch = sys.modules.get("torch")
         if torch is not None and threads_before is not None:
             torch.set_num_threads(threads_before)
+        for k, v in env_before.items():  # child processes started later must not inherit the measurement's
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def xla_started_wider() -> bool:

@@ -122,10 +122,14 @@ def test_pinned_fixes_cores_and_threads_and_restores_them():
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no CPU affinity on this platform")
     before, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "XLA_FLAGS")}
     with pinned("cpu") as info:
         assert len(os.sched_getaffinity(0)) == 1 and torch.get_num_threads() == 1
         assert info["pinned"] == sorted(os.sched_getaffinity(0)) and info["torch_threads"] == 1
+        assert os.environ["OMP_NUM_THREADS"] == "1"
     assert os.sched_getaffinity(0) == before and torch.get_num_threads() == threads
+    # a process started after the measurement inherits none of its thread settings
+    assert {k: os.environ.get(k) for k in env} == env
     with pytest.raises(BackendError, match="may use"):
         with pinned("cpu", len(before) + 1):
             pass
