@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 
-from ..search.report import fmt_time
+from ..search.report import fmt_spread, fmt_time
 from ..search.result import jsonable
+from ..search.statuses import COUNT_KEYS
 
 STAGES = ("trace", "saturate", "search", "lower", "validate")
-COUNTS = ("timed", "estimated", "rejected", "failed", "pruned", "cached")
 
 
 def json_report(cm, progs) -> dict:
@@ -74,7 +74,7 @@ def _signature_lines(s: dict) -> list[str]:
         out.append(f"  saturated  {size}{stop}, when the cached search ran; not run again")
     else:
         out.append(f"  saturated  {size}{stop} in {_secs(s['stages']['saturate'])}")
-    counts = ", ".join(f"{se['counts'][k]} {k}" for k in COUNTS if se["counts"].get(k))
+    counts = ", ".join(f"{se['counts'][k]} {k}" for k in COUNT_KEYS if se["counts"].get(k))
     out.append(f"  searched   {counts or 'no candidates'} ({se['fitness']} fitness"
                + (", from the cache" if se["from_cache"] else "") + (", interrupted" if se["interrupted"] else "")
                + ")")
@@ -82,11 +82,11 @@ def _signature_lines(s: dict) -> list[str]:
     est = "estimated " if ch["estimated"] else ""
     # measured over the cost model's bound: below 1 the model's peaks for this device are too low
     roof = "" if ch["estimated"] else f", {_x(ch['roofline_ratio'])} the roofline estimate"
-    out.append(f"  chosen     {ch['backend']} ({knobs}); {ch['nodes']} nodes; {est}{_time(ch['time_s'])}"
-               + ("" if ch["estimated"] else f" {_pct(ch['spread'])}")
+    out.append(f"  chosen     {ch['backend']} ({knobs}); {ch['nodes']} nodes; {est}{fmt_time(ch['time_s'])}"
+               + ("" if ch["estimated"] else f" {fmt_spread(ch['spread'])}")
                + f"{roof}, {_x(ch['speedup_over_direct'])} faster than the direct lowering"
                + ("" if ch["estimated"] or ch.get("direct_time_s") is None
-                  else f" ({_time(ch['direct_time_s'])} {_pct(ch.get('direct_spread') or 0.0)})")
+                  else f" ({fmt_time(ch['direct_time_s'])} {fmt_spread(ch.get('direct_spread') or 0.0)})")
                + (" (noisy: the search's own comparison could not conclude)" if ch["noisy"] else ""))
     out.append("  stages     " + ", ".join(f"{k} {_secs(s['stages'][k])}" for k in STAGES))
     v = s["validation"]
@@ -103,7 +103,7 @@ def _comparison_lines(c: dict | None) -> list[str]:
     cond = c["conditions"]
     where = (f"pinned to core {','.join(map(str, cond['pinned']))}, {cond['torch_threads']} torch thread"
              if cond["pinned"] else f"{cond['device']}, {cond['torch_threads']} torch threads")
-    times = ", ".join(f"{k} {_time(v['median_s'])} {_pct(v['spread'])}" for k, v in c["times"].items())
+    times = ", ".join(f"{k} {fmt_time(v['median_s'])} {fmt_spread(v['spread'])}" for k, v in c["times"].items())
     out = [f"  measured   {times}  (medians of {cond['rounds']} interleaved rounds x {cond['repeats']} calls, "
            f"{where})"]
     for name, v in c["speedups"].items():
@@ -131,14 +131,6 @@ def _bytes(n: int) -> str:
 
 def _secs(x) -> str:
     return f"{x:.2f} s" if isinstance(x, (int, float)) else "n/a"
-
-
-def _time(x) -> str:
-    return fmt_time(x) if isinstance(x, (int, float)) else "n/a"
-
-
-def _pct(x) -> str:
-    return f"±{100 * x:.1f}%" if isinstance(x, (int, float)) else "±n/a"
 
 
 def _x(x) -> str:

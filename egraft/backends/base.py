@@ -26,8 +26,9 @@ import numpy as np
 from ..errors import BackendError, InputError
 from ..ir.evaluate import check_inputs
 from ..ir.graph import Graph
+from ..runtime.device import KINDS, parse as parse_device
 
-DEVICE_KINDS = ("cpu", "cuda", "tpu")
+DEVICE_KINDS = KINDS
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,7 @@ def register(backend: Backend) -> Backend:
 
 
 def device_kind(device: str) -> str:
-    kind = str(device).split(":")[0]
-    if kind not in DEVICE_KINDS:
-        raise BackendError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'tpu'")
-    return kind
+    return parse_device(device).kind
 
 
 def guarded_lower(label: str, graph: Graph, build: Callable[[], "Executable"]) -> "Executable":

@@ -1,10 +1,7 @@
 """Which device a measurement runs on, and whether that device exists here.
 
-One parser for the device strings the rest of egraft uses (``"cpu"``,
-``"cuda"``, ``"cuda:N"``, ``"tpu"``), so the timing dispatch and the spec
-lookup agree on what a string means.  ``egraft.measure`` sits beside the backends
-in the layer order and may not import them, so it has its own parser with
-the same accepted forms as ``backends.base.device_kind``.
+Device strings are parsed by the one parser, :func:`egraft.runtime.device.parse`
+(re-exported here); this module adds whether a device exists on this machine.
 
 torch and jax are imported only inside :func:`available`: detecting a GPU
 must not make ``import egraft.measure`` heavy.
@@ -12,39 +9,8 @@ must not make ``import egraft.measure`` heavy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import BackendError
-
-KINDS = ("cpu", "cuda", "tpu")
-
-
-@dataclass(frozen=True)
-class Device:
-    """A parsed device: its kind and, for ``cuda:N``, the index (None means the default one)."""
-
-    kind: str
-    index: int | None = None
-
-    def __str__(self) -> str:
-        return self.kind if self.index is None else f"{self.kind}:{self.index}"
-
-
-def parse(device: str | Device) -> Device:
-    """Parse a device string; a malformed one raises :class:`egraft.errors.BackendError` (as the backends do) naming the forms."""
-    if isinstance(device, Device):
-        return device
-    text = str(device).strip().lower()
-    kind, sep, idx = text.partition(":")
-    bad = BackendError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' (N a GPU index) or 'tpu'")
-    if kind not in KINDS:
-        raise bad
-    if not sep:
-        return Device(kind)
-    if kind != "cuda" or not idx.isdigit():
-        raise bad
-    return Device(kind, int(idx))
-
+from ..runtime.device import KINDS, Device, parse
 
 def available(device: str | Device) -> bool:
     """Whether `device` exists on this machine (a bad string is still an error, not False)."""

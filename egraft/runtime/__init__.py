@@ -25,6 +25,7 @@ from types import ModuleType
 
 from ..errors import ArtifactError
 from . import outputs
+from .device import parse
 from .artifact import Artifact, TensorSpec
 from .manifest import FORMAT, FORMAT_VERSION, read_manifest, read_verified
 from .weights import WEIGHTS_FILE, check_weights, parse_weights
@@ -36,10 +37,7 @@ LEGACY_LOADERS = {"jax": "egraft.runtime.jax_loader", "torch": "egraft.runtime.t
 
 
 def device_kind(device: str) -> str:
-    kind = str(device).split(":")[0]
-    if kind not in ("cpu", "cuda", "tpu"):
-        raise ArtifactError(f"unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'tpu'")
-    return kind
+    return parse(device, ArtifactError).kind
 
 
 def loader_of(manifest: dict, directory: str = "") -> ModuleType:

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ArtifactError
 from ..ir import dtypes
+from .device import parse
 from .jax_runner import JaxRunner, jax_device, x64_scope
 from .manifest import read_verified, single_kernel
 
@@ -39,7 +40,7 @@ def files(manifest: dict) -> list[str]:
 def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str) -> JaxRunner:
     """The artifact's program compiled for `device`, as the JAX backend's runner (the executable's call path)."""
     entry = _entry(manifest)
-    kind = device.split(":")[0]
+    kind = parse(device, ArtifactError).kind
     platform = PLATFORMS[kind]
     if platform not in entry["platforms"]:
         raise ArtifactError(f"{directory!r} was exported for {entry['platforms']}, not for {platform}; "

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import dtypes
+from .device import parse
 from .jax_fast_path import fast_call
 from ..ir.tensors import to_numpy, torch_dtype, torch_module, view_numpy, view_torch
 
@@ -51,8 +52,8 @@ def jax_device(device: str, error: type = InputError, instead: str = "use"):
 
     `instead` starts the advice (``"use"``, or ``"load 'dir' with"``) to take device='cpu'.
     """
-    kind = str(device).split(":")[0]
-    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
+    d = parse(device, error)
+    kind, index = d.kind, d.index or 0
     try:
         devs = jax.devices(JAX_PLATFORMS[kind])
     except RuntimeError as e:

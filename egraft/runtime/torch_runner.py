@@ -35,6 +35,7 @@ import torch
 
 from ..ir import dtypes
 from ..ir.tensors import to_numpy, to_torch
+from .device import parse
 
 # Inductor keeps every rounding of a half type: by default it drops the round trips between fused
 # float16 ops, which the reference interpreter (and eager) performs
@@ -43,12 +44,13 @@ INDUCTOR_OPTIONS = {"emulate_precision_casts": True}
 
 def torch_device(device: str, error: type, who: str) -> torch.device:
     """The torch device for `device` (``"cpu"``, ``"cuda[:N]"``), or `error` saying what there is; `who` runs on it."""
-    kind = str(device).split(":")[0]
+    d = parse(device, error)
+    kind = d.kind
     if kind == "cpu":
         return torch.device("cpu")
     if kind != "cuda":
         raise error(f"{who} runs on cpu or cuda, not {device!r}")
-    index = int(str(device).split(":")[1]) if ":" in str(device) else 0
+    index = d.index or 0
     if not torch.cuda.is_available():
         raise error(f"device {device!r} is not available: torch sees no CUDA device here; use device='cpu'")
     if index >= torch.cuda.device_count():

@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 from ..errors import ArtifactError
+from .device import parse
 from .manifest import read_verified
 from ..ir.tensors import to_torch
 from .triton_runner import TritonRunner
@@ -45,7 +46,7 @@ def files(manifest: dict) -> list[str]:
 
 
 def _check_mode(device: str, directory: str) -> None:
-    kind = device.split(":")[0]
+    kind = parse(device, ArtifactError).kind
     active = interpreter_active()
     if kind == "cpu" and not active:
         raise ArtifactError(f"{directory!r} holds Triton kernels, which run on 'cpu' only in Triton's interpreter: "

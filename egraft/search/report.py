@@ -18,13 +18,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .statuses import COUNT_KEYS
+
 # egraft.search.result imports this module (SearchResult.report), so nothing is imported back from it,
 # not even for typing (the architecture test counts that as an import circle): duck-typed aliases.
 SearchResult = Any
 Trial = Any
 
 FORMATS = ("text", "json", "png")
-COUNT_KEYS = ("timed", "estimated", "rejected", "failed", "pruned", "cached")
 HISTORY_ROWS = 12  # generations shown in the text report's table; the middle is elided beyond
 
 
@@ -67,14 +68,15 @@ def fmt_time(s: float) -> str:
     return f"{v:.3g} {unit}" if abs(v) < 1000 else f"{v:.0f} {unit}"
 
 
-def _pct(x: float) -> str:
+def fmt_spread(x: float) -> str:
+    """A relative spread as ``±4.2%``; ``±n/a`` when not a finite number."""
     return f"±{100 * x:.1f}%" if _finite(x) else "±n/a"
 
 
 def _timing(t: float, spread: float, estimated: bool) -> str:
     if not _finite(t):
         return "n/a"
-    return fmt_time(t) + ("" if estimated else f" {_pct(spread)}")
+    return fmt_time(t) + ("" if estimated else f" {fmt_spread(spread)}")
 
 
 def _speedup_line(result: SearchResult) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..ir.graph import Graph
 
-STATUSES = ("timed", "rejected", "failed", "pruned", "estimated")
+from .statuses import COUNT_KEYS, STATUSES  # noqa: F401 - re-exported: the names results are read by
 
 
 def jsonable(v: Any) -> Any:
