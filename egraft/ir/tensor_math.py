@@ -74,7 +74,8 @@ class MathLib:
         return out
 
     def abs(self):
-        return _where(self < 0, -self, self)
+        # 0 - x, not -x, off the positive side: both zeros come out +0.0, as torch.abs gives (nan stays nan)
+        return _where(self > 0, self, 0 - self)
 
     def sign(self):
         return _where(self > 0, 1, _where(self < 0, -1, 0)).cast(self.dtype)
@@ -95,7 +96,8 @@ class MathLib:
     def tanh(self):
         # 2*sigmoid(2x) - 1, written to stay finite for large |x|
         x = self.float_()
-        return 2 * (1 + (-2 * x).exp()).recip() - 1
+        t = 2 * (1 + (-2 * x).exp()).recip() - 1
+        return _where((x < 0) | (x > 0), t, x)  # tanh(-0.0) is -0.0 (and nan stays nan)
 
     @in_float32
     def erf(self):
@@ -142,7 +144,9 @@ class MathLib:
         if not dtypes.is_float(self.dtype):
             return self
         frac = self % 1.0  # nan exactly for +-inf and nan, which trunc leaves as they are
-        return _where(frac.isnan(), self, self - frac)
+        t = self - frac
+        t = _where((t < 0) | (t > 0), t, self * 0.0)  # a zero result keeps the input's sign: trunc(-0.5) is -0.0
+        return _where(frac.isnan(), self, t)
 
     def floor(self):
         t = self.trunc()

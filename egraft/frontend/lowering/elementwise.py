@@ -36,6 +36,11 @@ def sub(ctx, a, b, alpha=1):
 @lowering("aten.mul")
 def mul(ctx, a, b):
     A, B = h.operands(ctx, a, b)
+    for flag, other in ((a, B), (b, A)):
+        if isinstance(flag, Tensor) and flag.dtype == "bool" and dtypes.is_float(other.dtype):
+            # bool * x as a select that keeps IEEE's False * x = 0 * x (nan for nan and inf, -0.0 for x < 0): XLA
+            # would rewrite convert(bool) * x into select(bool, x, 0) itself, which drops both
+            return Tensor.where(flag, other, other * 0.0)
     return A * B
 
 
@@ -105,14 +110,21 @@ def pow_(ctx, a, b):
 
 
 def _pow_float(x: Tensor, y: Tensor) -> Tensor:
-    """x**y = exp2(y*log2|x|), with torch's signs: negative base needs an integer exponent."""
+    """x**y = exp2(y*log2|x|), with C's (and torch's) special cases: a finite negative base needs an integer
+    exponent, an odd one keeps the base's sign (-0.0 included), and 1**y, (-1)**+-inf and x**0 are 1."""
+    c = lambda v: y.builder.constant(v, y.dtype, y.shape)  # noqa: E731
     r = (y * x.abs().log2()).exp2()
     y_int = h.eq(y, y.trunc())
-    y_odd = y_int & (y % 2.0).ne(0)
-    neg = x < 0
-    r = Tensor.where(neg & y_odd, -r, r)
-    r = Tensor.where(neg & ~y_int, math.nan, r)
-    return Tensor.where(h.eq(y, y.builder.constant(0.0, y.dtype, y.shape)), 1.0, r).cast(x.dtype)
+    y_odd = h.eq(y.abs() % 2.0, c(1.0))  # false for +-inf and nan
+    r = Tensor.where(y_odd & _sign_bit(x), -r, r)
+    r = Tensor.where((x < 0) & (x > -math.inf) & ~y_int, math.nan, r)  # (-inf)**y is +-0 or +-inf
+    one = h.eq(y, c(0.0)) | h.eq(x, c(1.0)) | (h.eq(x, c(-1.0)) & h.eq(y.abs(), c(math.inf)))
+    return Tensor.where(one, 1.0, r).cast(x.dtype)
+
+
+def _sign_bit(x: Tensor) -> Tensor:
+    """x < 0, and -0.0 (whose reciprocal is -inf)."""
+    return (x < 0) | (h.eq(x, x.builder.constant(0.0, x.dtype, x.shape)) & (x.recip() < 0))
 
 
 # --- unary math ----------------------------------------------------------------------------
@@ -139,11 +151,7 @@ def log10(ctx, x):
 
 @lowering("aten.log1p", upcast=True)
 def log1p(ctx, x):
-    x = x.cast(ctx.dtype)
-    # log(1+x) * x/((1+x)-1) corrects the rounding of 1+x (Goldberg's trick)
-    u = x + 1.0
-    d = u - 1.0
-    return Tensor.where(d.eq(0), x, u.log() * (x / d))
+    return h.log1p(x.cast(ctx.dtype))
 
 
 @lowering("aten.expm1", upcast=True)
@@ -152,7 +160,8 @@ def expm1(ctx, x):
     # (e^x - 1) * x / log(e^x) corrects the cancellation near 0 (Kahan's trick)
     u = x.exp()
     um1 = u - 1.0
-    return Tensor.where(u.eq(1.0), x, Tensor.where(um1.eq(-1.0), -1.0, um1 * x / u.log()))
+    r = Tensor.where(u.eq(1.0), x, Tensor.where(um1.eq(-1.0), -1.0, um1 * x / u.log()))
+    return Tensor.where(h.eq(u, u.builder.constant(math.inf, u.dtype, u.shape)), u, r)  # inf*x/inf is nan
 
 
 @lowering("aten.tan", upcast=True)
@@ -164,7 +173,12 @@ def tan(ctx, x):
 @lowering("aten.sinh", upcast=True)
 def sinh(ctx, x):
     x = x.cast(ctx.dtype)
-    return (x.exp() - (-x).exp()) * 0.5
+    return _odd_at_zero(x, (x.exp() - (-x).exp()) * 0.5)
+
+
+def _odd_at_zero(x: Tensor, r: Tensor) -> Tensor:
+    """``r`` = f(x) for an odd f with f(0) = 0, with f(-0.0) = -0.0 (a difference of equal terms is +0.0)."""
+    return Tensor.where((x < 0) | (x > 0), r, x)
 
 
 @lowering("aten.cosh", upcast=True)
@@ -182,21 +196,19 @@ def erfc(ctx, x):
 def copysign(ctx, a, b):
     A, B = h.operands(ctx, a, b, kind="INT_TO_FLOAT")
     mag = A.abs()
-    neg = (B < 0) | (h.eq(B, B.builder.constant(0.0, B.dtype, B.shape)) & (B.recip() < 0))  # -0.0 has a sign too
-    return Tensor.where(neg, -mag, mag)
+    return Tensor.where(_sign_bit(B), -mag, mag)  # -0.0 has a sign too
 
 
 @lowering("aten.hypot", upcast=True)
 def hypot(ctx, a, b):
     A, B = h.operands(ctx, a, b)
-    return (A * A + B * B).sqrt()
+    inf = A.builder.constant(math.inf, A.dtype, A.shape)
+    return Tensor.where(h.eq(A.abs(), inf) | h.eq(B.abs(), inf), inf, (A * A + B * B).sqrt())  # hypot(inf, nan) is inf
 
 
 @lowering("aten.signbit")
 def signbit(ctx, x):
-    if not dtypes.is_float(x.dtype):
-        return x < 0
-    return (x < 0) | (h.eq(x, x.builder.constant(0.0, x.dtype, x.shape)) & (x.recip() < 0))
+    return _sign_bit(x) if dtypes.is_float(x.dtype) else x < 0
 
 
 @lowering("aten.neg")
@@ -211,9 +223,7 @@ def abs_(ctx, x):
 
 @lowering("aten.sign", "aten.sgn")
 def sign(ctx, x):
-    if x.dtype == "bool":
-        return x
-    return Tensor.where(x > 0, 1, Tensor.where(x < 0, -1, x * 0)).cast(x.dtype)
+    return x if x.dtype == "bool" else x.sign()  # torch: sign(nan) and sign(-0.0) are +0.0
 
 
 @lowering("aten.floor")
@@ -291,7 +301,8 @@ def leaky_relu(ctx, x, negative_slope=0.01):
 @lowering("aten.elu", upcast=True)
 def elu(ctx, x, alpha=1.0, scale=1.0, input_scale=1.0):
     neg = ((x * input_scale).exp() - 1.0) * alpha
-    return Tensor.where(x > 0, x, neg) * scale if scale != 1.0 else Tensor.where(x > 0, x, neg)
+    out = Tensor.where(x < 0, neg, x)  # elu(-0.0) is -0.0, nan stays nan
+    return out * scale if scale != 1.0 else out
 
 
 @lowering("aten.hardtanh")
@@ -329,7 +340,7 @@ def clamp_max(ctx, x, max):
 def maximum(ctx, a, b):
     A, B = h.operands(ctx, a, b)
     if ctx.op.startswith("aten.fmax"):  # NaN loses
-        return Tensor.where(h.isnan(B), A, Tensor.where(A < B, B, A))
+        return Tensor.where(h.isnan(B), A, Tensor.where((A < B) | h.isnan(A), B, A))
     return h.maximum(A, B)
 
 
@@ -337,7 +348,7 @@ def maximum(ctx, a, b):
 def minimum(ctx, a, b):
     A, B = h.operands(ctx, a, b)
     if ctx.op.startswith("aten.fmin"):
-        return Tensor.where(h.isnan(B), A, Tensor.where(B < A, B, A))
+        return Tensor.where(h.isnan(B), A, Tensor.where((B < A) | h.isnan(A), B, A))
     return h.minimum(A, B)
 
 
@@ -362,7 +373,9 @@ def lerp(ctx, a, b, weight):
     dt = ctx.promote(a, b, weight)
     A, B = a.cast(dt), b.cast(dt)
     w = ctx.tensor(weight, dt)
-    return A + w * (B - A)
+    # torch's two-sided form (exact at w = 1): from a for |w| < 0.5, from b otherwise
+    d = B - A
+    return Tensor.where(w.abs() < 0.5, A + w * d, B - d * (1.0 - w))
 
 
 # --- comparisons and logic ----------------------------------------------------------------------

@@ -60,6 +60,14 @@ def minimum(a: Tensor, b: Tensor) -> Tensor:
     return Tensor.where(isnan(b), b, out) if dtypes.is_float(a.dtype) else out
 
 
+def log1p(x: Tensor) -> Tensor:
+    """log(1+x), correcting the rounding of 1+x by x/((1+x)-1) (Goldberg's trick); log1p(inf) is inf."""
+    u = x + 1.0
+    d = u - 1.0
+    r = Tensor.where(eq(d, x.builder.constant(0.0, x.dtype, x.shape)), x, u.log() * (x / d))
+    return Tensor.where(eq(u, x.builder.constant(math.inf, x.dtype, x.shape)), u, r)
+
+
 def axes(dim, rank: int) -> tuple[int, ...]:
     """torch's dim argument (None, [] = all; int; list) as sorted non-negative axes."""
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):

@@ -99,7 +99,8 @@ def index_put(ctx, x, indices, values, accumulate=False):
     mshape = (n_p, k) + (1,) * len(rest)
     if accumulate:
         contrib = Tensor.where(match.reshape(mshape), vals.unsqueeze(0), ctx.builder.constant(0, x.dtype))
-        out = flat + contrib.sum(1)
+        hit = match.max(1).reshape((n_p,) + (1,) * len(rest))
+        out = Tensor.where(hit, flat + contrib.sum(1), flat)  # an untouched -0.0 stays -0.0 (-0.0 + 0.0 is +0.0)
     else:
         kk = Tensor.where(match, ctx.builder.iota(k, "int64").reshape((1, k)), -1).max(1)  # last write wins
         hit = (kk > -1).reshape((n_p,) + (1,) * len(rest))
@@ -144,7 +145,7 @@ def _scatter(ctx, x, dim, idx, src, reduce=None):
     hit_any = match.max(dim + 1)  # [..., n, ...]
     if reduce in ("sum", "add"):
         contrib = Tensor.where(match, src.unsqueeze(dim), ctx.builder.constant(0, x.dtype)).sum(dim + 1)
-        new = x_box + contrib
+        new = Tensor.where(hit_any, x_box + contrib, x_box)  # an untouched -0.0 stays -0.0 (-0.0 + 0.0 is +0.0)
     elif reduce in ("prod", "multiply"):
         from .reduce import _prod_axis
 

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from ...ir import dtypes, shapes
-from ...ir.builder import Tensor
+from ...ir.builder import Tensor, cat as _cat
 from ...ir.decompose import attention_decomposed
+from . import helpers as h
 from .table import Missing, lowering
 
 
@@ -39,7 +40,8 @@ def safe_softmax(ctx, x, dim, dtype=None):
     """softmax, but 0 (not NaN) on rows that are all -inf (fully masked attention rows)."""
     x = x.cast(ctx.dtype)
     dim = shapes.normalize_axis(dim, x.ndim)
-    dead = ~(x.max(dim, keepdim=True) > -math.inf)
+    m = x.max(dim, keepdim=True)
+    dead = h.eq(m, m.builder.constant(-math.inf, m.dtype, m.shape))  # a row holding nan is nan, not dead
     return Tensor.where(dead, 0.0, x.softmax(dim))
 
 
@@ -98,9 +100,13 @@ def group_norm(ctx, x, weight, bias, n, c, hw, groups, eps):
 def batch_norm_eval(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
     x = x.cast(ctx.dtype)
     shape = (x.shape[1],) + (1,) * (x.ndim - 2)
-    out = (x - running_mean.cast(x.dtype).reshape(shape)) * (running_var.cast(x.dtype).reshape(shape) + eps).rsqrt()
+    # torch's form: x * alpha + beta, alpha = weight / sqrt(var + eps), beta = bias - mean * alpha
+    alpha = (running_var.cast(x.dtype).reshape(shape) + eps).rsqrt()
+    if weight is not None:
+        alpha = alpha * weight.cast(x.dtype).reshape(shape)
+    beta = (0.0 if bias is None else bias.cast(x.dtype).reshape(shape)) - running_mean.cast(x.dtype).reshape(shape) * alpha
     why = "batch norm's saved statistics exist only in training mode"
-    return _affine(out, weight, bias, shape), Missing(ctx.op, 1, why), Missing(ctx.op, 2, why)
+    return x * alpha + beta, Missing(ctx.op, 1, why), Missing(ctx.op, 2, why)
 
 
 # --- attention ---------------------------------------------------------------------------------------
@@ -126,7 +132,11 @@ def sdpa(ctx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
             bias = Tensor.where(attn_mask, 0.0, -math.inf).cast(dt).expand(full)
         else:
             bias = attn_mask.cast(dt).expand(full)
-        alive = bias.max(-1, keepdim=True) > -math.inf  # torch returns 0 for a fully masked row
+        # torch returns 0 for a row whose every score is -inf after the mask is added (a nan or +inf score
+        # there makes the row nan); the scores are attention_decomposed's own nodes (the builder shares them)
+        s = q.matmul(k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale) + bias
+        m = s.max(-1, keepdim=True)
+        alive = ~h.eq(m, m.builder.constant(-math.inf, m.dtype, m.shape))
     out = attention_decomposed(q, k, v, bias=bias, scale=scale, causal=bool(is_causal))
     return out if alive is None else Tensor.where(alive, out, 0.0)
 
@@ -275,23 +285,21 @@ def avg_pool(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_i
     return y * recip
 
 
-def _adaptive_matrix(length, n_out):
-    m = np.zeros((n_out, length))
-    for o in range(n_out):
-        s, e = (o * length) // n_out, -(-((o + 1) * length) // n_out)
-        m[o, s:e] = 1.0 / (e - s)
-    return m
-
-
 @lowering("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool3d", "aten.adaptive_avg_pool1d", upcast=True)
 def adaptive_avg_pool(ctx, x, output_size):
     x = x.cast(ctx.dtype)
     nd = len(output_size)
     lead = x.ndim - nd
     for i, n_out in enumerate(output_size):
-        axis = lead + i
-        m = ctx.builder.tensor_constant(_adaptive_matrix(x.shape[axis], n_out).T.astype(dtypes.to_numpy(x.dtype)))
-        x = (x.movedim(axis, -1) @ m).movedim(-1, axis)
+        axis, length = lead + i, x.shape[lead + i]
+        if length % n_out == 0:  # equal windows: one reshape and mean
+            k = length // n_out
+            x = x.reshape(x.shape[:axis] + (n_out, k) + x.shape[axis + 1:]).mean(axis + 1)
+            continue
+        # windows [floor(o*L/n), ceil((o+1)*L/n)); a mean per window, not a matmul with an averaging matrix,
+        # whose zero weights would turn an inf outside the window into nan
+        bounds = [((o * length) // n_out, -(-((o + 1) * length) // n_out)) for o in range(n_out)]
+        x = _cat([x.slice(axis, s, e).mean(axis, keepdim=True) for s, e in bounds], axis)
     return x
 
 

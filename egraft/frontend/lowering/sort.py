@@ -11,6 +11,8 @@ indices differently, but the values agree.
 
 from __future__ import annotations
 
+import math
+
 from ...ir import dtypes, shapes
 from ...ir.builder import Tensor
 from . import helpers as h
@@ -83,8 +85,21 @@ def median(ctx, x, dim=None, keepdim=False):
     """Lower median (torch's definition); with a dim also the index of that element."""
     if dim is None:
         flat = x.reshape((-1,))
-        return kthvalue(ctx, flat, (flat.shape[0] - 1) // 2 + 1, 0)[0] if flat.shape[0] else flat.sum()
+        if not flat.shape[0]:
+            return flat.sum()
+        return _nan_first(flat, *kthvalue(ctx, flat, (flat.shape[0] - 1) // 2 + 1, 0), 0, False)[0]
     if x.ndim == 0:
         return x, ctx.builder.constant(0, "int64")
     axis = shapes.normalize_axis(dim, x.ndim)
-    return kthvalue(ctx, x, (x.shape[axis] - 1) // 2 + 1, axis, keepdim)
+    return _nan_first(x, *kthvalue(ctx, x, (x.shape[axis] - 1) // 2 + 1, axis, keepdim), axis, keepdim)
+
+
+def _nan_first(x: Tensor, vals: Tensor, idx: Tensor, axis: int, keepdim: bool):
+    """torch's median propagates nan: a row holding one gives nan, at the index of its first nan."""
+    if not dtypes.is_float(x.dtype):
+        return vals, idx
+    n = x.shape[axis]
+    pos = x.builder.iota(n, "int64").reshape(tuple(n if d == axis else 1 for d in range(x.ndim)))
+    first = Tensor.where(h.isnan(x), pos, x.builder.constant(n, "int64")).min(axis, keepdim)
+    has = first < n
+    return Tensor.where(has, math.nan, vals).cast(vals.dtype), Tensor.where(has, first, idx)
