@@ -330,5 +330,5 @@ def test_rsqrt_of_abs_of_negative_zero_is_plus_inf(where):
 
 def test_rsqrt_of_abs_of_negative_zero_through_compile():
     cm = egraft.compile(_RsqrtAbs(), example_inputs=(RSQRT_X,), backend="torch", budget=1, fitness="model",
-                        cache=False, progress=False, compare=False)
+                        cache=False, progress=False)
     _rsqrt_abs_ok(cm(RSQRT_X).numpy(), "egraft.compile")
