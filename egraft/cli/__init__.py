@@ -62,8 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show the full traceback of an error")
+    def verb(name: str, fn, help: str, description: str, epilog: str,  # noqa: A002
+             artifact_dir: bool = False) -> argparse.ArgumentParser:
+        """One verb's parser: the help formatter and --debug shared by all; `fn(args)` runs it; with
+        `artifact_dir` its first argument is the artifact directory it reads (``inspect``, ``run``)."""
+        v = sub.add_parser(name, help=help, description=description, epilog=epilog, formatter_class=fmt,
+                           parents=[debug])
+        if artifact_dir:
+            v.add_argument("dir", metavar="DIR", help="artifact directory (egraft compile -o DIR)")
+        v.set_defaults(fn=fn)
+        return v
+
     for module in (trace, compile, inspect, run, bench):
-        module.add_parsers(sub, fmt, [debug])
+        module.add_parsers(verb)
     return p
 
 

@@ -166,12 +166,11 @@ def _on_device(model, inputs, device: str):
     return model.to(device), tuple(x.to(device) for x in inputs)
 
 
-def add_parsers(sub, formatter, parents) -> None:
-    p = sub.add_parser("bench", help="time egraft against torch eager and torch.compile", parents=parents,
-                       formatter_class=formatter, epilog=EXAMPLES,
-                       description="Time egraft (a model compiled now, or a saved artifact DIR) against torch "
-                                   "eager and torch.compile (Inductor): fixed cores and threads, interleaved "
-                                   "calls, medians with their relative spread.")
+def add_parsers(verb) -> None:
+    p = verb("bench", cmd_bench, help="time egraft against torch eager and torch.compile", epilog=EXAMPLES,
+             description="Time egraft (a model compiled now, or a saved artifact DIR) against torch "
+                         "eager and torch.compile (Inductor): fixed cores and threads, interleaved "
+                         "calls, medians with their relative spread.")
     add_model_args(p, positional="target", metavar="MODEL|DIR",
                    help="the model to compile and time (as for egraft compile), or an artifact directory")
     p.add_argument("--check", metavar="MODEL", default=None,
@@ -181,4 +180,3 @@ def add_parsers(sub, formatter, parents) -> None:
     p.add_argument("--rounds", type=int, default=20, metavar="N", help="interleaved rounds (default 20)")
     p.add_argument("--calls", type=int, default=3, metavar="N", help="timed calls per variant per round (default 3)")
     p.add_argument("--no-inductor", action="store_true", help="leave torch.compile out (its compile takes a while)")
-    p.set_defaults(fn=cmd_bench)

@@ -93,10 +93,9 @@ def add_search_args(p) -> None:
     p.add_argument("--no-cache", action="store_true", help="search again even if a cached result exists")
 
 
-def add_parsers(sub, formatter, parents) -> None:
-    p = sub.add_parser("compile", help="search the fastest program for a device and save the artifact",
-                       formatter_class=formatter, parents=parents, epilog=EXAMPLES,
-                       description="Trace the model, search the programs equal to it for the fastest on the "
+def add_parsers(verb) -> None:
+    p = verb("compile", cmd_compile, help="search the fastest program for a device and save the artifact",
+             epilog=EXAMPLES, description="Trace the model, search the programs equal to it for the fastest on the "
                                    "device, check the result against eager PyTorch, print the search report and "
                                    "save the artifact directory (egraft inspect / egraft run / egraft.load).")
     add_model_args(p)
@@ -106,4 +105,3 @@ def add_parsers(sub, formatter, parents) -> None:
     p.add_argument("--compare", choices=list(COMPARE), default="all",
                    help="what the result is measured against before the report: all (eager PyTorch and "
                         "torch.compile, the default), eager, or none")
-    p.set_defaults(fn=cmd_compile)

@@ -114,6 +114,11 @@ def summary(m: dict, directory: str) -> str:
     return "\n".join(lines)
 
 
+DESCRIPTION = ("Show an artifact's format, egraft version, target, inputs and outputs, weights, kernels and the "
+               "search report, after checking every file against the manifest's SHA-256 (a missing or modified "
+               "file is an error).")
+
+
 def cmd_inspect(args) -> int:
     from ..runtime.manifest import read_manifest
 
@@ -122,12 +127,7 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def add_parsers(sub, formatter, parents) -> None:
-    p = sub.add_parser("inspect", help="show what an artifact holds, checksums verified", parents=parents,
-                       formatter_class=formatter, epilog=EXAMPLES,
-                       description="Show an artifact's format, egraft version, target, inputs and outputs, "
-                                   "weights, kernels and the search report, after checking every file "
-                                   "against the manifest's SHA-256 (a missing or modified file is an error).")
-    p.add_argument("dir", metavar="DIR", help="artifact directory (egraft compile -o DIR)")
+def add_parsers(verb) -> None:
+    p = verb("inspect", cmd_inspect, help="show what an artifact holds, checksums verified", epilog=EXAMPLES,
+             description=DESCRIPTION, artifact_dir=True)
     p.add_argument("--json", action="store_true", help="print the (verified) manifest as JSON")
-    p.set_defaults(fn=cmd_inspect)

@@ -79,6 +79,11 @@ def describe_output(k: int, x) -> str:
     return head + f"  min {a.min()}  max {a.max()}"
 
 
+DESCRIPTION = ("Load an artifact with egraft.load (manifest and checksums verified), call it on random inputs "
+               "matching its manifest (or the given ones), print the outputs' shapes, dtypes and a summary; "
+               "--check compares with the model.")
+
+
 def cmd_run(args) -> int:
     art = load_artifact(args.dir, args.device)
     inputs = artifact_inputs(art, args.device, args.input, args.seed, args.int_high, args.input_file)
@@ -114,15 +119,11 @@ def cmd_run(args) -> int:
     return 0
 
 
-def add_parsers(sub, formatter, parents) -> None:
+def add_parsers(verb) -> None:
     from .common import INT_HIGH
 
-    p = sub.add_parser("run", help="run a saved artifact (and check it against the model)", parents=parents,
-                       formatter_class=formatter, epilog=EXAMPLES,
-                       description="Load an artifact with egraft.load (manifest and checksums verified), call it "
-                                   "on random inputs matching its manifest (or the given ones), print the "
-                                   "outputs' shapes, dtypes and a summary; --check compares with the model.")
-    p.add_argument("dir", metavar="DIR", help="artifact directory (egraft compile -o DIR)")
+    p = verb("run", cmd_run, help="run a saved artifact (and check it against the model)", epilog=EXAMPLES,
+             description=DESCRIPTION, artifact_dir=True)
     p.add_argument("--input", action="append", default=[], metavar="SHAPE:DTYPE",
                    help="random input of this shape and dtype instead of the manifest's (repeat per input)")
     p.add_argument("--input-file", action="append", default=[], metavar="X.npy",
@@ -134,4 +135,3 @@ def add_parsers(sub, formatter, parents) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of the --check model")
     p.add_argument("--int-high", type=int, default=INT_HIGH, metavar="N",
                    help=f"random integer inputs are drawn from [0, N) (default {INT_HIGH})")
-    p.set_defaults(fn=cmd_run)

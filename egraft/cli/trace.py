@@ -44,19 +44,15 @@ def cmd_trace(args) -> int:
     return 0
 
 
-def add_parsers(sub, formatter, parents) -> None:
-    sub.add_parser("models", help="list the reference workloads", description="List the reference workloads.",
-                   epilog="example:\n  egraft models", formatter_class=formatter,
-                   parents=parents).set_defaults(fn=cmd_models)
-    t = sub.add_parser("trace", help="lower a model to the IR and print its summary", formatter_class=formatter,
-                       parents=parents,
-                       description="Lower a model to egraft's IR and print its summary; --check compares the "
-                                   "IR's reference evaluation with eager PyTorch on random inputs.",
-                       epilog=TRACE_EXAMPLES)
+def add_parsers(verb) -> None:
+    verb("models", cmd_models, help="list the reference workloads", description="List the reference workloads.",
+         epilog="example:\n  egraft models")
+    t = verb("trace", cmd_trace, help="lower a model to the IR and print its summary", epilog=TRACE_EXAMPLES,
+             description="Lower a model to egraft's IR and print its summary; --check compares the IR's reference "
+                         "evaluation with eager PyTorch on random inputs.")
     add_model_args(t)
     t.add_argument("--dump", action="store_true", help="print every IR node")
     t.add_argument("--check", action="store_true", help="compare against eager PyTorch on random inputs")
-    t.set_defaults(fn=cmd_trace)
 
 
 MODEL_HELP = ("workload name (egraft models), package.module:factory or path/to/file.py:factory; the factory "

@@ -46,8 +46,6 @@ def saturate(graph: Graph, rules: Sequence[RuleSpec] | None = None, limits: Limi
     sess.analysis()
     sched = run_schedule(sess, limits, t0)
     return SaturationResult(
-        egraph=sess.eg, ctx=ctx, graph=graph, output_handles=[hs[o] for o in graph.outputs],
-        input_handles=[hs[i] for i in graph.input_ids], stop_reason=sched.stop_reason,
-        iterations=sched.iterations, nodes=sched.nodes, classes=sched.classes, seconds=sched.seconds,
-        history=sched.history, firings=sess.firings, form_firings=sess.form_firings,
+        **vars(sched), egraph=sess.eg, ctx=ctx, graph=graph, output_handles=[hs[o] for o in graph.outputs],
+        input_handles=[hs[i] for i in graph.input_ids], firings=sess.firings, form_firings=sess.form_firings,
     )

@@ -72,9 +72,9 @@ class IterationStat:
     matches: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class ScheduleResult:
-    """How one :func:`run_schedule` ended."""
+    """How one :func:`run_schedule` ended (and, as the base of :class:`SaturationResult`, a saturation)."""
 
     stop_reason: str
     iterations: int
@@ -85,8 +85,8 @@ class ScheduleResult:
 
 
 @dataclass
-class SaturationResult:
-    """The grown e-graph and how it got there.
+class SaturationResult(ScheduleResult):
+    """The grown e-graph and how it got there (the schedule's fields, then these).
 
     ``egraph`` is the live egglog EGraph; ``ctx`` the facts kept outside it
     (constants, input roles, weights); ``output_handles`` / ``input_handles``
@@ -106,12 +106,6 @@ class SaturationResult:
     graph: Graph
     output_handles: list[int]
     input_handles: list[int]
-    stop_reason: str
-    iterations: int
-    nodes: int
-    classes: int
-    seconds: float
-    history: list[IterationStat]
     firings: Counter
     layers: dict = field(default_factory=dict)  # what repeated-layer reuse did
     snap: Snapshot | None = field(default=None, repr=False)  # read from `egraph` on first use when None

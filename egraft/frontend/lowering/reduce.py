@@ -17,35 +17,36 @@ from .table import lowering
 
 
 def _prep(ctx, x: Tensor, dtype) -> Tensor:
-    if dtype is not None:
-        return x.cast(dtypes.from_torch(dtype))
-    return x
+    """The operand in the result dtype (after the op's own `dtype=` cast, as torch applies it)."""
+    return (x if dtype is None else x.cast(dtypes.from_torch(dtype))).cast(ctx.dtype)
+
+
+def _operand(ctx, x: Tensor, dim, dtype) -> tuple[Tensor, tuple[int, ...] | None]:
+    """The reduction's operand in its result dtype and the axes reduced (None: a 0-d operand, its own result)."""
+    x = _prep(ctx, x, dtype)
+    return x, (None if x.ndim == 0 else h.axes(dim, x.ndim))
 
 
 @lowering("aten.sum", upcast=True)
 def sum_(ctx, x, dim=None, keepdim=False, dtype=None):
-    x = _prep(ctx, x, dtype).cast(ctx.dtype)
-    if x.ndim == 0:
-        return x
-    return x.sum(h.axes(dim, x.ndim), keepdim)
+    x, ax = _operand(ctx, x, dim, dtype)
+    return x if ax is None else x.sum(ax, keepdim)
 
 
 @lowering("aten.mean", upcast=True)
 def mean(ctx, x, dim=None, keepdim=False, dtype=None):
-    x = _prep(ctx, x, dtype).cast(ctx.dtype)
-    if x.ndim == 0:
+    x, ax = _operand(ctx, x, dim, dtype)
+    if ax is None:
         return x
-    ax = h.axes(dim, x.ndim)
     n = math.prod(x.shape[a] for a in ax)
     return x.sum(ax, keepdim) * (1.0 / n) if n else x.sum(ax, keepdim) * math.nan
 
 
 @lowering("aten.prod", upcast=True)
 def prod(ctx, x, dim=None, keepdim=False, dtype=None):
-    x = _prep(ctx, x, dtype).cast(ctx.dtype)
-    if x.ndim == 0:
+    x, ax = _operand(ctx, x, dim, dtype)
+    if ax is None:
         return x
-    ax = h.axes(dim, x.ndim)
     out = x
     for a in sorted(ax, reverse=True):
         out = _prod_axis(out, a)
@@ -208,7 +209,7 @@ def var_mean(ctx, x, dim=None, unbiased=None, keepdim=False, correction=None):
 
 @lowering("aten.cumsum", upcast=True)
 def cumsum(ctx, x, dim, dtype=None):
-    x = _prep(ctx, x, dtype).cast(ctx.dtype)
+    x = _prep(ctx, x, dtype)
     if x.ndim == 0:
         return x
     return x.cumsum(dim)
@@ -217,7 +218,7 @@ def cumsum(ctx, x, dim, dtype=None):
 @lowering("aten.cumprod", upcast=True)
 def cumprod(ctx, x, dim, dtype=None):
     """Prefix product: a product tree over the masked [..., i, j<=i] square (O(n^2 log n))."""
-    x = _prep(ctx, x, dtype).cast(ctx.dtype)
+    x = _prep(ctx, x, dtype)
     if x.ndim == 0:
         return x
     axis = shapes.normalize_axis(dim, x.ndim)
@@ -244,7 +245,7 @@ def logsumexp(ctx, x, dim, keepdim=False):
 
 @lowering("aten.linalg_vector_norm", upcast=True)
 def vector_norm(ctx, x, ord=2, dim=None, keepdim=False, dtype=None):
-    x = _prep(ctx, x, dtype).cast(ctx.dtype).abs()
+    x = _prep(ctx, x, dtype).abs()
     if x.ndim == 0:
         x = x.reshape((1,))
         dim, keepdim = 0, False
