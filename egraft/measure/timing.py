@@ -103,8 +103,9 @@ def _block(x) -> None:
 
 
 def time_jax(fn: Callable[[], object], warmup: int = 2, repeats: int = 20, device: str = "cpu") -> Timing:
-    """Like :func:`time_cpu`, but each call's outputs are blocked on; warm-up excludes compilation."""
-    for _ in range(max(1, warmup)):
+    """Like :func:`time_cpu`, but each call's outputs are blocked on (warm up at least once before the first
+    call of a new program, so compilation is excluded)."""
+    for _ in range(warmup):
         _block(fn())
     out = []
     for _ in range(max(1, repeats)):
@@ -136,14 +137,21 @@ def time(fn: Callable[[], object], device: str = "cpu", jax: bool = False, **kw)
     return time_cpu(fn, **kw)
 
 
+WARM_TURN_S = 0.01  # interleaved(): a variant slower than this skips the per-turn warm-up after round one
+
+
 def interleaved(fns: Mapping[str, Callable[[], object]], device: str = "cpu", rounds: int = 5, calls: int = 7,
                 jax: Collection[str] = ()) -> dict[str, Timing]:
     """Time several variants in rotating turns, so all see the same machine state; a Timing per name.
 
     Each of `rounds` rounds times every variant once in turn (the order
-    rotates between rounds): `calls` calls after one warm-up on a CPU or
-    TPU, ``do_bench`` on CUDA.  Names in `jax` are blocked on.  The search's
-    final comparison, ``CompiledModel.report`` and ``egraft bench`` all
+    rotates between rounds): `calls` calls on a CPU or TPU, ``do_bench`` on
+    CUDA.  Every turn of the first round starts with one untimed warm-up
+    call; later turns do too for a variant whose calls take under
+    ``WARM_TURN_S`` (where the other variants' turns leave caches cold),
+    while a slower variant's warm-up would cost a whole call for an effect
+    far below its spread.  Names in `jax` are blocked on.  The search's
+    final comparison, ``CompiledModel.measure`` and ``egraft bench`` all
     compare through this.
     """
     names = list(fns)
@@ -151,7 +159,8 @@ def interleaved(fns: Mapping[str, Callable[[], object]], device: str = "cpu", ro
     cuda = parse(device).kind == "cuda"
     for r in range(rounds):
         for k in names[r % len(names):] + names[:r % len(names)]:
-            kw = {} if cuda else {"warmup": 1, "repeats": calls}
+            warm = 1 if r == 0 or min(samples[k], default=0.0) < WARM_TURN_S else 0
+            kw = {} if cuda else {"warmup": warm, "repeats": calls}
             samples[k].extend(time(fns[k], device, jax=k in jax, **kw).samples)
     return {k: summarize(v, device) for k, v in samples.items()}
 
