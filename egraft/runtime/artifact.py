@@ -16,6 +16,7 @@ artifact serves concurrent calls from several threads.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +59,7 @@ class Artifact:
         # the runner's fast(inputs) -> list | None: the common call with every check folded into one
         # signature compare; None sends the call down the checked path, which explains
         self._fast = getattr(runner, "fast", None)
-        self._single = self.output_tree.get("type") == "tensor"
+        self._rebuild = functools.partial(outputs.rebuild, self.output_tree)
 
     @property
     def backend(self) -> str:
@@ -79,8 +80,8 @@ class Artifact:
         if fast is not None:
             out = fast(inputs)  # the runner's precomputed path: None when this call is not its common case
             if out is not None:
-                return out[0] if self._single else outputs.rebuild(self.output_tree, out)
-        return outputs.rebuild(self.output_tree, self.run_flat(*inputs))
+                return self._rebuild(out)
+        return self._rebuild(self.run_flat(*inputs))
 
     def run_flat(self, *inputs) -> list:
         """The program's outputs as a flat list (the order of ``manifest["outputs"]``)."""
