@@ -14,6 +14,7 @@ from egraft.ir.decompose import decompose
 from egraft.models import make
 from egraft.search import Space
 from egraft.search.per_block import block_tasks, splice
+from state_models import Counter
 
 
 class WithBuffer(torch.nn.Module):
@@ -62,16 +63,6 @@ def test_a_per_block_program_keeps_the_signature():
     tasks = block_tasks(sat)
     chosen = {t.key: t.space.build(t.space.random_choices(np.random.default_rng(0))) for t in tasks}
     assert splice(g, sat.parts, chosen).signature == g.signature
-
-
-class Counter(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("n", torch.zeros(3))
-
-    def forward(self, x):
-        self.n.add_(x)
-        return x * 2
 
 
 def test_a_mutated_buffer_is_state_aliased_to_its_update_and_refused():
