@@ -160,6 +160,11 @@ def test_structured_outputs_and_keyword_inputs(store):
     assert "mask=2x4:float32" in name and "scale=0.5" in name
     cd(x2, mask=mask, scale=2.0)  # another python value is another signature
     assert len(cd.executables) == 2
+    # a call is looked up by the program's own signature: its key, the devices, the python values
+    for prog in cd.programs.values():
+        sig = prog.result.graph.signature
+        assert prog.key[0] == sig.key()[:1] and prog.key[2] == (("mask", sig.key()[1], mask.device),)
+        assert [s.source for s in sig.call_inputs] == ["x", "mask"]
 
 
 def test_a_hugging_face_model_output_comes_back_as_a_dict(store):

@@ -23,7 +23,7 @@ from ..errors import ArtifactError, BackendError, InputError
 from ..measure import parse, require
 from ..runtime.outputs import rebuild
 from ..search.config import CompileConfig
-from .pipeline import Program, build, call_key, flat_inputs
+from .pipeline import _TORCH_DTYPES, Program, build, call_key, check_call, flat_inputs
 
 
 class CompiledModel(torch.nn.Module):
@@ -64,9 +64,9 @@ class CompiledModel(torch.nn.Module):
             if out is not None:
                 return self._fast_rebuild(out)
         try:
-            key = tuple([(a.shape, a.dtype, a.device) for a in args])
-        except AttributeError:
-            key = None  # a non-tensor input: compile_for explains
+            key = (tuple([(a.shape, _TORCH_DTYPES[a.dtype]) for a in args]), tuple([a.device for a in args]))
+        except (AttributeError, KeyError):
+            key = None  # a non-tensor input or a dtype egraft does not compile: compile_for explains
         prog = self._programs.get(key)
         if prog is None:
             prog = self.compile_for(*args)
@@ -75,8 +75,8 @@ class CompiledModel(torch.nn.Module):
     def _call_with_kwargs(self, args: tuple, kwargs: dict):
         try:
             key = call_key(args, kwargs)
-        except AttributeError:
-            key = None
+        except (AttributeError, KeyError):
+            key = None  # compile_for explains
         prog = self._programs.get(key)
         if prog is None:
             prog = self.compile_for(*args, **kwargs)
@@ -86,10 +86,10 @@ class CompiledModel(torch.nn.Module):
         """Compile the signature of these inputs now (a call does this on a signature's first use)."""
         try:
             key = call_key(args, kwargs)
-        except AttributeError:
-            bad = next(k for k, a in enumerate(args) if not isinstance(a, torch.Tensor))
-            raise InputError(f"input {bad} is a {type(args[bad]).__name__}, not a torch.Tensor; a compiled model "
-                             "takes tensors as positional inputs") from None
+        except (AttributeError, KeyError):
+            check_call(self.model, args, kwargs)  # names the input that is not a tensor or has a dtype egraft lacks
+            raise InputError("these inputs cannot be compiled; pass torch tensors of the dtypes egraft compiles "
+                             "positionally") from None
         if key not in self._programs:
             if len(self._programs) >= self.config.max_shapes:
                 raise InputError(f"{len(self._programs)} input signatures are compiled already (max_shapes="

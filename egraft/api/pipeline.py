@@ -64,27 +64,45 @@ class Program:
 # --- signatures -----------------------------------------------------------------------------------
 
 def call_key(args: tuple, kwargs: dict) -> tuple:
-    """The lookup key of a call: one (shape, dtype, device) per positional tensor, then the kwargs.
+    """The lookup key of a call: the program's :meth:`~egraft.ir.signature.Signature.key` and where it runs.
 
-    The positional part is what the call path computes for every call (one
-    tuple, one dict lookup); kwargs are rarer and sorted by name, a tensor by
-    its type and a python value by itself (or its repr when unhashable).
+    A compiled program is found by its signature's key, ``((shape, dtype), ...)``
+    per call input (the positional tensors, then the tensor kwargs in the
+    program's order), with the tensors' devices and the non-tensor kwarg
+    values beside it (they are baked into the program).  :func:`program_key`
+    builds the same key from the traced signature, and :func:`build` checks
+    the two agree.  The positional part is what the call path computes for
+    every call (one tuple, one dict lookup): ``torch.Size`` compares and
+    hashes as the tuple of its dims.
     """
-    key = tuple([(a.shape, a.dtype, a.device) for a in args])
+    types = tuple([(a.shape, _TORCH_DTYPES[a.dtype]) for a in args])
+    devices = tuple([a.device for a in args])
     if not kwargs:
-        return key
-    extra = []
+        return types, devices
+    tensors, values = [], []
     for k in sorted(kwargs):
         v = kwargs[k]
         if isinstance(v, torch.Tensor):
-            extra.append((k, v.shape, v.dtype, v.device))
+            tensors.append((k, (v.shape, _TORCH_DTYPES[v.dtype]), v.device))
         else:
             try:
                 hash(v)
-                extra.append((k, "value", v))
+                values.append((k, "value", v))
             except TypeError:
-                extra.append((k, "repr", repr(v)))
-    return key + (tuple(extra),)
+                values.append((k, "repr", repr(v)))
+    return types, devices, tuple(tensors), tuple(values)
+
+
+def program_key(graph, args: tuple, kwargs: dict, kwarg_order: tuple[str, ...]) -> tuple:
+    """:func:`call_key` of a call that fits the traced `graph`, built from ``graph.signature``."""
+    sig = graph.signature.key()
+    n = len(args)
+    devices = tuple([a.device for a in args])
+    if not kwargs:
+        return sig[:n], devices
+    by_name = dict(zip(kwarg_order, sig[n:]))
+    tensors = tuple((k, by_name[k], kwargs[k].device) for k in sorted(by_name))
+    return (sig[:n], devices, tensors) + call_key((), {k: v for k, v in kwargs.items() if k not in by_name})[3:]
 
 
 def signature_name(args: tuple, kwargs: dict) -> str:
@@ -154,6 +172,9 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
               "weight_bytes": int(sum(np.asarray(w).nbytes for w in graph.weights.values())),
               "inputs": [{"name": n, "shape": list(s), "dtype": d}
                          for n, (s, d) in zip(graph.input_names(), graph.input_types())]}
+    if program_key(graph, args, kwargs, kwarg_order) != key:  # the lookup key is the program's own signature
+        raise InputError(f"{type(model).__name__} for {name}: the traced program's inputs "
+                         f"{graph.signature.key()} do not match the call's {key}; pass these tensors positionally")
     return Program(name, key, done.executable, done.result, graph.input_names(), kwarg_order, describe(outs[0]),
                    fresh, traced, {"trace": round(traced_s, 4), **done.stages}, done.check)
 
