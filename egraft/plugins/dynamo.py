@@ -132,8 +132,25 @@ class DynamoGraph:
         self.entries[key] = Entry(None, None)
         return self.entries[key]
 
+    def _dynamic_dims(self) -> list[str]:
+        """The placeholders Dynamo made symbolic (a SymInt, or a tensor with a symbolic dim), by name."""
+        out = []
+        for n in self._names:
+            v = n.meta.get("example_value", n.meta.get("val"))
+            if isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor)
+                                               and any(isinstance(s, torch.SymInt) for s in v.shape)):
+                out.append(n.name)
+        return out
+
     def _build(self, key, args) -> Entry:
         cfg = self.config
+        dynamic = self._dynamic_dims()
+        if dynamic:  # said once, before the first compile, so a caller knows what each new size costs
+            self._warn(f"Dynamo marked sizes of {', '.join(dynamic[:4])}{' ...' if len(dynamic) > 4 else ''} "
+                       f"dynamic; egraft compiles each new size on its own (up to max_shapes={cfg.max_shapes}, "
+                       "then PyTorch). In generation a size changes every decode step: use a static KV cache "
+                       "(model.generate(..., cache_implementation=\"static\")) so every step has one shape, or "
+                       "torch.compile(..., dynamic=False)")
         if key not in self.entries and len(self.entries) >= cfg.max_shapes:
             self._warn(f"compiled for {cfg.max_shapes} input shapes (the max_shapes option); "
                        "further shapes run in PyTorch")
