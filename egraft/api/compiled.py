@@ -101,9 +101,9 @@ class CompiledModel(torch.nn.Module):
     def _set_fast(self) -> None:
         """With exactly one positional-only signature, calls first try its executable's precomputed path.
 
-        That path (the JAX executable's, ``backends.jax.callpath``) returns
-        None unless the inputs are exactly the ones it was compiled for
-        (shapes, dtypes, CPU tensors), so nothing is looked up per call. With
+        That path (the runner's, ``runtime.jax_fast_path`` for JAX, ``runtime.torch_runner`` for torch)
+        returns None unless the inputs are exactly the ones it was compiled for
+        (shapes, dtypes, devices), so nothing is looked up per call. With
         several signatures a miss would cost a rejected call, so the keyed
         lookup decides instead.
         """

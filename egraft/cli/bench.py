@@ -13,8 +13,8 @@ comparison use):
 * warm-up calls absorb compilation (Inductor's compile time is reported on
   its own line);
 * the variants are timed interleaved, round by round in a rotating order
-  (each round: one untimed call, then ``--calls`` timed calls per variant,
-  through ``egraft.measure.interleaved``), so every variant sees the
+  (``--calls`` timed calls per variant each round, after one untimed call in the
+  first round and, later, for variants faster than 10 ms; ``egraft.measure.interleaved``), so every variant sees the
   same machine state; the table shows medians over all rounds and their
   relative spread ((p90 - p10) / median);
 * a speed-up is concluded only as ``egraft.compile``'s report concludes one
@@ -81,7 +81,7 @@ def _variants(args, model, inputs) -> tuple[dict, str, list[str] | None]:
 
 
 def time_interleaved(variants: dict, inputs, device: str, rounds: int, calls: int) -> dict:
-    """{name: Timing} from `rounds` rotating rounds of `calls` timed calls per variant (after one untimed)."""
+    """{name: Timing} from `rounds` rotating rounds of `calls` timed calls per variant (``measure.interleaved``'s warm-ups)."""
     import torch
 
     from ..measure import interleaved

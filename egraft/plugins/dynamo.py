@@ -148,9 +148,10 @@ class DynamoGraph:
         if dynamic:  # said once, before the first compile, so a caller knows what each new size costs
             self._warn(f"Dynamo marked sizes of {', '.join(dynamic[:4])}{' ...' if len(dynamic) > 4 else ''} "
                        f"dynamic; egraft compiles each new size on its own (up to max_shapes={cfg.max_shapes}, "
-                       "then PyTorch). In generation a size changes every decode step: use a static KV cache "
-                       "(model.generate(..., cache_implementation=\"static\")) so every step has one shape, or "
-                       "torch.compile(..., dynamic=False)")
+                       "then PyTorch). In generation with a dynamic KV cache a size changes every decode step, so "
+                       "each step until then is a compile: pass options={\"max_shapes\": 1} to bound that; a "
+                       "static cache (cache_implementation=\"static\") keeps one shape but updates the cache in "
+                       "place, which egraft does not compile yet (that graph runs in PyTorch)")
         if key not in self.entries and len(self.entries) >= cfg.max_shapes:
             self._warn(f"compiled for {cfg.max_shapes} input shapes (the max_shapes option); "
                        "further shapes run in PyTorch")

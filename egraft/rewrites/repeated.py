@@ -37,7 +37,7 @@ stack costs N times one layer and lets the explosive rules' match limits be
 shared thinly across N layers.  ``Limits(repeated_layers=False)`` gives the
 whole-graph saturation when it is wanted.  Soundness does not depend on any
 of this: every stitched union was proven by egglog in a template or follows
-by congruence (tests/rewrites/test_layers.py checks extractions numerically).
+by congruence (tests/rewrites/test_repeated.py checks extractions numerically).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class Limits:
     match_limit: int = 500
     ban_length: int = 2
     proc_cap: int = 20_000  # unions one procedural rule may add per iteration
-    repeated_layers: bool = True  # saturate each distinct layer once, stitch the copies (layers.py)
+    repeated_layers: bool = True  # saturate each distinct layer once, stitch the copies (repeated.py)
 
 
 @dataclass

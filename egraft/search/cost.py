@@ -13,7 +13,7 @@ Assumptions, each a single place to change:
 * **Per call only.** Weight-only work is folded at build
   (``backends.fold.plan``, which each backend's plan applies): folded values
   are weights the kernels read (their bytes count), their computation does not.
-* **Peaks.** ``spec`` if given, else ``profiler.spec_for(device)`` (measured
+* **Peaks.** ``spec`` if given, else ``egraft.measure.spec_for(device)`` (measured
   once per process on CPU, about a second; the datasheet table on CUDA/TPU,
   an assumed H100 SXM / TPU v5e, named so, where the device cannot be asked).
   Contractions and attention run at the peak of their dtype (``tf32`` under

@@ -5,7 +5,7 @@ so "matches the reference" means one thing everywhere.  The comparison core
 (:func:`rel_err`, the graph-derived float32 tolerance :func:`tolerance_for`
 and the per-dtype :data:`TOLERANCE`, random non-zero inputs) lives in
 :mod:`egraft.measure.tolerances` and :mod:`egraft.measure.inputs`, whose
-docstring states the tolerance rule and why, so the profiler's validation
+docstring states the tolerance rule and why, so the search's candidate validation
 can use it without importing this higher layer; it is re-exported here
 unchanged.  This module adds :func:`assert_close` and :func:`fresh_seed`.
 """

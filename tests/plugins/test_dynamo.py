@@ -229,8 +229,8 @@ def test_dynamic_shapes_are_compiled_per_signature():
     assert any(isinstance(n.meta.get("example_value"), torch.SymInt) for n in graph._names), "not a dynamic graph"
     compiled_keys = [k for k, e in graph.entries.items() if e.run is not None]
     assert len(compiled_keys) == 2, "two shapes compiled (max_shapes=2)"
-    # one notice when the dynamic graph first compiles (what each size costs, the static cache as the way
-    # round in generation), one when max_shapes is reached
+    # one notice when the dynamic graph first compiles (what each size costs, what that means in generation),
+    # one when max_shapes is reached
     assert len(messages) == 2, messages
     assert "dynamic" in messages[0] and "cache_implementation" in messages[0] and "max_shapes=2" in messages[0]
     assert "max_shapes" in messages[1]
