@@ -87,7 +87,13 @@ _INT_CAST = ("a float -> integer cast of nan or +-inf is undefined (C, XLA and t
 _ZERO_SUM = ("where the target is written, a sum of -0.0 contributions comes out +0.0 (the reduction starts at "
              "+0.0); torch adds into the target in order, so -0.0 + -0.0 stays -0.0")
 
+_LERP_ZERO = ("an interpolated zero's sign follows the order its weighted terms are added (-0.0 + -0.0 is -0.0, "
+              "-0.0 + 0.0 is +0.0): egraft interpolates one axis after another, torch's kernels nest the axes "
+              "the other way round")
+
 EXPECTED: dict[str, tuple[Expected, ...]] = {
+    **{op: (Expected("signed zero", _LERP_ZERO),) for op in (
+        "aten.upsample_linear1d", "aten.upsample_bilinear2d", "aten.upsample_trilinear3d")},
     "aten.scatter": (Expected("signed zero", _ZERO_SUM, ((0, 2),)),),  # reduce="add"
     "aten.scatter_add": (Expected("signed zero", _ZERO_SUM),),
     "aten.index_add": (Expected("signed zero", _ZERO_SUM),),
