@@ -25,7 +25,7 @@ import numpy as np
 from ..ir import dtypes
 from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
-from .check import as_numpy, outputs
+from .check import Check, as_numpy, outputs
 from .inputs import random_inputs
 from .tolerances import tolerance_for
 
@@ -55,13 +55,12 @@ def reference(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
-def compare(graph: Graph, got: Sequence, want: Sequence[np.ndarray]) -> tuple[bool, list[float], list[float], list[str]]:
-    """Per-output error and tolerance (:func:`~egraft.measure.tolerances.tolerance_for`) by the one check."""
+def compare(graph: Graph, got: Sequence, want: Sequence[np.ndarray]) -> Check:
+    """`got` against the reference outputs `want` by the one check, each output held to
+    :func:`~egraft.measure.tolerances.tolerance_for`."""
     if len(got) != len(want):
-        return False, [], [], [f"{len(got)} outputs, the graph has {len(want)}"]
-    tols = [tolerance_for(graph, k, dt) for k, (_, dt) in enumerate(graph.output_types())]
-    c = outputs(got, want, tols)
-    return c.ok, list(c.errors), list(c.tolerances), list(c.notes)
+        return Check(False, notes=[f"{len(got)} outputs, the graph has {len(want)}"])
+    return outputs(got, want, [tolerance_for(graph, k, dt) for k, (_, dt) in enumerate(graph.output_types())])
 
 
 def validate(candidate: Callable, graph: Graph, inputs: Sequence | None = None, seed: int | None = None) -> Validation:
@@ -78,8 +77,8 @@ def validate(candidate: Callable, graph: Graph, inputs: Sequence | None = None, 
         got = candidate(*inputs)
         if not isinstance(got, (list, tuple)):
             got = [got]
-        ok, errs, tols, notes = compare(graph, list(got), want)
+        c = compare(graph, list(got), want)
     except Exception as exc:  # noqa: BLE001 - a crashing candidate is an invalid one, never the caller's crash
         msg = f"candidate raised {type(exc).__name__}: {exc}"
         return Validation(False, message=msg, seed=seed, details=[msg])
-    return Validation(ok, tuple(errs), tuple(tols), "; ".join(notes), seed, notes)
+    return Validation(c.ok, c.errors, c.tolerances, c.message, seed, list(c.notes))

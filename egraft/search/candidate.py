@@ -35,7 +35,7 @@ import numpy as np
 from ..backends import lower
 from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
-from ..measure import random_inputs
+from ..measure import parse, random_inputs
 from ..measure import time as time_call
 from ..measure.validate import compare, reference
 
@@ -115,7 +115,7 @@ def torch_inputs(xs):
 
 def time_calls(ex, inputs, device: str, backend: str, repeats: int):
     """Time `ex(*inputs)`: ``do_bench`` on CUDA (it picks its own repeats), else `repeats` calls after one warm-up."""
-    if str(device).startswith("cuda"):
+    if parse(device).kind == "cuda":
         return time_call(lambda: ex(*inputs), device)
     return time_call(lambda: ex(*inputs), device, jax=backend == "jax", warmup=1, repeats=repeats)
 
@@ -123,10 +123,9 @@ def time_calls(ex, inputs, device: str, backend: str, repeats: int):
 def check(task: Task, run) -> str:
     """'' when `run(inputs)` agrees with the reference on every input set, else why not."""
     for k, (xs, want) in enumerate(zip(task.inputs, task.wants)):
-        got = run(xs, k)
-        ok, errs, tols, notes = compare(task.reference, list(got), want)
-        if not ok:
-            return "; ".join(notes) or f"outputs differ from the reference (errors {errs}, allowed {tols})"
+        c = compare(task.reference, list(run(xs, k)), want)
+        if not c.ok:
+            return c.message or f"outputs differ from the reference (errors {c.errors}, allowed {c.tolerances})"
     return ""
 
 

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import SearchError
+from ..measure import parse
 from ..ir.serialize import graph_from_dict, graph_to_dict
 from .candidate import Candidate, Executables, Outcome, Task, bound, evaluate_one
 
@@ -46,10 +47,6 @@ def _import_ray():
     except ImportError:
         raise SearchError(NEEDS_RAY) from None
     return ray
-
-
-def _kind(device: str) -> str:
-    return "cuda" if str(device).startswith("cuda") else str(device)
 
 
 class _Worker:
@@ -67,7 +64,7 @@ class _Worker:
         if task_id not in self.tasks:
             d = ray.get(task_ref[0])
             # the wants travel with it: no second reference run per actor
-            task = Task(graph_from_dict(d["doc"], _own(d["weights"])), _kind(self.device or d["device"]),
+            task = Task(graph_from_dict(d["doc"], _own(d["weights"])), parse(self.device or d["device"]).kind,
                         d["fitness"], d["seed"], d["inputs"], d["wants"])
             self.tasks[task_id] = (task, {})
             while len(self.tasks) > KEEP_TASKS:
@@ -147,7 +144,7 @@ class RayEvaluator:
         return self._classes[self._kind].remote(self.device)
 
     def _ensure_actors(self, task: Task) -> None:
-        kind = _kind(self.device or task.device)
+        kind = parse(self.device or task.device).kind
         if self._actors and kind == self._kind:
             return
         self._kill_actors()
