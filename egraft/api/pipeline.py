@@ -30,12 +30,13 @@ import torch
 from ..errors import InputError
 from ..frontend import trace
 from ..ir import dtypes
+from ..ir.tensors import ir_dtypes
 from ..measure import like
 from ..runtime.outputs import describe, rebuild
 from ..search.config import CompileConfig
 from ..search.pipeline import compile_signature
 
-_TORCH_DTYPES = {getattr(torch, d): d for d in dtypes.DTYPES}
+_TORCH_DTYPES = ir_dtypes()  # torch dtype -> IR name: the call key reads it per input
 
 
 @dataclass
@@ -79,18 +80,23 @@ def call_key(args: tuple, kwargs: dict) -> tuple:
     devices = tuple([a.device for a in args])
     if not kwargs:
         return types, devices
-    tensors, values = [], []
-    for k in sorted(kwargs):
-        v = kwargs[k]
+    tensors = tuple((k, (v.shape, _TORCH_DTYPES[v.dtype]), v.device) for k, v in sorted(kwargs.items())
+                    if isinstance(v, torch.Tensor))
+    return types, devices, tensors, _python_values(kwargs)
+
+
+def _python_values(kwargs: dict) -> tuple:
+    """The non-tensor kwargs, by name: each by its value, or by its repr when unhashable."""
+    out = []
+    for k, v in sorted(kwargs.items()):
         if isinstance(v, torch.Tensor):
-            tensors.append((k, (v.shape, _TORCH_DTYPES[v.dtype]), v.device))
-        else:
-            try:
-                hash(v)
-                values.append((k, "value", v))
-            except TypeError:
-                values.append((k, "repr", repr(v)))
-    return types, devices, tuple(tensors), tuple(values)
+            continue
+        try:
+            hash(v)
+            out.append((k, "value", v))
+        except TypeError:
+            out.append((k, "repr", repr(v)))
+    return tuple(out)
 
 
 def program_key(graph, args: tuple, kwargs: dict, kwarg_order: tuple[str, ...]) -> tuple:
@@ -102,7 +108,7 @@ def program_key(graph, args: tuple, kwargs: dict, kwarg_order: tuple[str, ...]) 
         return sig[:n], devices
     by_name = dict(zip(kwarg_order, sig[n:]))
     tensors = tuple((k, by_name[k], kwargs[k].device) for k in sorted(by_name))
-    return (sig[:n], devices, tensors) + call_key((), {k: v for k, v in kwargs.items() if k not in by_name})[3:]
+    return sig[:n], devices, tensors, _python_values(kwargs)
 
 
 def signature_name(args: tuple, kwargs: dict) -> str:

@@ -139,11 +139,7 @@ class CompileConfig:
         ``"the egraft torch.compile backend"``, ``"egraft compile"``).
         """
         given = {**dict(defaults or {}), **(_from_env() if env else {}), **dict(options or {}), **overrides}
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(given) - set(known))
-        if unknown:
-            raise InputError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; "
-                             f"the options are {', '.join(known)}")
+        _refuse_unknown(given, where)
         return cls(**given)._checked(where)
 
     def _checked(self, where: str) -> "CompileConfig":
@@ -184,11 +180,7 @@ class CompileConfig:
 
     def with_(self, where: str = "egraft", **changes) -> "CompileConfig":
         """A copy with some fields changed (parsed as :meth:`parse` parses them), checked again."""
-        known = {f.name for f in fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise InputError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; "
-                             f"the options are {', '.join(f.name for f in fields(self))}")
+        _refuse_unknown(changes, where)
         return replace(self, **changes)._checked(where)
 
     # --- what a result depends on ----------------------------------------------------------------
@@ -238,15 +230,14 @@ class CompileConfig:
             "reuse_layers": self.reuse_layers,
         }
 
-    def budget_record(self) -> dict:
-        return asdict(self.budget)
 
-    def describe(self) -> dict:
-        """The config as plain JSON (for reports and manifests)."""
-        return {"device": self.device, "backend": self.backend, "budget": asdict(self.budget),
-                "fitness": self.fitness, "rules": list(self.rules) if self.rules is not None else None,
-                "limits": None if self.limits is None else asdict(self.limits), "seed": self.seed,
-                "validate": self.validate, "max_shapes": self.max_shapes, "reuse_layers": self.reuse_layers}
+def _refuse_unknown(given: Mapping[str, Any], where: str) -> None:
+    """The one error for an option `CompileConfig` does not have, naming those it has."""
+    known = [f.name for f in fields(CompileConfig)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise InputError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; "
+                         f"the options are {', '.join(known)}")
 
 
 def _hash_code(h, code) -> None:

@@ -219,7 +219,8 @@ class _Run:
             scands = {name: gs.candidate(g) for name, g in sg.items()}
             if not parts:
                 self.memo.hold(c.key for c in scands.values())  # whole programs: the final reuses them
-            population = [g for i, g in enumerate(sg.values()) if g not in list(sg.values())[:i]]
+            seeded = list(sg.values())
+            population = [g for i, g in enumerate(seeded) if g not in seeded[:i]]  # a genome once
             ev = evolve(gs, btask, self.evaluator, plan.share(weight / total), self.config.seed, population,
                         self.progress, label, len(trials), baseline_s)
             trials += ev.trials
@@ -233,8 +234,8 @@ class _Run:
                 notes.append(f"block {label or 'graph'}: no candidate validated; its direct program is kept")
             else:
                 chosen[key] = ev.best_candidate.graph
-                winner_s += ev.best_outcome.time_s * occ
                 score = ev.best_outcome.time_s * occ
+                winner_s += score
                 if heaviest is None or score > heaviest[0]:
                     heaviest = (score, ev.best_candidate)
                     best_out = ev.best_outcome

@@ -16,8 +16,9 @@ the direct lowering is kept; ``noisy`` when a spread above
 ``fitness="model"`` the contenders' roofline estimates decide (nothing runs).
 
 The timing is sized to the allowance the budget keeps for it: ``ROUNDS``
-turns, each with one warm-up call and as many calls as fit (at most
-``MAX_CALLS``).
+turns with as many calls as fit (at most ``MAX_CALLS``), counting a warm-up
+call per turn (``interleaved`` makes fewer: it skips them for slow programs
+after the first round).
 """
 
 from __future__ import annotations
