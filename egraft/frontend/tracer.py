@@ -49,7 +49,7 @@ from ..errors import EgraftError, InputError, IRError, TraceError, UnsupportedOp
 from ..ir import dtypes
 from ..ir.builder import GraphBuilder, Tensor
 from ..ir.graph import Graph
-from ..ir.tensors import to_numpy, torch_dtype
+from ..ir.tensors import ir_dtypes, to_numpy, torch_dtype
 from .lowering import UNSUPPORTED_HINTS, Ctx, Missing, lookup, op_name
 from .signature import input_specs, require_pure
 
@@ -136,7 +136,7 @@ def export_program(model, example_inputs: Sequence[Any], kwargs: dict | None = N
         raise TraceError(f"decomposing {name}'s exported graph to core ATen failed: {_summarise(e)}") from e
 
 
-_TORCH_DTYPES = {torch_dtype(d) for d in dtypes.DTYPES}
+_TORCH_DTYPES = ir_dtypes()
 
 
 def _summarise(e: Exception, lines: int = 6) -> str:

@@ -46,6 +46,16 @@ def torch_dtype(dtype: str):
     return getattr(torch, dtypes.row(dtype).torch)
 
 
+def ir_dtypes() -> dict:
+    """torch dtype -> IR dtype name, for every dtype of the table (the dtypes egraft compiles)."""
+    if not _IR_OF_TORCH:
+        _IR_OF_TORCH.update({torch_dtype(d): d for d in dtypes.DTYPES})
+    return _IR_OF_TORCH
+
+
+_IR_OF_TORCH: dict = {}  # filled on first use (torch is loaded by then)
+
+
 def _bits_of_torch(torch, tdtype):
     """(torch int dtype, numpy dtype) a torch dtype without a numpy twin crosses through; None for the others."""
     if not _BITS_TORCH:
@@ -119,5 +129,5 @@ def to_torch(a: np.ndarray, device=None, copy: bool = True):
     return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
-__all__ = ["as_numpy", "is_tensor", "to_numpy", "to_torch", "torch_dtype", "torch_module", "view_numpy",
+__all__ = ["as_numpy", "ir_dtypes", "is_tensor", "to_numpy", "to_torch", "torch_dtype", "torch_module", "view_numpy",
            "view_torch", "widened"]

@@ -30,7 +30,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from ..errors import UnsupportedOpError
 from ..frontend.lowering import lookup, op_name
 from ..frontend.tracer import source_line
-from ..ir import dtypes
+from ..ir.tensors import ir_dtypes
 from ..search.config import CompileConfig
 from .binding import Bound, placeholders
 from .exported import compile_exported, export
@@ -40,7 +40,7 @@ PREFIX = "egraft_piece_"
 NON_COMPUTE = ["torch.ops.aten.view", "torch.ops.aten.permute", "torch.ops.aten.expand", "torch.ops.aten.unsqueeze",
                "torch.ops.aten.squeeze", "torch.ops.aten.t", "torch.ops.aten.alias", "torch.ops.aten.clone",
                "torch.ops.aten._assert_tensor_metadata", "torch.ops.aten.detach", "_operator.getitem"]
-_TORCH_DTYPES = {getattr(torch, d) for d in dtypes.DTYPES}
+_TORCH_DTYPES = ir_dtypes()
 
 
 class CannotSplit(Exception):

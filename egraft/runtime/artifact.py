@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import InputError
 from ..ir import dtypes
 from . import outputs
-from ..ir.tensors import is_tensor, torch_module
+from ..ir.tensors import is_tensor, torch_dtype, torch_module
 from .checked import checked_tensors, torch_signature
 
 
@@ -111,7 +111,7 @@ class Artifact:
         torch = torch_module()
         for spec, x in zip(self.input_specs, inputs):
             if isinstance(x, torch.Tensor):
-                if tuple(x.shape) != spec.shape or x.dtype != getattr(torch, spec.dtype):
+                if tuple(x.shape) != spec.shape or x.dtype != torch_dtype(spec.dtype):
                     raise self._mismatch(spec, tuple(x.shape), str(x.dtype).replace("torch.", ""), "tensor", ".to")
                 continue
             a = np.asarray(x)

@@ -24,6 +24,7 @@ import re
 import threading
 
 from ..errors import ArtifactError
+from ..ir.tensors import torch_dtype
 
 NAMESPACE = "egraft"
 _REGISTERED: dict[str, tuple[str, list, object]] = {}  # name -> (schema, [artifact], op)
@@ -77,7 +78,7 @@ def register(artifact, name: str | None = None):
             raise ArtifactError(f"torch.ops.{NAMESPACE}.{name} was defined outside egraft.runtime; pass another name")
         holder = [artifact]
         single = len(artifact.output_specs) == 1
-        specs = [(tuple(o.shape), getattr(torch, o.dtype)) for o in artifact.output_specs]
+        specs = [(tuple(o.shape), torch_dtype(o.dtype)) for o in artifact.output_specs]
 
         def run(*xs):
             flat = holder[0].run_flat(*xs)

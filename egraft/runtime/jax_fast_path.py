@@ -47,7 +47,7 @@ import jax
 import numpy as np
 
 from ..ir import dtypes
-from ..ir.tensors import view_numpy
+from ..ir.tensors import torch_dtype, view_numpy
 
 COPY_MAX = 128 * 1024  # bytes: a CPU output up to this size goes to torch as a copy, larger through DLPack
 _SIG = operator.attrgetter("__class__", "shape", "dtype")
@@ -78,7 +78,7 @@ def torch_plan(layout, casts):
     torch = sys.modules["torch"]
     from_numpy, from_dlpack = torch.from_numpy, torch.utils.dlpack.from_dlpack
     gtypes, avals, out_dtypes = layout
-    sig = tuple((torch.Tensor, tuple(s), getattr(torch, d)) for s, d in gtypes)
+    sig = tuple((torch.Tensor, tuple(s), torch_dtype(d)) for s, d in gtypes)
     bf16 = tuple(dtypes.row(d).bits is not None for _, d in gtypes)  # no numpy twin: they cross as bits
     convs, copied = [], []
     for a, cast, d in zip(avals, casts, out_dtypes):
@@ -88,7 +88,7 @@ def torch_plan(layout, casts):
             convs.append((lambda o: from_numpy(np.array(o))) if cast is None else
                          (lambda o, c=cast: from_numpy(np.asarray(o).astype(c))))
         else:  # the XLA buffer itself, through DLPack
-            want = getattr(torch, d)
+            want = torch_dtype(d)
             convs.append((lambda o: from_dlpack(o.__dlpack__())) if np.dtype(a.dtype) == dtypes.to_numpy(d)
                          else (lambda o, w=want: from_dlpack(o.__dlpack__()).to(w)))
     return sig, bf16, tuple(convs), tuple(copied)

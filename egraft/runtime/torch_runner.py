@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..ir import dtypes
-from ..ir.tensors import to_numpy, to_torch
+from ..ir.tensors import to_numpy, to_torch, torch_dtype
 from .device import parse
 
 # Inductor keeps every rounding of a half type: by default it drops the round trips between fused
@@ -71,7 +71,7 @@ class TorchRunner:
         self._lock = threading.Lock()
         self._n_in = len(types)
         self._np_sig = tuple((np.ndarray, tuple(s), dtypes.to_numpy(d)) for s, d in types)
-        self._torch_sig = tuple((torch.Tensor, torch.Size(s), getattr(torch, d)) for s, d in types)
+        self._torch_sig = tuple((torch.Tensor, torch.Size(s), torch_dtype(d)) for s, d in types)
 
     @property
     def compiled(self) -> bool:

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import ArtifactError
 from .device import parse
 from .manifest import read_verified
-from ..ir.tensors import to_torch
+from ..ir.tensors import to_torch, torch_dtype
 from .triton_runner import TritonRunner
 
 
@@ -99,7 +99,7 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
             fixed[b["id"]] = stored[b["name"]]
     fns = [_import_kernel(directory, manifest, k) for k in manifest["kernels"]]
     launches = [(fn, k["reads"], k["writes"], tuple(kinds[k["writes"]]["shape"]),
-                 getattr(torch, kinds[k["writes"]]["dtype"]), tuple(k["grid"]), dict(k["constexprs"]),
+                 torch_dtype(kinds[k["writes"]]["dtype"]), tuple(k["grid"]), dict(k["constexprs"]),
                  int(k["num_warps"]), int(k["num_stages"])) for fn, k in zip(fns, manifest["kernels"])]
     inputs = [nid for _, nid in sorted((b["index"], b["id"]) for b in kinds.values() if b["kind"] == "input")]
     return TritonRunner(launches, fixed, inputs, launch["outputs"], launch.get("copied_outputs", ()), dev)

@@ -24,6 +24,7 @@ import torch
 from ...errors import UnsupportedOpError
 from ...ir import dtypes
 from ...ir.builder import GraphBuilder, Tensor
+from ...ir.tensors import torch_dtype
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,6 @@ def op_name(target) -> str:
         return str(target)
     mod = getattr(target, "__module__", None) or ""
     return f"{mod.replace('_operator', 'operator')}.{getattr(target, '__name__', str(target))}"
-
-
-def torch_dtype(dt: str) -> torch.dtype:
-    return getattr(torch, dtypes.row(dt).torch)
 
 
 _STAND_INS: dict = {}
