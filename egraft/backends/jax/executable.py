@@ -102,13 +102,6 @@ class JaxExecutable(Executable):
         self._fast = self.runner.fast
         self._tsig = None  # the torch input signature, made on the first checked torch call
 
-    def fast_path(self):
-        return self._fast
-
-    def __call__(self, *inputs):
-        out = self._fast(inputs)  # the runner's precomputed common case, None otherwise
-        return out if out is not None else Executable.__call__(self, *inputs)
-
     # -- inspection ---------------------------------------------------------------
     def jaxpr(self):
         """The traced program (for inspection and tests)."""

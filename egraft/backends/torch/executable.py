@@ -82,6 +82,7 @@ class TorchExecutable(Executable):
         # the method, not the module (see the module docstring); it holds its weights as buffers
         self.runner = TorchRunner(self.module.forward, (), main.input_types(), self._dev,
                                   self.knobs.get("mode") == "inductor")
+        self._fast = self.runner.fast
         self._tsig = torch_signature(main.input_types())
         if self.runner.inductor:
             self._warm_up(main)
@@ -102,13 +103,6 @@ class TorchExecutable(Executable):
         xs = [torch.full(s, 0 if i in index else 1, dtype=TORCH_DTYPES[d], device=self._dev)
               for i, (s, d) in zip(graph.input_ids, graph.input_types())]
         self.runner.run_torch(xs)
-
-    def fast_path(self):
-        return self.runner.fast
-
-    def __call__(self, *inputs):
-        out = self.runner.fast(inputs)  # exactly the declared inputs; None otherwise
-        return out if out is not None else Executable.__call__(self, *inputs)
 
     # -- the checking paths (Executable.__call__) ---------------------------------------
     def run_numpy(self, inputs) -> list[np.ndarray]:
