@@ -18,6 +18,13 @@ Conventions that everything else relies on:
 * ``Gather(x, idx, axis)``: ``idx`` has ``x``'s rank and shape except along
   ``axis``; ``out[..i..] = x[.., idx[..i..], ..]`` (``take_along_axis``).
   Indices must lie in ``[0, x.shape[axis])``.
+* ``Scatter(x, idx, upd, axis)``: the inverse of ``Gather`` (``put_along_axis``):
+  ``idx`` and ``upd`` have one shape, ``x``'s except along ``axis``; the result
+  is ``x`` with ``out[.., idx[..i..], ..] = upd[..i..]``.  Indices must lie in
+  ``[0, x.shape[axis])`` and be distinct along ``axis`` within each line (two
+  writes to one element have no defined order).  It is a pure function: a
+  backend may write into ``x``'s buffer in place only when nothing reads the
+  old ``x`` afterwards (a ``state`` input updated by the step).
 * ``View(x, shape, strides, offset)`` reads the logical row-major flattening
   of ``x`` (see ``shapes.py``).
 * ``compute`` receives inputs already in the op's compute dtype (float32 for
@@ -158,6 +165,25 @@ def _infer_gather(ts, attrs):
     return tuple(ish), xd
 
 
+def _infer_scatter(ts, attrs):
+    (xs, xd), (ish, idt), (us, ud) = ts
+    ax = attrs["axis"]
+    if not dtypes.is_int(idt):
+        raise IRError(f"Scatter indices must be int32 or int64, got {idt}")
+    if ud != xd:
+        raise IRError(f"Scatter updates must have the target's dtype {xd}, got {ud}; Cast first")
+    if tuple(ish) != tuple(us):
+        raise IRError(f"Scatter indices {ish} and updates {us} must have one shape")
+    if len(us) != len(xs):
+        raise IRError(f"Scatter updates must have the target's rank {len(xs)}, got shape {us}")
+    if not isinstance(ax, int) or not 0 <= ax < len(xs):
+        raise IRError(f"Scatter axis {ax!r} out of range for rank {len(xs)}")
+    for d, (a, b) in enumerate(zip(xs, us)):
+        if d != ax and a != b:
+            raise IRError(f"Scatter update shape {us} must equal target shape {xs} except on axis {ax}")
+    return tuple(xs), xd
+
+
 def _infer_cast(ts, attrs):
     return ts[0][0], dtypes.check(attrs["dtype"], "Cast")
 
@@ -195,6 +221,21 @@ def _gather(x, idx, attrs, *_):
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise IRError(f"Gather index out of range [0, {n}): saw {idx.min()}..{idx.max()}")
     return np.take_along_axis(x, idx.astype(np.int64), axis=attrs["axis"])
+
+
+def _scatter(x, idx, upd, attrs, *_):
+    ax = attrs["axis"]
+    idx = np.asarray(idx).astype(np.int64)
+    n = x.shape[ax]
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IRError(f"Scatter index out of range [0, {n}): saw {idx.min()}..{idx.max()}")
+    if idx.size and idx.shape[ax] > 1:
+        lines = np.sort(np.moveaxis(idx, ax, -1), axis=-1)
+        if np.any(lines[..., 1:] == lines[..., :-1]):
+            raise IRError("Scatter indices repeat along the axis within a line; two writes to one element have no order")
+    out = np.array(x, copy=True)
+    np.put_along_axis(out, idx, np.asarray(upd, dtype=out.dtype), axis=ax)
+    return out
 
 
 def _view(x, attrs, *_):
@@ -330,6 +371,7 @@ _def(PRIMITIVES, "SumReduce", "reduce", (1,), "axis:int", _infer_reduce("SumRedu
 _def(PRIMITIVES, "MaxReduce", "reduce", (1,), "axis:int", _infer_reduce("MaxReduce", True, needs_elements=True), _max_reduce, "max over one axis")
 _def(PRIMITIVES, "Iota", "index", (0,), "n:int dtype:dtype", _infer_iota, _iota, "0..n-1")
 _def(PRIMITIVES, "Gather", "index", (2,), "axis:int", _infer_gather, _gather, "take_along_axis")
+_def(PRIMITIVES, "Scatter", "index", (3,), "axis:int", _infer_scatter, _scatter, "put_along_axis (the inverse of Gather)")
 _def(PRIMITIVES, "Cast", "type", (1,), "dtype:dtype", _infer_cast, _cast, "dtype conversion")
 
 _def(LEAVES, "Input", "leaf", (0,), "name:name shape:shape dtype:dtype role:role", _leaf_check("Input"), None,

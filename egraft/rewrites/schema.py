@@ -151,6 +151,8 @@ def _shape_of(sig: Sig, kids: list[str], attrs: dict[str, str]) -> str:
         return f"(vec-of {attrs['n']})"
     if sig.op == Op.Gather:  # the index tensor's shape
         return f"s{kids[1]}"
+    if sig.op == Op.Scatter:  # the target's shape
+        return f"s{kids[0]}"
     raise AssertionError(f"no shape rule for {sig.ctor} (kind {kind}): add one to egraft/rewrites/schema.py")
 
 
@@ -189,7 +191,8 @@ def _nonneg_facts() -> list[str]:
              "(= e (ScalarF v d)) (>= v 0.0)", "(= e (ScalarI v d)) (>= v 0)",
              f"(= e (Mul a b)) {both}", f"(= e (Add a b)) {both}", "(= e (Recip a)) (nonneg a)"]
     facts += [f"(= e ({op} a ax)) (nonneg a)" for op in ops_in(Group.REDUCE)]  # sum/max of non-negatives
-    facts += ["(= e (View a s st o)) (nonneg a)", "(= e (Gather a i ax)) (nonneg a)", f"(= e (Where c a b)) {both}"]
+    facts += ["(= e (View a s st o)) (nonneg a)", "(= e (Gather a i ax)) (nonneg a)", f"(= e (Where c a b)) {both}",
+              "(= e (Scatter a i b ax)) (nonneg a) (nonneg b)"]
     return facts
 
 
