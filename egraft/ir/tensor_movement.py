@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..errors import IRError
 from . import dtypes, shapes
+from .op_groups import Op
 from .tensor_base import TensorBase, promote, reduce_axes
 
 
@@ -127,6 +128,15 @@ class Movement:
             if d != axis and idx.shape[d] != self.shape[d]:
                 src = src.slice(d, 0, idx.shape[d])
         return self.builder.add("Gather", (src, idx), axis=axis)
+
+    def scatter(self, axis, idx, upd):
+        """``self`` with ``upd`` written at ``idx`` along `axis` (put_along_axis; the inverse of ``gather``).
+
+        `idx` (int) and `upd` (``self``'s dtype) have one shape, ``self``'s except along `axis`; the indices
+        must be distinct along `axis` within each line and lie in ``[0, self.shape[axis])``.
+        """
+        axis = shapes.normalize_axis(axis, self.ndim)
+        return self.builder.add(Op.Scatter, (self, idx, upd), axis=axis)
 
     def index_select(self, axis, idx):
         """out = self taken at `idx` (any shape, int) along `axis`; idx dims replace that axis."""

@@ -1,7 +1,7 @@
 """A seeded random program generator over every primitive, views and idioms.
 
 ``random_program(seed, max_nodes=...)`` returns a valid ``ir.Graph`` with
-float inputs (and an int index path for ``Gather``/``Mod``), small shapes and
+float inputs (and an int index path for ``Gather``/``Scatter``/``Mod``), small shapes and
 values kept moderate: every op whose domain or range is dangerous gets a
 guarded operand (``Log2``/``Sqrt``/``Recip`` see ``x*x + 1``-style positive
 values, ``Exp2`` sees a clamped one), and ``Mod``/float->int ``Cast`` only
@@ -148,6 +148,27 @@ class _Gen:
         idx = idx.reshape(tuple(k if d == ax else 1 for d in range(t.ndim))).expand(tuple(shape))
         return t.gather(ax, idx)
 
+    def scatter(self, t):
+        """``t`` with k <= n slots along an axis overwritten: the index ``(i*s + c) % n`` with ``s`` coprime
+        to ``n`` (distinct per line, as Scatter requires), broadcast along the other axes (a KV-cache
+        write at positions); the update is a new leaf or a value computed from ``t``."""
+        if t.ndim == 0:
+            return t
+        ax = int(self.rng.integers(t.ndim))
+        n = t.shape[ax]
+        k = int(self.rng.integers(1, n + 1))
+        step = int(self.rng.choice([s for s in (1, 2, 3, 5) if np.gcd(s, n) == 1]))
+        i = self.builder.iota(k, "int64" if self.rng.random() < 0.5 else "int32")
+        idx = (i * step + int(self.rng.integers(0, n))) % n
+        shape = list(t.shape)
+        shape[ax] = k
+        idx = idx.reshape(tuple(k if d == ax else 1 for d in range(t.ndim))).expand(tuple(shape))
+        if self.rng.random() < 0.5:
+            upd = self.new_leaf(tuple(shape), weight=self.rng.random() < 0.3)
+        else:
+            upd = t.gather(ax, idx).sin() * 2.0
+        return t.scatter(ax, idx, upd)
+
     def int_path(self, t):
         """Float path mixed with integers: Iota, Mod, Cast int->float."""
         n = t.shape[-1] if t.ndim else 1
@@ -214,7 +235,7 @@ class _Gen:
         if self.rng.random() < 0.5:
             self.pool.append(self.new_leaf(self.shape()))
         families = [self.unary, self.binary, self.binary, self.reduce, self.view, self.view,
-                    self.gather, self.int_path, self.matmul, self.idiom, self.cast]
+                    self.gather, self.scatter, self.int_path, self.matmul, self.idiom, self.cast]
         while len(self.builder.nodes) < self.max_nodes:
             t = self.pick()
             f = families[int(self.rng.integers(len(families)))]

@@ -187,6 +187,37 @@ def case_gather(rng):
         assert_elementwise(got, _gather_ref(x, idx, axis), dt, rng.tag, f"Gather {shape} axis={axis}")
 
 
+def _scatter_ref(x, idx, upd, axis):
+    out = x.copy()
+    for pos in np.ndindex(*idx.shape):
+        dst = list(pos)
+        dst[axis] = int(idx[pos])
+        out[tuple(dst)] = upd[pos]
+    return out
+
+
+def _distinct_index(shape, axis, n, dt, gen):
+    """An index of `shape` whose lines along `axis` hold distinct values in [0, n) (a permutation prefix)."""
+    k = shape[axis]
+    lines = [gen.permutation(n)[:k] for _ in range(int(np.prod(shape)) // max(k, 1))]
+    flat = np.array(lines, dtype=np.int64).reshape(shape[:axis] + shape[axis + 1:] + (k,))
+    return np.moveaxis(flat, -1, axis).astype(dtypes.to_numpy(dt))
+
+
+def case_scatter(rng):
+    for dt, idt, (shape, axis, k) in itertools.product(
+        ALL_DTYPES, INTS, [((5,), 0, 3), ((3, 4), 0, 2), ((3, 4), 1, 4), ((2, 3, 4), 1, 1), ((2, 3, 4), 2, 3)]
+    ):
+        x = rand(shape, dt, rng)
+        ushape = shape[:axis] + (k,) + shape[axis + 1:]
+        idx = _distinct_index(ushape, axis, shape[axis], idt, rng.gen)
+        upd = rand(ushape, dt, rng)
+        got = run1(one_op("Scatter", [(shape, dt), (ushape, idt), (ushape, dt)], axis=axis), [x, idx, upd])
+        assert_elementwise(got, _scatter_ref(x, idx, upd, axis), dt, rng.tag, f"Scatter {shape} axis={axis}")
+        g = run1(one_op("Gather", [(shape, dt), (ushape, idt)], axis=axis), [got, idx])
+        assert_elementwise(g, upd, dt, rng.tag, f"Gather of Scatter {shape} axis={axis}")  # reads back the writes
+
+
 def _cast_scalar(v, to):
     if to == "bool":
         return v != 0
@@ -283,6 +314,7 @@ SEMANTICS = {
     "MaxReduce": _reduce_case("MaxReduce", _max_or_any, ALL_DTYPES),
     "Iota": case_iota,
     "Gather": case_gather,
+    "Scatter": case_scatter,
     "Cast": case_cast,
     "View": case_view,
     "Input": case_input,
@@ -385,6 +417,25 @@ def test_gather_out_of_range_raises(bad):
     g = one_op("Gather", [((2, 3), "float32"), ((1, 3), "int64")], axis=0)
     with pytest.raises(IRError, match="Gather index out of range"):
         evaluate(g, [np.ones((2, 3), np.float32), np.array(bad, np.int64)])
+
+
+@pytest.mark.parametrize("bad,msg", [([[3, 0]], "out of range"), ([[-1, 1]], "out of range"),
+                                     ([[1, 1]], "repeat along the axis")])
+def test_scatter_bad_indices_raise(bad, msg):
+    """Out-of-range indices and two writes to one element of a line are errors, not an arbitrary order."""
+    g = one_op("Scatter", [((1, 3), "float32"), ((1, 2), "int64"), ((1, 2), "float32")], axis=1)
+    with pytest.raises(IRError, match=msg):
+        evaluate(g, [np.ones((1, 3), np.float32), np.array(bad, np.int64), np.ones((1, 2), np.float32)])
+
+
+def test_scatter_does_not_write_into_its_input():
+    """Scatter is a pure function: the target array handed to evaluate is left unchanged."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    before = x.copy()
+    g = one_op("Scatter", [((2, 3), "float32"), ((2, 1), "int32"), ((2, 1), "float32")], axis=1)
+    out = run1(g, [x, np.array([[2], [0]], np.int32), np.array([[-5.0], [7.0]], np.float32)])
+    assert np.array_equal(x, before)
+    assert out.tolist() == [[0.0, 1.0, -5.0], [7.0, 4.0, 5.0]]
 
 
 def test_sum_reduce_int_wraps_like_c():

@@ -49,6 +49,13 @@ BAD = [
     ("Gather", [_t((3, 4)), _t((2, 5), "int64")], {"axis": 0}, "except on axis"),
     ("Gather", [_t((3, 4)), _t((3, 4), "int64")], {"axis": 2}, "axis"),
     ("Gather", [_t((3, 4)), _t((3, 4), "int64")], {"axis": -1}, "axis"),
+    ("Scatter", [_t((3, 4)), _t((3, 2), F), _t((3, 2))], {"axis": 1}, "int32 or int64"),
+    ("Scatter", [_t((3, 4)), _t((3, 2), "int64"), _t((3, 2), "float16")], {"axis": 1}, "Cast first"),
+    ("Scatter", [_t((3, 4)), _t((3, 2), "int64"), _t((3, 3))], {"axis": 1}, "one shape"),
+    ("Scatter", [_t((3, 4)), _t((6,), "int64"), _t((6,))], {"axis": 0}, "rank"),
+    ("Scatter", [_t((3, 4)), _t((2, 2), "int64"), _t((2, 2))], {"axis": 1}, "except on axis"),
+    ("Scatter", [_t((3, 4)), _t((3, 4), "int64"), _t((3, 4))], {"axis": 2}, "axis"),
+    ("Scatter", [_t((3, 4)), _t((3, 4), "int64"), _t((3, 4))], {"axis": -1}, "axis"),
     # type
     ("Cast", [_t((3,))], {"dtype": "float8"}, "float8"),
     # movement

@@ -43,6 +43,9 @@ def test_every_op_and_literal_round_trips():
     i = b.iota(4, "int32")
     g_ = (i % 3).reshape((1, 1, 4)).expand((2, 3, 4)).cast("int64")
     gat = rn.gather(2, g_)
+    pos = (i * 3 + 1) % 4  # distinct positions, broadcast along the other axes (a KV-cache write)
+    sct = gat.scatter(2, pos.reshape((1, 1, 4)).expand((2, 3, 4)), rn.sin())
+    gat = sct.gather(2, g_)
     q = (gat.sin() + gat.exp2() + gat.log2() + gat.sqrt() + gat.recip()).max(1).sum(0)
     c = (z < 0.5) * m
     wh = type(x).where(c, z, z.cast("float64").cast("float32"))
