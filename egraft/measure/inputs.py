@@ -7,7 +7,8 @@ bools random.  What differs between callers is only where an integer's
 range comes from:
 
 * a graph (:func:`random_inputs`): an index into a gathered table is drawn
-  inside the table, other integers in ``[-8, 9)``; the search's candidate
+  inside the table, a scatter's index also distinct along its axis within
+  each line (a random permutation's prefix), other integers in ``[-8, 9)``; the search's candidate
   validation and the tests draw this way;
 * an example input set (:func:`like`): each integer input within the
   example's own range ``[min, max]``, so token ids, positions and masks stay
@@ -22,9 +23,11 @@ torch is imported only by the functions that make torch tensors.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..ir import Op, dtypes
+from ..ir import Op, dtypes, shapes
 from ..ir.graph import Graph
 
 
@@ -48,12 +51,13 @@ def random_array(shape, dtype: str, rng: np.random.Generator, low=None, high=Non
 
 
 def index_ranges(graph: Graph) -> dict[int, int]:
-    """Input position -> n, for int inputs that reach a ``Gather`` as its index: draw those from ``[0, n)``.
+    """Input position -> n, for int inputs that reach a ``Gather`` or ``Scatter`` as its index: draw those
+    from ``[0, n)``.
 
     Token ids are the common case: an embedding lookup rejects ids outside
     its table, so the small default int range (which includes negatives) is
     no input for it.  The index is followed through int-valued ops (views,
-    casts, index arithmetic); `n` is the smallest gathered axis it reaches.
+    casts, index arithmetic); `n` is the smallest indexed axis it reaches.
     """
     consumers = graph.consumers()
     out: dict[int, int] = {}
@@ -65,7 +69,7 @@ def index_ranges(graph: Graph) -> dict[int, int]:
             i = todo.pop()
             for c in consumers[i]:
                 node = graph.nodes[c]
-                if node.op == Op.Gather and len(node.inputs) > 1 and node.inputs[1] == i:
+                if node.op in (Op.Gather, Op.Scatter) and node.inputs[1] == i:
                     size = graph.nodes[node.inputs[0]].shape[node.attrs["axis"]]
                     n = size if n is None else min(n, size)
                 elif dtypes.is_int(node.dtype) and c not in seen:
@@ -76,11 +80,66 @@ def index_ranges(graph: Graph) -> dict[int, int]:
     return out
 
 
+def _source_axis(graph: Graph, nid: int, axis: int) -> tuple[int, int | None] | None:
+    """Follow a Scatter index back through Casts and Views to an Input: (that input's node id, the input axis
+    the Scatter's axis reads, or None when a View mixes it with others); None if other ops compute it."""
+    while True:
+        node = graph.nodes[nid]
+        if node.op == Op.Input:
+            return nid, axis
+        if node.op == Op.Cast and dtypes.is_int(node.dtype):
+            nid = node.inputs[0]
+        elif node.op == Op.View:
+            src = graph.nodes[node.inputs[0]]
+            if axis is not None:  # the source axis whose step is the view's step along `axis`
+                cs = shapes.contiguous_strides(src.shape)
+                st, k = node.attrs["strides"][axis], node.attrs["shape"][axis]
+                hit = [d for d in range(len(src.shape)) if src.shape[d] >= k > 1 and cs[d] == abs(st)]
+                axis = hit[0] if hit else None
+            nid = node.inputs[0]
+        else:
+            return None
+
+
+def distinct_lines(graph: Graph) -> dict[int, int | None]:
+    """Input position -> axis, for int inputs a ``Scatter`` reads as its index (through Casts and Views): its
+    values along that axis must be distinct within each line.  The axis is None where a View mixes the
+    input's axes: then every value of the input is drawn distinct."""
+    pos = {nid: k for k, nid in enumerate(graph.input_ids)}
+    out: dict[int, int | None] = {}
+    for node in graph.nodes:
+        if node.op == Op.Scatter:
+            found = _source_axis(graph, node.inputs[1], node.attrs["axis"])
+            if found is not None and found[0] in pos:
+                out[pos[found[0]]] = found[1]
+    return out
+
+
+def distinct_index(shape, dtype: str, rng: np.random.Generator, n: int, axis: int | None) -> np.ndarray:
+    """Int values in ``[0, n)``, distinct along `axis` within each line (each line a random permutation's
+    prefix), or distinct over the whole array when `axis` is None; never all zero.  Where the line is
+    longer than `n` no such draw exists and values are drawn in ``[0, n)`` (the program itself is invalid)."""
+    shape = tuple(shape)
+    flat = (math.prod(shape),) if axis is None else shape
+    ax = 0 if axis is None else axis
+    k = flat[ax] if flat else 1
+    if not flat or k > n or k == 0:
+        return random_array(shape, dtype, rng, 0, n)
+    rest = flat[:ax] + flat[ax + 1:]
+    lines = np.argsort(rng.random((math.prod(rest), n)), axis=1)[:, :k]  # one permutation prefix per line
+    a = np.moveaxis(lines.reshape(rest + (k,)), -1, ax).reshape(shape)
+    if a.size and not a.any() and n > 1:  # lines of one element, all drawn 0
+        a.flat[0] = 1
+    return a.astype(dtypes.to_numpy(dtype))
+
+
 def random_inputs(graph: Graph, seed: int | None = None) -> list[np.ndarray]:
-    """One random array per graph input, in order, drawn from `seed`; gather indices within their table."""
+    """One random array per graph input, in order, drawn from `seed`; gather and scatter indices within
+    their axis, scatter indices distinct along it (:func:`distinct_lines`)."""
     rng = np.random.default_rng(seed)
-    bounds = index_ranges(graph)
-    return [random_array(s, d, rng, *((0, bounds[k]) if k in bounds else ()))
+    bounds, lines = index_ranges(graph), distinct_lines(graph)
+    return [distinct_index(s, d, rng, bounds[k], lines[k]) if k in lines and k in bounds
+            else random_array(s, d, rng, *((0, bounds[k]) if k in bounds else ()))
             for k, (s, d) in enumerate(graph.input_types())]
 
 

@@ -21,6 +21,7 @@ from egraft.errors import IRError
 from egraft.ir import GraphBuilder, Group, Tensor, cat, dtypes
 from egraft.ir.graph import Graph
 from egraft.testing import random_array
+from egraft.measure.inputs import distinct_index
 
 FLOATS = ("float32", "float16", "bfloat16")
 NUMERIC = ("float32", "float16", "int32", "int64")
@@ -45,10 +46,21 @@ class Case:
                 for name, (shape, dt) in zip(graph.input_names(), graph.input_types())]
 
 
+@dataclass(frozen=True)
+class Distinct:
+    """Scatter indices: values in [0, n), distinct along `axis` within each line (None: over the whole array)."""
+
+    n: int
+    axis: int | None
+
+
 def draw(shape, dt: str, rng: np.random.Generator, domain=None) -> np.ndarray:
     """A random input: ``positive`` (|x| + 0.5), ``divisor`` (both signs, away from 0), ``wide``
-    (floats x7 with a +0 and -0, ints in [-50, 50)), an int n (indices in [0, n)), or None."""
+    (floats x7 with a +0 and -0, ints in [-50, 50)), an int n (indices in [0, n)), a :class:`Distinct`
+    (scatter indices), or None."""
     npdt = dtypes.to_numpy(dt)
+    if isinstance(domain, Distinct):
+        return distinct_index(shape, dt, rng, domain.n, domain.axis)
     if isinstance(domain, int):
         return rng.integers(0, domain, size=shape).astype(npdt)
     a = random_array(shape, dt, rng)
@@ -201,6 +213,46 @@ def _gather_computed_and_index_select(b):
     return [x.gather(1, idx), (x * 2).gather(1, idx) + 1.0, table.index_select(0, e), w.index_select(0, ids)]
 
 
+# (target shape, index/update shape, axis): a partial line, a full permutation, a middle axis, a long line
+SCATTER_FORMS = [((7,), (4,), 0), ((4, 6), (4, 3), 1), ((5, 3), (5, 3), 0), ((2, 5, 4), (2, 2, 4), 1),
+                 ((3, 40), (3, 33), 1)]
+
+
+def _scatter(b, idt):
+    return [b.input(f"x{k}", xs, "float32").scatter(ax, b.input(f"i{k}", us, idt), b.input(f"u{k}", us, "float32"))
+            for k, (xs, us, ax) in enumerate(SCATTER_FORMS)]
+
+
+def _scatter_dtypes(b):
+    """Scatter moves values of every dtype unchanged: half types, ints and bools."""
+    outs = []
+    for k, dt in enumerate(("float16", "bfloat16", "int32", "int64", "bool")):
+        x, u = b.input(f"x{k}", (3, 6), dt), b.input(f"u{k}", (3, 4), dt)
+        outs.append(x.scatter(1, b.input(f"i{k}", (3, 4), "int64"), u))
+    return outs
+
+
+def _kv_cache(b, idt):
+    """The KV-cache write: cache [B, H, S, D], positions [T] broadcast through a View to [B, H, T, D], axis 2;
+    the new cache, an attention-style read of it, and the written rows read back by a Gather."""
+    cache = b.input("cache", (2, 3, 8, 4), "float32")
+    pos = b.input("pos", (3,), idt)
+    new = b.input("new", (2, 3, 3, 4), "float32")
+    idx = pos.reshape((1, 1, 3, 1)).expand((2, 3, 3, 4))
+    out = cache.scatter(2, idx, new)
+    return [out, (out * 0.5).sum(2), out.gather(2, idx) - new * 2.0]
+
+
+def _scatter_computed(b):
+    """Computed target, index and update inlined into the Scatter's kernel, its result consumed by others."""
+    x = b.input("x", (4, 9), "float32")
+    p = b.input("p", (4, 5), "int32")
+    u = b.input("u", (4, 5), "float32")
+    s = (x * 2.0 + 1.0).scatter(1, p.cast("int64"), u.sin() * 3.0)
+    s2 = s.scatter(1, p, -u)  # a Scatter of a Scatter (write after write to the same indices)
+    return [s.exp2() + x, s.sum(1), s2, s2.gather(1, p) + u]
+
+
 def _pad_and_cat(b):
     x = b.input("x", (3, 5), "float32")
     y = b.input("y", (3, 2), "float32")
@@ -288,6 +340,13 @@ def primitive_cases() -> list[Case]:
                    {f"i{k}": xs[ax] for k, (xs, _, ax) in enumerate(GATHER_FORMS)}) for idt in ("int32", "int64")]
     cases.append(Case("gather_computed_and_index_select", graph_of(_gather_computed_and_index_select),
                       {"idx": 7, "e": 10, "ids": 11}))
+    cases += [Case(f"scatter_{idt}", graph_of(lambda b, idt=idt: _scatter(b, idt)),
+                   {f"i{k}": Distinct(xs[ax], ax) for k, (xs, _, ax) in enumerate(SCATTER_FORMS)})
+              for idt in ("int32", "int64")]
+    cases.append(Case("scatter_dtypes", graph_of(_scatter_dtypes), {f"i{k}": Distinct(6, 1) for k in range(5)}))
+    cases += [Case(f"scatter_kv_cache_{idt}", graph_of(lambda b, idt=idt: _kv_cache(b, idt)), {"pos": Distinct(8, 0)})
+              for idt in ("int32", "int64")]
+    cases.append(Case("scatter_computed", graph_of(_scatter_computed), {"p": Distinct(9, 1)}))
     cases.append(Case("pad_and_cat", graph_of(_pad_and_cat)))
     cases.append(Case("views_of_inputs", graph_of(_views_of_inputs)))
     cases.append(Case("views_of_computed", graph_of(_views_of_computed)))

@@ -126,3 +126,16 @@ def test_torch_in_torch_out():
     xft = torch.randn(4, 3, generator=gen).t()
     (got,) = ex2(mt, ht, xft)
     torch.testing.assert_close(got, torch.where(mt, ht.float() + xft, torch.zeros(())), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("idt", ["int32", "int64"])
+def test_kv_cache_write_indexes_one_axis(idt):
+    """Scatter with a position vector broadcast along the other axes (the KV-cache write) is
+    ``x.at[:, :, pos].set(u)``, not a full index grid; without the peephole it is the general scatter."""
+    c, seed = case(f"scatter_kv_cache_{idt}"), fresh_seed()
+    g = c.graph()
+    ins = c.inputs(g, np.random.default_rng(seed))
+    for knobs, puts in (({}, 1), ({"peephole": False}, 0)):
+        ex = lower(g, "jax", "cpu", knobs)
+        assert_close(ex(*ins), evaluate(g, ins), [d for _, d in g.output_types()], what=f"kv cache {knobs}")
+        assert ex.stats["peephole_puts"] == puts, ex.stats

@@ -68,3 +68,18 @@ def test_attention_idiom_is_one_kernel(name):
 
 def test_device_string():
     assert DEVICE in ("cpu", "cuda")
+
+
+@pytest.mark.parametrize("name", ["scatter_int64", "scatter_kv_cache_int32", "scatter_computed"])
+def test_scatter_lines_longer_than_a_tile_loop_in_chunks(name):
+    _check_case(name, {"tile_elems": 16})  # BLOCK_C = 16: the 33- and 40-long lines loop over 3 chunks
+
+
+def test_scatter_is_one_kernel_with_its_operands_inlined_and_never_inlined_itself():
+    ks = _kernels("scatter_computed")
+    roots = [k for k in ks if k.kind == "scatter"]
+    assert len(roots) == 2, [k.name for k in ks]  # the Scatter and the Scatter of it: a kernel each
+    assert all("tl.debug_barrier()" in k.source for k in roots)
+    assert all(k.kind != "scatter" for k in ks if k not in roots)
+    # x * 2 + 1 and sin(u) * 3 are computed inside the first Scatter's kernel, not materialised
+    assert "tl.sin(" in roots[0].source, roots[0].source

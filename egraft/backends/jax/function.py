@@ -133,6 +133,7 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
 EMITTERS = {
     peephole.DotPlan: peephole.emit_dot,
     peephole.TakePlan: peephole.emit_take,
+    peephole.PutPlan: peephole.emit_put,
     peephole.SlicesPlan: lambda ctx, p, x, view: peephole.emit_slices(ctx, p, x),
     windows.ConvPlan: windows.emit_conv,
     windows.PoolPlan: windows.emit_pool,

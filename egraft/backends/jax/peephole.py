@@ -16,6 +16,9 @@ recognises the pattern and emits ``lax.dot_general``:
 * ``take``: ``Gather(x, View(i))`` whose index is broadcast (stride 0) along
   every axis but the gather axis is ``index_select``: ``jnp.take`` of the
   1-D index along that axis instead of a full ``take_along_axis``.
+* ``put``: ``Scatter(x, View(i), u)`` with the same kind of index (a position
+  vector broadcast along the other axes: the KV-cache write) is
+  ``x.at[..., pos, ...].set(u)``, indexing one axis instead of a full grid.
 * ``slices``: such an index_select whose index is a *folded* integer value
   (``__folded_k``, computed once from constants and iotas: how pad, cat and
   rotate-half are written in the IR) has known values; if they form a few
@@ -75,7 +78,9 @@ def _dot_plan(graph: Graph, nid: int) -> DotPlan | None:
     return DotPlan(form.lhs, form.rhs, form.k, form.shape)
 
 
-def _take_plan(graph: Graph, nid: int) -> TakePlan | None:
+def _positions(graph: Graph, nid: int) -> tuple[int, tuple] | None:
+    """(source, 1-D view) of the index of Gather/Scatter `nid` when it is a View broadcast (stride 0)
+    along every axis but the op's: one position vector along that axis."""
     n = graph.nodes[nid]
     ax = n.attrs["axis"]
     idx = graph.nodes[n.inputs[1]]
@@ -84,7 +89,38 @@ def _take_plan(graph: Graph, nid: int) -> TakePlan | None:
     shape, strides, off = idx.attrs["shape"], idx.attrs["strides"], idx.attrs["offset"]
     if any(st != 0 and sz > 1 for d, (sz, st) in enumerate(zip(shape, strides)) if d != ax):
         return None
-    return TakePlan(n.inputs[0], idx.inputs[0], ((shape[ax],), (strides[ax],), off), ax)
+    return idx.inputs[0], ((shape[ax],), (strides[ax],), off)
+
+
+def _take_plan(graph: Graph, nid: int) -> TakePlan | None:
+    found = _positions(graph, nid)
+    if found is None:
+        return None
+    n = graph.nodes[nid]
+    return TakePlan(n.inputs[0], found[0], found[1], n.attrs["axis"])
+
+
+@dataclass(frozen=True)
+class PutPlan:
+    """``Scatter(x, View(pos), upd)`` with a position vector broadcast like a KV-cache write:
+    ``x.at[..., pos, ...].set(upd)``, one indexed axis instead of a full index grid."""
+
+    src: int
+    index: int
+    index_view: tuple  # 1-D view (shape, strides, offset) of the index source
+    upd: int
+    axis: int
+
+    def deps(self) -> tuple[int, ...]:
+        return (self.src, self.index, self.upd)
+
+
+def _put_plan(graph: Graph, nid: int) -> PutPlan | None:
+    found = _positions(graph, nid)
+    if found is None:
+        return None
+    n = graph.nodes[nid]
+    return PutPlan(n.inputs[0], found[0], found[1], n.inputs[2], n.attrs["axis"])
 
 
 @dataclass(frozen=True)
@@ -146,6 +182,7 @@ PATTERNS = {
     "SumReduce": (windows.conv_plan, windows.pool_plan, _dot_plan),
     "MaxReduce": (windows.pool_plan,),
     "Gather": (_gather_plan,),
+    "Scatter": (_put_plan,),
 }
 WINDOW_PATTERNS = (windows.conv_plan, windows.pool_plan)
 
@@ -225,3 +262,11 @@ def emit_slices(ctx, plan: SlicesPlan, x):
             out.append(jnp.broadcast_to(one, tuple(shape)))
     ctx.stats["peephole_slices"] += 1
     return out[0] if len(out) == 1 else jnp.concatenate(out, axis=plan.axis)
+
+
+def emit_put(ctx, plan: PutPlan, x, idx_src, upd, view_fn):
+    """The functional write of a PutPlan (the in-place variant, for state buffers, is the runner's)."""
+    pos = view_fn(idx_src, *plan.index_view)
+    ctx.stats["peephole_puts"] += 1
+    at = (slice(None),) * plan.axis + (pos,)
+    return x.at[at].set(upd.astype(x.dtype), mode="drop", unique_indices=True)

@@ -22,7 +22,7 @@ from ...ir import dtypes
 from ...ir.ops import TensorValue
 from .views import StackPlan, apply_view, plan_view
 
-STAT_ZERO = {"view_gathers": 0, "view_stacks": 0, "peephole_dots": 0, "peephole_takes": 0, "peephole_slices": 0,
+STAT_ZERO = {"view_gathers": 0, "view_stacks": 0, "peephole_dots": 0, "peephole_takes": 0, "peephole_slices": 0, "peephole_puts": 0,
              "peephole_convs": 0, "peephole_pools": 0}
 
 
@@ -108,6 +108,17 @@ def _iota(ctx, node):
 def _gather(ctx, node, x, idx):
     # indices are promised in range by the IR; clip keeps a bad index deterministic
     return jnp.take_along_axis(x, idx, axis=node.attrs["axis"], mode="clip")
+
+
+def scatter_functional(ctx, node, x, idx, upd):
+    """``Scatter`` as a new array (``put_along_axis``): `x` with `upd` at `idx` along the axis.
+
+    The index grid is `idx` on the axis and an iota on every other axis; the IR promises the indices in
+    range and distinct per line (``unique_indices``), and ``drop`` keeps a bad index deterministic.
+    """
+    ax = node.attrs["axis"]
+    grid = tuple(idx if d == ax else lax.broadcasted_iota(idx.dtype, idx.shape, d) for d in range(idx.ndim))
+    return x.at[grid].set(upd.astype(x.dtype), mode="drop", unique_indices=True)
 
 
 # --- leaves and movement -------------------------------------------------------------
@@ -203,6 +214,7 @@ RULES: dict[str, Callable[..., Any]] = {
     "MaxReduce": _max,
     "Iota": _iota,
     "Gather": _gather,
+    "Scatter": scatter_functional,
     "Cast": _cast,
     "Input": _input,
     "Constant": _constant,

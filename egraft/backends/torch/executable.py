@@ -95,7 +95,8 @@ class TorchExecutable(Executable):
     def _warm_up(self, graph: Graph):
         """Compile now, by running once on placeholder inputs that no op rejects.
 
-        Inputs that feed a Gather index are 0 (always in range), all others 1
+        Inputs that feed a Gather or Scatter index are 0 (always in range; the repeated writes of a
+        Scatter here only land in a result that is thrown away), all others 1
         (no integer division by zero), so the compiled kernels run through and
         a failure here is a compile failure.
         """
@@ -124,9 +125,9 @@ class TorchExecutable(Executable):
 
 
 def _feeds_an_index(graph: Graph) -> set[int]:
-    """Node ids whose values reach a Gather's index operand."""
+    """Node ids whose values reach a Gather's or Scatter's index operand."""
     marked: set[int] = set()
-    stack = [n.inputs[1] for n in graph.nodes if n.op == Op.Gather]
+    stack = [n.inputs[1] for n in graph.nodes if n.op in (Op.Gather, Op.Scatter)]
     while stack:
         i = stack.pop()
         if i not in marked:

@@ -13,7 +13,7 @@ tests): ``Add``/``Mul`` on bool are ``logical_or``/``logical_and``;
 ``Mod`` is ``fmod`` (truncated, sign of the dividend; an integer division by
 zero raises, as the reference does); ``SumReduce`` passes its dtype to
 ``sum`` (torch would widen int32 to int64, numpy keeps int32 and wraps);
-``MaxReduce`` on bool is ``any``; ``Gather`` needs int64 indices;
+``MaxReduce`` on bool is ``any``; ``Gather`` and ``Scatter`` need int64 indices;
 conversions go through :func:`.emit.convert` (single rounding); a fully
 masked attention row is NaN, so attention with a bias operand is never
 ``scaled_dot_product_attention`` (which returns 0 there).
@@ -93,6 +93,13 @@ def _gather(ctx: Emitter, node, x, idx):
     if ctx.dt(idx) != "int64":
         idx = convert(ctx, idx, "int64")
     return ctx.call(aten.gather.default, (x, node.attrs["axis"], idx), ctx.dt(x))
+
+
+def scatter_functional(ctx: Emitter, node, x, idx, upd):
+    """``Scatter`` as a new tensor: ``aten.scatter.src`` (out of place; indices int64, distinct per line)."""
+    if ctx.dt(idx) != "int64":
+        idx = convert(ctx, idx, "int64")
+    return ctx.call(aten.scatter.src, (x, node.attrs["axis"], idx, upd), ctx.dt(x))
 
 
 # --- leaves and movement -------------------------------------------------------------------
@@ -213,6 +220,7 @@ RULES: dict[str, Callable[..., Any]] = {
     "MaxReduce": _max,
     "Iota": _iota,
     "Gather": _gather,
+    "Scatter": scatter_functional,
     "Cast": _cast,
     "Input": _input,
     "Constant": _constant,

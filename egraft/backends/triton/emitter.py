@@ -253,6 +253,8 @@ class KernelWriter:
             rule = self.rules.get(node.op)
             if rule is None:
                 raise BackendError(f"the Triton backend has no rule for IR op {node.op!r}")
+            if rule.kind == "scatter":
+                raise BackendError(f"internal: %{nid} {node.op} is a kernel root and cannot be inlined")
             self.covered.add(nid)
             v = rule.emit(self, nid, node, idx)
             if dtypes.is_half(node.dtype) and rule.kind not in ("index", "leaf") and node.op != Op.Cast:

@@ -94,6 +94,8 @@ def _slice(axis: int, rank: int) -> str:
 
 
 def generate(graph: Graph, plan: KernelPlan, names: dict, knobs: dict, index: int) -> KernelSpec:
+    if plan.kind == "scatter":
+        return _generate_scatter(graph, plan, names, knobs, index)
     root = graph.nodes[plan.root]
     S = root.shape
     rank_root = len(S)
@@ -199,17 +201,62 @@ def generate(graph: Graph, plan: KernelPlan, names: dict, knobs: dict, index: in
     mask = w.mask_expr(all_masks)
     w.line(w.deepest(val, flat), f"tl.store({ptr}, {v}{', mask=' + mask if mask else ''})")
 
+    tile_desc = (f"rows = dim {ra} ({R})" if ra is not None else "no row dim") + ", " + (
+        f"cols = dim {ca} ({C})" if ca is not None else "no col dim")
+    tile_desc += f"; batch dims {batch_dims}; grid = {NB} x {NR} x {NC} programs"
+    return _spec(graph, plan, w, inputs, names, out_name, constexprs, grid, knobs, index, tile_desc)
+
+
+def _generate_scatter(graph: Graph, plan: KernelPlan, names: dict, knobs: dict, index: int) -> KernelSpec:
+    """A Scatter root's kernel: programs over blocks of whole lines (every dim but the axis, flattened onto
+    tile axis 0), the body from the Scatter rule (``scatter.py``: copy x, barrier, store the updates)."""
+    root = graph.nodes[plan.root]
+    S, ax = root.shape, root.attrs["axis"]
+    line_dims = [d for d in range(len(S)) if d != ax]
+    L = prod(S[d] for d in line_dims)
+    longest = max(S[ax], graph.nodes[root.inputs[2]].shape[ax])
+    elems = knobs.get("tile_elems", 2048)
+    bc = min(pow2(longest), max(16, elems))
+    br = max(1, min(pow2(L), elems // bc))
+    grid = -(-L // br)
+    constexprs = {"BLOCK_R": br, "BLOCK_C": bc}
+    ctx: dict = {"root": plan.root, "root_shape": S, "mask_block": {}, "mask_axes": {"row_mask": frozenset({0})},
+                 "axis_sizes": {0: "BLOCK_R", 1: "BLOCK_C"}, "zero_tile": "zero"}
+    inputs = list(plan.inputs)
+    out_name = ctx["out"] = f"out_{root.op.lower()}_{plan.root}"
+    w = KernelWriter(graph, {i: names[i] for i in inputs}, 2, _rules(), ctx)
+    w.names |= set(w.buffers.values()) | {out_name, "pid", "rows", "zero", "row_mask", "tl", "triton", *constexprs}
+    w.line(0, "pid = tl.program_id(0)")
+    w.line(0, "zero = tl.zeros([1, 1], tl.int32)")
+    lines: list = [ZERO] * len(S)
+    if L > 1:
+        rows = _tile_index(w, "rows", "row_mask", "pid", "BLOCK_R", L, grid, br, 0, 2)
+        inner = 1
+        for d in reversed(line_dims):
+            if S[d] > 1:
+                e = rows.expr if inner == 1 else f"({rows.expr} // {inner})"
+                if inner * S[d] < L:
+                    e = f"{e} % {S[d]}"
+                lines[d] = w.new_index(e, 0, rows.masks, rows.axes, prefix=f"l{d}")
+            inner *= S[d]
+    w.covered.add(plan.root)
+    w.rules[root.op].emit(w, plan.root, root, tuple(lines))
+    tile_desc = f"rows = the {L} lines off axis {ax}, cols = chunks of axis {ax}; grid = {grid} programs"
+    return _spec(graph, plan, w, inputs, names, out_name, constexprs, grid, knobs, index, tile_desc)
+
+
+def _spec(graph, plan, w, inputs, names, out_name, constexprs, grid, knobs, index, tile_desc) -> KernelSpec:
+    """The kernel's source (signature, docstring, the writer's body) as a KernelSpec."""
+    root = graph.nodes[plan.root]
     covers = tuple(sorted(w.covered))
     fn_name = f"k{index}_{root.op.lower()}_{plan.root}"
     params = tuple((names[i], graph.nodes[i].dtype) for i in inputs) + ((out_name, root.dtype),)
     sig = ", ".join([p for p, _ in params] + [f"{c}: tl.constexpr" for c in constexprs])
-    tile_desc = (f"rows = dim {ra} ({R})" if ra is not None else "no row dim") + ", " + (
-        f"cols = dim {ca} ({C})" if ca is not None else "no col dim")
     doc = [
-        f'    """{plan.kind} kernel for %{plan.root} = {root.op} : {list(S)} {root.dtype}.',
+        f'    """{plan.kind} kernel for %{plan.root} = {root.op} : {list(root.shape)} {root.dtype}.',
         "",
         f"    Covers IR nodes {_ranges(covers)}; reads {', '.join(f'%{i}' for i in inputs) or 'nothing'}.",
-        f"    Tile: {tile_desc}; batch dims {batch_dims}; grid = {NB} x {NR} x {NC} programs.",
+        f"    Tile: {tile_desc}.",
         '    """',
     ]
     src = [

@@ -14,7 +14,9 @@ the kernel's tile can hold them:
 * a reduction whose result *is* the kernel's output shape (the root or its
   elementwise epilogue) gets a reduction tile axis;
 * one matmul or attention per kernel, with an elementwise epilogue; their
-  operands are prologue (elementwise + views), never other anchors.
+  operands are prologue (elementwise + views), never other anchors;
+* a ``Scatter`` is always a kernel of its own (``scatter.py``): its operands
+  are inlined, and it is never inlined into a consumer.
 
 Everything else is materialised.  Knobs force cuts: ``fuse_epilogue``
 (anchors never fused into consumers), ``fuse_prologue`` (computed operands
@@ -44,7 +46,7 @@ def pow2(n: int) -> int:
 @dataclass
 class KernelPlan:
     root: int
-    kind: str  # tile | dot | attention
+    kind: str  # tile | dot | attention | scatter
     col_dim: int | None  # the root's dimension walked by tile axis 1
     inputs: list = field(default_factory=list)  # materialised node ids it reads
     persistent: bool = False  # has reductions sharing the row tile
@@ -125,7 +127,7 @@ def _grow(graph: Graph, root: int, mat: set, knobs: dict):
     col = _col_dim(graph, root)
     ident = tuple(range(len(rnode.shape)))
     rk = anchor_kind(graph, root)
-    kind = {"dot": "dot", "attention": "attention"}.get(rk, "tile")
+    kind = "scatter" if rnode.op == Op.Scatter else {"dot": "dot", "attention": "attention"}.get(rk, "tile")
     plan = KernelPlan(root=root, kind=kind, col_dim=col)
     if rk == "dot":
         plan.dots[root] = dot_form(graph, root)
@@ -160,6 +162,13 @@ def _grow(graph: Graph, root: int, mat: set, knobs: dict):
         n = graph.nodes[nid]
         if nid != root and (nid in mat or is_leaf_buffer(graph, nid)):
             inputs.add(nid)
+            continue
+        if n.op == Op.Scatter:
+            if nid != root:  # written where its index says, not read at ours: always its own kernel
+                must.add(nid)
+                continue
+            region.add(nid)
+            stack.extend((j, "other") for j in n.inputs)  # its operands are read at the lines' indices
             continue
         ak = anchor_kind(graph, nid)
         if nid != root and ak is not None:

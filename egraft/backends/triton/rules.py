@@ -4,7 +4,7 @@
 ``idx`` inside a kernel (see ``emitter.py``).  Elementwise ops are Triton
 expression templates over their operands' values, written in the op's
 compute dtype; index ops (View, Gather, Iota) are index arithmetic; the
-reductions and idioms have their own modules.  Each op has exactly one
+reductions, idioms and Scatter (a kernel of its own) have their own modules.  Each op has exactly one
 entry - a template in ``_UNARY`` / ``_BINARY`` or a line of ``RULES`` - and
 ``tests/backends/test_rule_tables.py`` checks every op of ``Group.ALL`` has one.
 """
@@ -16,7 +16,7 @@ from typing import Callable
 
 from ...errors import BackendError
 from ...ir import dtypes, shapes
-from . import attention, matmul, reduction
+from . import attention, matmul, reduction, scatter
 from .emitter import TL_DTYPE, ZERO, Ix, Val, compute_dtype
 from .views import digit_map
 
@@ -158,6 +158,8 @@ RULES.update({
     "Cast": Rule("elementwise", _cast, ".to(dtype); to bool is x != 0; half types round then widen"),
     "Iota": Rule("index", _iota, "the index itself"),
     "Gather": Rule("index", _gather, "a load at a computed index along the axis"),
+    # a kernel root, never inlined (partition.py): its rule writes the kernel body, not a value at an index
+    "Scatter": Rule("scatter", scatter.emit_scatter_functional, "copy x, barrier, store upd at idx (whole lines)"),
     "View": Rule("index", _view, "index arithmetic (per-digit affine, else divmod)"),
     "Input": Rule("leaf", _input, "a kernel argument"),
     "Constant": Rule("leaf", _constant, "scalar: tl.full literal; tensor: a kernel argument"),
