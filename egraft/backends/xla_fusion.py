@@ -41,7 +41,7 @@ def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
 
     * kernel roots: contractions (``MatMul``, and ``SumReduce(Mul(..))`` that
       the JAX peephole runs as ``dot_general``), ``Attention``, row idioms,
-      reductions and gathers;
+      reductions, gathers and scatters;
     * elementwise ops (and ``Iota``) fuse into the kernel of their consumers;
       views are free and transparent: consumers are counted through them;
     * materialised besides: a value read by several kernels (several

@@ -15,6 +15,8 @@ to the output (idioms are first expanded to their primitive form with
 reciprocal it is made of)::
 
     budget(leaf, View, Gather, MaxReduce, Where, LessThan) = max budget of the inputs
+    budget(Scatter)                             = max of the target's and the update's budgets (the
+                                                  index is an int: 0); it moves values, rounds none
     budget(elementwise op rounding to dtype d)  = max budget of the inputs + ULPS_PER_OP * eps(d)
     budget(Cast to float d)                     = budget of the input + eps(d)   (narrowing or int->float)
     budget(SumReduce over n elements, dtype d)  = budget of the input + (ULPS_PER_OP + SUM_ULPS * n) * eps(d)

@@ -47,7 +47,7 @@ from ..backends import get_backend, resolve
 from ..backends.base import default_knobs
 from ..ir import egraph
 from ..ir.egraph import ENode
-from ..ir import Group
+from ..ir import Group, Op
 from ..ir.graph import Graph
 from ..measure import DeviceSpec, parse, spec_for
 from ..measure.specs import H100_SXM, TPU_V5E
@@ -145,7 +145,7 @@ def estimate(graph: Graph, backend: str = "jax", knobs: dict | None = None, devi
     for k in K.kernels(main, set(p.roots), dict(p.dots)):
         root = main.nodes[k.root]
         nbytes = sum(n * K.itemsize(main.nodes[j].dtype) for j, n in k.reads.items())
-        nbytes += K.numel(root.shape) * K.itemsize(root.dtype)
+        nbytes += k.writes * K.itemsize(root.dtype)
         dt = _kernel_dtype(main, k, p.tf32)
         ops = tuple(main.nodes[i].op for i in k.nodes if main.nodes[i].op not in Group.LEAF | Group.MOVEMENT)
         out.append(KernelCost(ops, float(k.flops), float(nbytes), dt, roofline(spec, k.flops, nbytes, dt, launch)))
@@ -182,6 +182,8 @@ def node_cost(spec: DeviceSpec | None = None, device: str = "cpu") -> Callable[[
         flops = K.op_flops(node.op, out, ins)
         nbytes = K.numel(out) * K.itemsize(dt) + sum(K.numel(s) * K.itemsize(space.dtype[c])
                                                     for s, c in zip(ins, node.children))
+        if node.op == Op.Scatter:  # the updates are stored too (over the copy of the target)
+            nbytes += K.numel(ins[2]) * K.itemsize(dt)
         arith = dt if node.op in K.CONTRACTING else _arith_dtype(dt)
         return roofline(spec, flops, nbytes, arith, launch)
 

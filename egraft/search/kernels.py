@@ -7,8 +7,8 @@ Three parts, each a plain function of an ``ir.Graph``:
   priced by accident).  A multiply-add is 2; elementwise ops count per output
   element, weighted for the transcendental ones; reductions one per input
   element; ``MatMul`` ``2*M*N*K`` (times batch); ``Attention`` its two
-  products plus the softmax; leaves, views, ``Iota`` and ``Gather`` none
-  (they move or index data, their cost is bytes).
+  products plus the softmax; leaves, views, ``Iota``, ``Gather`` and
+  ``Scatter`` none (they move or index data, their cost is bytes).
 * which nodes are *materialised* (written to memory): each backend says, in
   its record's kernel plan (``Backend.plan`` -> ``backends.base.KernelPlan``:
   the Triton backend its own partitioner, ``jax`` / ``torch`` an approximation
@@ -21,6 +21,10 @@ Bytes read from a buffer are counted once per kernel, capped at the buffer's
 size: a direct read takes the whole buffer, a read through a ``View`` (a
 slice of a fused QKV output, a broadcast bias) or as a ``Gather`` source
 (an embedding table) only as many elements as that view or gather has.
+Bytes written (:func:`written`) are the root's output; a ``Scatter`` root
+also stores its updates: its own traffic is the bytes of ``upd`` and ``idx``
+read and of ``upd`` written, on top of the copy of ``x`` into its new output
+that the functional Scatter makes (``x`` read, the output written).
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ FLOPS: dict[str, Callable[[Shape, list], float]] = {
     **{op: _per_output(w) for op, w in ROW_FLOPS.items()},
     "SumReduce": _per_input, "MaxReduce": _per_input,
     "Iota": _none, "Gather": _none,  # index generation and indexed loads: bytes, not arithmetic
+    "Scatter": _none,  # indexed stores: bytes (idx and upd read, upd written: see written()), not arithmetic
     "Input": _none, "Constant": _none, "View": _none,
     "MatMul": _matmul, "Attention": _attention,
 }
@@ -107,6 +112,15 @@ class Kernel:
     reads: dict[int, float]  # buffer node id -> elements read
     flops: float
     contraction: int | None  # its matmul / attention node, if any (sets the peak it runs at)
+    writes: float = 0.0  # elements written (:func:`written`)
+
+
+def written(graph: Graph, root: int) -> float:
+    """Elements a kernel rooted at `root` writes: its output, and for a Scatter also its updates (stored
+    over the copy of its target)."""
+    n = graph.nodes[root]
+    extra = numel(graph.nodes[n.inputs[2]].shape) if n.op == Op.Scatter else 0
+    return float(numel(n.shape) + extra)
 
 
 def is_buffer(graph: Graph, i: int) -> bool:
@@ -147,7 +161,7 @@ def kernel(graph: Graph, root: int, mat: set, dots: dict) -> Kernel:
             else:
                 stack.append(j)
     reads = {j: float(min(numel(graph.nodes[j].shape), sum(r.values()))) for j, r in readers.items()}
-    return Kernel(root, sorted(region), reads, flops, contraction)
+    return Kernel(root, sorted(region), reads, flops, contraction, written(graph, root))
 
 
 def kernels(graph: Graph, mat: set, dots: dict) -> list[Kernel]:

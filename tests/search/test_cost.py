@@ -243,3 +243,14 @@ def test_rank_correlation_matches_hand_computed_values():
     assert math.isnan(rank_correlation([1], [2]))
     with pytest.raises(ValueError):
         rank_correlation([1, 2], [1, 2, 3])
+
+
+def test_a_scatter_costs_bytes_its_copy_and_its_updates_and_no_flops():
+    """A functional Scatter reads x, idx and upd, writes its output (the copy of x) and stores upd over it."""
+    b = GraphBuilder()
+    x = b.input("x", (6, 10), "float32")
+    out = x.scatter(1, b.input("i", (6, 4), "int64"), b.input("u", (6, 4), "float32"))
+    for backend in NAMES:
+        e = estimate(b.build([out]), backend, spec=SPEC)
+        assert len(e.kernels) == 1 and e.flops == 0, backend
+        assert e.bytes == 4 * 60 + 8 * 24 + 4 * 24 + 4 * 60 + 4 * 24, backend

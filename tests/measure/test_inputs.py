@@ -1,0 +1,68 @@
+"""The random-input policy for Scatter indices and the Scatter's error budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from egraft.ir import GraphBuilder, evaluate
+from egraft.measure.inputs import distinct_index, distinct_lines, index_ranges, random_inputs
+from egraft.measure.tolerances import ULPS_PER_OP, eps, error_budgets, tolerance_for
+from egraft.testing import fresh_seed
+
+
+def _lines_distinct(a, axis):
+    lines = np.sort(np.moveaxis(a, axis, -1), axis=-1)
+    return not np.any(lines[..., 1:] == lines[..., :-1])
+
+
+@pytest.mark.parametrize("shape,axis,n", [((5,), 0, 5), ((3, 4), 1, 9), ((4, 3, 2), 0, 4), ((2, 1, 3), 1, 6)])
+@pytest.mark.parametrize("dt", ["int32", "int64"])
+def test_distinct_index_draws_distinct_lines_in_range(shape, axis, n, dt):
+    rng = np.random.default_rng(fresh_seed())
+    for _ in range(20):
+        a = distinct_index(shape, dt, rng, n, axis)
+        assert a.shape == shape and a.dtype == np.dtype(dt)
+        assert a.min() >= 0 and a.max() < n and a.any()
+        assert _lines_distinct(a, axis)
+    flat = distinct_index((2, 3), dt, rng, 6, None)  # None: distinct over the whole array
+    assert sorted(flat.reshape(-1).tolist()) == list(range(6))
+
+
+def _kv_graph(idt="int64"):
+    b = GraphBuilder()
+    cache = b.input("cache", (2, 3, 8, 4), "float32")
+    pos = b.input("pos", (3,), idt)
+    i2 = b.input("i2", (2, 6, 5), "int32")
+    new = b.input("new", (2, 3, 3, 4), "float32")
+    t = b.input("t", (2, 6, 7), "float32")
+    out = cache.scatter(2, pos.reshape((1, 1, 3, 1)).expand((2, 3, 3, 4)), new)
+    out2 = t.scatter(2, i2, b.input("u", (2, 6, 5), "float32"))
+    return b.build([out, out2])
+
+
+def test_scatter_indices_are_found_through_views_and_drawn_distinct_per_line():
+    g = _kv_graph()
+    names = g.input_names()
+    lines = {names[k]: ax for k, ax in distinct_lines(g).items()}
+    assert lines == {"pos": 0, "i2": 2}  # the position vector's one axis is the broadcast view's axis 2
+    ranges = {names[k]: n for k, n in index_ranges(g).items()}
+    assert ranges == {"pos": 8, "i2": 7}
+    seed = fresh_seed()
+    for s in range(seed, seed + 50):
+        xs = random_inputs(g, s)
+        evaluate(g, xs)  # the reference rejects a repeated or out-of-range scatter index
+        assert _lines_distinct(xs[names.index("i2")], 2)
+
+
+def test_scatter_budget_is_the_larger_of_its_target_and_update_budgets():
+    b = GraphBuilder()
+    x = b.input("x", (4, 6), "float32")
+    u = b.input("u", (4, 2), "float32")
+    i = b.input("i", (4, 2), "int64")
+    g = b.build([x.scatter(1, i, u.exp2().sin()), x.recip().scatter(1, i, u)])
+    budgets = error_budgets(g)
+    e = eps("float32")
+    assert budgets[g.outputs[0]] == 2 * ULPS_PER_OP * e  # the update's two ops, none on the target
+    assert budgets[g.outputs[1]] == ULPS_PER_OP * e  # the target's one op
+    assert tolerance_for(g, 0) == 2 * ULPS_PER_OP * e
