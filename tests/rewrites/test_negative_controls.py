@@ -3,12 +3,14 @@
 Each rule below is deliberately wrong (and kept out of the registry); it does
 fire on its witness and adds a well-typed but different program, so
 ``check_rule`` must fail with an extraction that differs from the original.
+The ``state`` control is the rule the e-graph must never have: a read of a
+buffer moved across a write to it (``rewrites/rules/state.py``).
 """
 
 import numpy as np
 import pytest
 
-from egraft.ir import strided
+from egraft.ir import GraphBuilder, strided
 from egraft.rewrites import all_rules
 from egraft.rewrites.rule import RuleSpec, Witness, norm_strides, pair, program, rand_shape, term, view_attrs, view_term
 from egraft.rewrites.ruleset import rule
@@ -78,7 +80,23 @@ def _w_shared(rng):
     return Witness(program(build, (2, b_k)))
 
 
+def _w_read_across_write(rng):
+    """A write at some positions of each line, then a read of every position (j = arange(n), broadcast):
+    the read sees the written values, so it cannot be moved before the write."""
+    shape = rand_shape(rng, lo=2)
+    ax = int(rng.integers(len(shape)))
+    ishape = shape[:ax] + (int(rng.integers(1, shape[ax] + 1)),) + shape[ax + 1:]
+    b = GraphBuilder()
+    x = b.input("x", shape, "float32")
+    i = b.input("i", ishape, "int64")
+    new = x.scatter(ax, i, b.input("u", ishape, "float32") + 3.0)
+    every = b.iota(shape[ax], "int64").reshape(tuple(shape[ax] if d == ax else 1 for d in range(len(shape))))
+    return Witness(b.build([new.gather(ax, every.expand(shape)) * 2.0]))
+
+
 UNSOUND = [
+    RuleSpec("state.read-across-write", "(rewrite (Gather (Scatter x i u ax) j ax) (Gather x j ax))",
+             witness=_w_read_across_write),
     RuleSpec("algebra.drop-constant", "(rewrite (Mul x (View (ScalarF c d) s st o)) x)",
              witness=lambda rng: pair(lambda x: x * 1.5, None, rand_shape(rng))),
     RuleSpec("views.compose-wrong-offset", apply=_compose_wrong_offset, witness=_w_slice_of_transpose),

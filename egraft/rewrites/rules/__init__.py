@@ -6,6 +6,6 @@ Add a module by importing it here: a misspelt or missing module is an ImportErro
 :mod:`.match` is not a family: it holds the matchers the idiom and model rules share.
 """
 
-from . import algebra, idioms, models_scale, models_weights, reductions, views
+from . import algebra, idioms, models_scale, models_weights, reductions, state, views
 
-MODULES = (algebra, views, reductions, idioms, models_scale, models_weights)
+MODULES = (algebra, views, reductions, idioms, models_scale, models_weights, state)
