@@ -123,6 +123,19 @@ def _movement_case():
                  lambda t, i: [t.flip(0).T + 0.0, torch.gather(t, 1, i), t.flip(1)[:, :3] * 1.0])
 
 
+def _scatter_case():
+    """Scatter moves specials both ways: NaN, +-inf and -0.0 written over plain values and kept where unwritten."""
+    x = _np(SPECIALS, "float32", (3, 4))
+    u = _np(SPECIALS[::-1][:6], "float32", (3, 2))
+    idx = np.array([[3, 0], [1, 2], [0, 3]], np.int64)
+
+    def fn(b):
+        xi, ii, ui = b.input("x", (3, 4), "float32"), b.input("i", (3, 2), "int64"), b.input("u", (3, 2), "float32")
+        return [xi.scatter(1, ii, ui), xi.T.scatter(0, ii.T, ui.T)]
+    return SCase("scatter", graph_of(fn), lambda: [x, idx, u],
+                 lambda t, i, v: [t.scatter(1, i, v), t.T.scatter(0, i.T, v.T)])
+
+
 # --- reductions ---------------------------------------------------------------------------
 def _rows(n):
     """Rows of length n: NaN first/last, +inf, -inf, +inf with -inf, all -inf, all -0.0, plain."""
@@ -211,7 +224,7 @@ def _attention_case(causal):
 
 
 def cases() -> list[SCase]:
-    return [*_unary_cases(), *_binary_cases(), _where_case(), *_cast_cases(), _movement_case(), *_reduce_cases(),
+    return [*_unary_cases(), *_binary_cases(), _where_case(), *_cast_cases(), _movement_case(), _scatter_case(), *_reduce_cases(),
             *_row_cases(), _matmul_case(), _attention_case(False), _attention_case(True)]
 
 

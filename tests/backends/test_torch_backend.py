@@ -1,7 +1,7 @@
 """The torch backend beyond the conformance suite (which runs every per-op case on it, eagerly).
 
 * ``mode="inductor"`` on a few graphs (a traced gated MLP; attention and
-  softmax in float16; views and a primitive matmul) matches the reference,
+  softmax in float16; views and a primitive matmul; Scatter) matches the reference,
   and a non-contiguous or grad-requiring tensor does not make Dynamo recompile.
 * The call path: torch tensors in -> torch tensors out on their device with
   no weight copied (the profiler sees no copy op during a call, and on the
@@ -84,6 +84,15 @@ def test_inductor_attention_and_softmax_in_float16():
     g = _attention_softmax_f16()
     ex = lower(g, "torch", "cpu", {"mode": "inductor"})
     _check(ex, g, random_inputs(g, seed), f"attention/softmax float16 under inductor (seed {seed})")
+
+
+@pytest.mark.parametrize("name", ["scatter_kv_cache_int32", "scatter_computed"])
+def test_inductor_scatter_matches_reference(name):
+    """Scatter under Inductor (warmed up on all-zero indices, whose repeated writes land in a discarded result)."""
+    c, seed = case(name), fresh_seed()
+    g = c.graph()
+    ex = lower(g, "torch", "cpu", {"mode": "inductor"})
+    _check(ex, g, c.inputs(g, np.random.default_rng(seed)), f"{name} under inductor (seed {seed})")
 
 
 def test_inductor_views_without_recompiling():
