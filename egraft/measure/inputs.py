@@ -8,12 +8,13 @@ range comes from:
 
 * a graph (:func:`random_inputs`): an index into a gathered table is drawn
   inside the table, a scatter's index also distinct along its axis within
-  each line (a random permutation's prefix), other integers in ``[-8, 9)``; the search's candidate
-  validation and the tests draw this way;
+  each line (a random permutation's prefix), other integers in ``[-8, 9)``;
+  the search's candidate validation and the tests draw this way;
 * an example input set (:func:`like`): each integer input within the
-  example's own range ``[min, max]``, so token ids, positions and masks stay
-  valid; the check of a compiled signature against the model draws its
-  fresh set this way (``egraft.compile``, the Dynamo backend);
+  example's own range ``[min, max]`` (distinct where the example's values
+  are), so token ids, positions and masks stay valid; the check of a
+  compiled signature against the model draws its fresh set this way
+  (``egraft.compile``, the Dynamo backend);
 * shapes and dtypes only (:func:`from_specs`): integers in ``[0, int_high)``,
   for ``egraft run`` / ``egraft bench`` where only the user knows the range.
 
@@ -154,11 +155,15 @@ def _to_torch(a: np.ndarray, like=None):
     return t
 
 
+_DISTINCT_RANGE = 1 << 20  # a distinct example int input over at most this range is drawn distinct
+
+
 def like(args, kwargs: dict | None = None, seed: int = 0) -> tuple[tuple, dict]:
     """A fresh random input set shaped like an example (args, kwargs): same shapes, dtypes and devices.
 
-    Integer inputs are drawn within the example's own ``[min, max]``; python
-    values are kept as they are.
+    Integer inputs are drawn within the example's own ``[min, max]``, and
+    distinct where the example's values are (positions a ``Scatter`` writes
+    a cache at must not repeat); python values are kept as they are.
     """
     rng = np.random.default_rng([int(seed), 0x65677261])
 
@@ -169,6 +174,11 @@ def like(args, kwargs: dict | None = None, seed: int = 0) -> tuple[tuple, dict]:
         low = high = None
         if dtypes.is_int(dt) and t.numel():
             low, high = int(t.min()), int(t.max()) + 1
+            n = t.numel()
+            if 1 < n <= high - low <= _DISTINCT_RANGE and len(set(t.reshape(-1).tolist())) == n:
+                # distinct in the example (positions a cache is written at): distinct here too
+                vals = rng.choice(high - low, size=n, replace=False) + low
+                return _to_torch(vals.reshape(tuple(t.shape)).astype(dtypes.to_numpy(dt)), t)
         return _to_torch(random_array(tuple(t.shape), "float32" if dt == "bfloat16" else dt, rng, low, high), t)
 
     return tuple(draw(a) for a in args), {k: draw(v) for k, v in (kwargs or {}).items()}

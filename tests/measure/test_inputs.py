@@ -66,3 +66,16 @@ def test_scatter_budget_is_the_larger_of_its_target_and_update_budgets():
     assert budgets[g.outputs[0]] == 2 * ULPS_PER_OP * e  # the update's two ops, none on the target
     assert budgets[g.outputs[1]] == ULPS_PER_OP * e  # the target's one op
     assert tolerance_for(g, 0) == 2 * ULPS_PER_OP * e
+
+
+def test_like_keeps_distinct_example_positions_distinct():
+    import torch
+
+    from egraft.measure.inputs import like
+
+    pos = torch.arange(5, 9)  # cache positions: distinct in the example
+    ids = torch.tensor([[3, 3, 7, 1]])  # token ids: repeats allowed
+    for s in range(20):
+        (p, i), _ = like((pos, ids), seed=s)
+        assert sorted(p.tolist()) == [5, 6, 7, 8] and p.dtype == pos.dtype
+        assert i.min() >= 1 and i.max() <= 7 and i.shape == ids.shape
