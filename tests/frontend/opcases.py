@@ -343,7 +343,9 @@ def _index_put_acc(x, i, j, v):
     return x.index_put((i, j), v, accumulate=True)
 
 
-add("aten.slice_scatter", case(_slice_set, [Fl(3, 5), Fl(3, 2)]))
+add("aten.slice_scatter", case(_slice_set, [Fl(3, 5), Fl(3, 2)]),
+    case(lambda x, y: (torch.slice_scatter(x, y, 0, 1, 6, 2), torch.slice_scatter(x, y[:1], 0, -2, None, 5),
+                       torch.slice_scatter(x, x * 2, 1)), [Fl(7, 3), Fl(3, 3)], raw=True))
 add("aten.select_scatter", case(_select_set, [Fl(3, 5), Fl(5)], raw=True))
 add("aten.copy", case(_copy, [Fl(3, 4), Fl(4)], [Fl(2, 5), Fl(2, 1)]))
 add("aten.fill", case(_fill, [Fl(3, 4)], raw=True))

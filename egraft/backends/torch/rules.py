@@ -95,6 +95,12 @@ def _gather(ctx: Emitter, node, x, idx):
     return ctx.call(aten.gather.default, (x, node.attrs["axis"], idx), ctx.dt(x))
 
 
+def _scatter(ctx: Emitter, node, x, idx, upd):  # (temporary functional rule until wt-op's rule lands)
+    if ctx.dt(idx) != "int64":
+        idx = convert(ctx, idx, "int64")
+    return ctx.call(aten.scatter.src, (x, node.attrs["axis"], idx, upd), ctx.dt(x))
+
+
 # --- leaves and movement -------------------------------------------------------------------
 
 
@@ -213,6 +219,7 @@ RULES: dict[str, Callable[..., Any]] = {
     "MaxReduce": _max,
     "Iota": _iota,
     "Gather": _gather,
+    "Scatter": _scatter,
     "Cast": _cast,
     "Input": _input,
     "Constant": _constant,
