@@ -110,6 +110,10 @@ def _gather(ctx, node, x, idx):
     return jnp.take_along_axis(x, idx, axis=node.attrs["axis"], mode="clip")
 
 
+def _scatter(ctx, node, x, idx, upd):  # (temporary functional rule until wt-op's rule lands)
+    return jnp.put_along_axis(x, idx, upd, axis=node.attrs["axis"], inplace=False, mode="clip")
+
+
 # --- leaves and movement -------------------------------------------------------------
 
 def _constant(ctx, node):
@@ -203,6 +207,7 @@ RULES: dict[str, Callable[..., Any]] = {
     "MaxReduce": _max,
     "Iota": _iota,
     "Gather": _gather,
+    "Scatter": _scatter,
     "Cast": _cast,
     "Input": _input,
     "Constant": _constant,
