@@ -65,7 +65,7 @@ def index_ranges(graph: Graph) -> dict[int, int]:
             i = todo.pop()
             for c in consumers[i]:
                 node = graph.nodes[c]
-                if node.op == Op.Gather and len(node.inputs) > 1 and node.inputs[1] == i:
+                if node.op in (Op.Gather, Op.Scatter) and len(node.inputs) > 1 and node.inputs[1] == i:
                     size = graph.nodes[node.inputs[0]].shape[node.attrs["axis"]]
                     n = size if n is None else min(n, size)
                 elif dtypes.is_int(node.dtype) and c not in seen:
@@ -77,11 +77,36 @@ def index_ranges(graph: Graph) -> dict[int, int]:
 
 
 def random_inputs(graph: Graph, seed: int | None = None) -> list[np.ndarray]:
-    """One random array per graph input, in order, drawn from `seed`; gather indices within their table."""
+    """One random array per graph input, in order, drawn from `seed`; gather indices within their table.
+
+    State inputs get random contents like any input (never zeros); an int input that reaches a Scatter's
+    index (a cache position list) is drawn as distinct positions, since a Scatter's writes must not collide.
+    """
     rng = np.random.default_rng(seed)
     bounds = index_ranges(graph)
-    return [random_array(s, d, rng, *((0, bounds[k]) if k in bounds else ()))
-            for k, (s, d) in enumerate(graph.input_types())]
+    scattered = _scatter_positions(graph)
+    out = []
+    for k, (s, d) in enumerate(graph.input_types()):
+        size = int(np.prod(s))
+        if k in scattered and k in bounds and size <= bounds[k]:
+            out.append(rng.permutation(bounds[k])[:size].reshape(s).astype(dtypes.to_numpy(d)))
+        else:
+            out.append(random_array(s, d, rng, *((0, bounds[k]) if k in bounds else ())))
+    return out
+
+
+def _scatter_positions(graph: Graph) -> set[int]:
+    """Input positions whose values reach a Scatter's index operand."""
+    reach: set[int] = set()
+    for n in graph.nodes:
+        if n.op == Op.Scatter:
+            todo = [n.inputs[1]]
+            while todo:
+                i = todo.pop()
+                if i not in reach:
+                    reach.add(i)
+                    todo.extend(graph.nodes[i].inputs)
+    return {k for k, nid in enumerate(graph.input_ids) if nid in reach}
 
 
 def _to_torch(a: np.ndarray, like=None):

@@ -148,3 +148,24 @@ def test_jax_state_is_donated():
     assert k.is_deleted() and out2[0].unsafe_buffer_pointer() == ptr
     want = evaluate(g, [pos, kv, evaluate(g, [pos, kv, k0, np.array(0)])[0], np.array(1)])
     np.testing.assert_array_equal(np.asarray(out2[0]), want[0])
+
+
+def test_search_runs_on_a_state_program_and_validates_its_winner():
+    from egraft.measure.inputs import random_inputs
+    from egraft.measure.validate import validate
+    from egraft.search.config import CompileConfig
+    from egraft.search.pipeline import compile_signature
+
+    rng = np.random.default_rng(fresh_seed())
+    g = egraft.trace(Cache(), (_pos(rng, 16, 3), torch.randn(1, 2, 3, 4)))
+    xs = random_inputs(g, int(rng.integers(1 << 30)))
+    assert len(set(xs[0].tolist())) == 3 and np.abs(xs[2]).sum() > 0  # distinct positions, random state
+    config = CompileConfig.parse({"fitness": "model", "backend": "torch", "cache": False,
+                                  "budget": {"seconds": None, "trials": 3, "population": 2}})
+    done = compile_signature(g, config)
+    exe = done.executable
+    assert validate(exe, g, xs)
+    want = evaluate(g, [x.copy() for x in xs])
+    got = exe(*[x.copy() for x in xs])
+    for w, o in zip(want, got):
+        np.testing.assert_allclose(np.asarray(o), w, rtol=1e-6, atol=1e-6)
