@@ -169,3 +169,31 @@ def test_search_runs_on_a_state_program_and_validates_its_winner():
     got = exe(*[x.copy() for x in xs])
     for w, o in zip(want, got):
         np.testing.assert_allclose(np.asarray(o), w, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_compiled_model_updates_its_buffers_like_eager(backend):
+    rng = np.random.default_rng(fresh_seed())
+    eager, model = Cache(), Cache()
+    init = torch.from_numpy(rng.standard_normal((1, 2, 16, 4)).astype(np.float32))
+    for m in (eager, model):
+        m.k.copy_(init)
+    pos, kv = _pos(rng, 16, 3), torch.randn(1, 2, 3, 4)
+    cm = egraft.compile(model, example_inputs=(pos, kv), backend=backend, fitness="model", cache=False,
+                        budget={"seconds": None, "trials": 2, "population": 2}, progress=False)
+    assert torch.equal(model.k, init)  # compiling (its checks run the model) leaves the buffers as they were
+    ptr = model.k.data_ptr()
+    for _ in range(4):
+        pos, kv = _pos(rng, 16, 3), torch.from_numpy(rng.standard_normal((1, 2, 3, 4)).astype(np.float32))
+        with torch.no_grad():
+            want = eager(pos, kv)
+        got = cm(pos, kv)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(model.k, eager.k, rtol=0, atol=0)
+        assert int(model.n) == int(eager.n)
+    if backend == "torch":
+        assert model.k.data_ptr() == ptr  # written in place
+    model.k = torch.zeros(1, 2, 16, 4, dtype=torch.float64)
+    with pytest.raises(InputError, match=r"state buffer 'k' is \(1, 2, 16, 4\) float64, the compiled program "
+                                         r"expects \(1, 2, 16, 4\) float32"):
+        cm(pos, kv)
