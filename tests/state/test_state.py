@@ -197,3 +197,32 @@ def test_compiled_model_updates_its_buffers_like_eager(backend):
     with pytest.raises(InputError, match=r"state buffer 'k' is \(1, 2, 16, 4\) float64, the compiled program "
                                          r"expects \(1, 2, 16, 4\) float32"):
         cm(pos, kv)
+
+
+class Running(torch.nn.Module):
+    """A running mean buffer rewritten whole (``copy_``), read before and after the write."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("m", torch.zeros(4, 5))
+
+    def forward(self, x):
+        old = self.m * 1
+        self.m.copy_(self.m * 0.9 + x * 0.1)
+        return self.m - old
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton", "jax"])
+def test_whole_state_rewrite_is_written_back_into_the_passed_state(backend):
+    rng = np.random.default_rng(fresh_seed())
+    x = torch.from_numpy(rng.standard_normal((4, 5)).astype(np.float32))
+    g = egraft.trace(Running(), (x,))
+    exe = lower(g, backend, "cpu", {})
+    m0 = rng.standard_normal((4, 5)).astype(np.float32)
+    want = evaluate(g, [x.numpy(), m0.copy()])
+    m = torch.from_numpy(m0.copy())
+    got = exe(x, m)
+    if backend != "jax":
+        assert got[0] is m  # the passed state tensor, updated
+    for w, o in zip(want, got):
+        np.testing.assert_allclose(np.asarray(o), w, rtol=1e-6, atol=1e-6)
