@@ -108,7 +108,7 @@ class CompiledModel(torch.nn.Module):
         lookup decides instead.
         """
         progs = list(self._programs.values())
-        only = progs[0] if len(progs) == 1 and not progs[0].kwarg_order else None
+        only = progs[0] if len(progs) == 1 and not progs[0].kwarg_order and not progs[0].state else None
         self._fast = only.executable.fast_path() if only is not None else None
         if self._fast is not None:
             self._fast_rebuild = functools.partial(rebuild, only.output_tree)

@@ -57,9 +57,39 @@ class Program:
     comparison: dict | None = None  # filled by CompiledModel.measure (egraft.measure.compare_model)
     call: Callable = field(default=None, repr=False)  # flat tensors in -> the model's output structure
 
+    state: tuple = ()  # (buffer name, InputSpec) per state input, in the executable's order
+    model: Any = field(default=None, repr=False)
+
     def __post_init__(self):
         ex, shape = self.executable, functools.partial(rebuild, self.output_tree)
-        self.call = lambda *xs: shape(ex(*xs))
+        if not self.state:
+            self.call = lambda *xs: shape(ex(*xs))
+            return
+        aliases = self.executable.graph.aliases
+        own = [k for k in range(len(self.executable.graph.outputs)) if k not in aliases]
+        pos = {name: k for k, name in aliases.items()}
+
+        def call(*xs):  # the buffers' current values go in; their new values are written back (in place)
+            bufs = [state_buffer(self.model, name, spec) for name, spec in self.state]
+            outs = ex(*xs, *bufs)
+            with torch.no_grad():
+                for (name, _), buf in zip(self.state, bufs):
+                    new = outs[pos[name]]
+                    if new is not buf:
+                        buf.copy_(new)
+            return shape([outs[k] for k in own])
+
+        self.call = call
+
+
+def state_buffer(model: torch.nn.Module, name: str, spec) -> torch.Tensor:
+    """The model's buffer `name`, checked against the compiled program's state `spec` (shape and dtype)."""
+    buf = model.get_buffer(name)
+    if tuple(buf.shape) != tuple(spec.shape) or _TORCH_DTYPES.get(buf.dtype) != spec.dtype:
+        raise InputError(f"state buffer {name!r} is {tuple(buf.shape)} {str(buf.dtype).removeprefix('torch.')}, "
+                         f"the compiled program expects {tuple(spec.shape)} {spec.dtype}; keep the buffer's "
+                         "shape and dtype, or compile the model again")
+    return buf
 
 
 # --- signatures -----------------------------------------------------------------------------------
@@ -160,14 +190,34 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     values = {k: v for k, v in kwargs.items() if k not in tensor_kwargs}
     fresh = like(args, kwargs, config.seed)
     outs: list = []
+    states = graph.signature.state
+    written = [s.source for s in states if s.source is not None]
+    if written:
+        raise InputError(f"{type(model).__name__}.forward writes into its input(s) {written} in place; "
+                         "egraft.compile compiles models that update their own buffers, not their inputs yet: "
+                         "return the new value instead")
+    state = tuple((s.name, s) for s in states)
+    n_user = len(args) + len(kwarg_order)
 
-    def reference(*flat):  # the model in eager PyTorch, on one flat input list
-        out = model(*flat[:len(args)], **dict(zip(kwarg_order, flat[len(args):])), **values)
+    def reference(*flat):  # the model in eager PyTorch, on one flat input list (then the state's values)
+        saved = [model.get_buffer(n).clone() for n, _ in state]
+        with torch.no_grad():
+            for (n, _), v in zip(state, flat[n_user:]):
+                model.get_buffer(n).copy_(v)
+        try:
+            out = model(*flat[:len(args)], **dict(zip(kwarg_order, flat[len(args):n_user])), **values)
+            new = tuple(model.get_buffer(n).clone() for n, _ in state)
+        finally:
+            with torch.no_grad():
+                for (n, _), v in zip(state, saved):
+                    model.get_buffer(n).copy_(v)
         outs.append(out)
-        return out
+        return (new, out) if state else out
 
     status(f"searching and checking ({graph.summary().splitlines()[0]})")
-    sets = [flat_inputs(args, kwargs, kwarg_order), flat_inputs(*fresh, kwarg_order)]
+    bufs = [model.get_buffer(n).detach().clone() for n, _ in state]
+    sets = [flat_inputs(args, kwargs, kwarg_order) + bufs,
+            flat_inputs(*fresh, kwarg_order) + list(like(tuple(bufs), None, config.seed + 1)[0])]
     done = compile_signature(graph, config, reference=reference, check_sets=sets,
                              label=f"{type(model).__name__} for {name}", against="eager PyTorch")
     if not outs:  # not checked (validate=False): one eager call for the output structure
@@ -182,7 +232,7 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
         raise InputError(f"{type(model).__name__} for {name}: the traced program's inputs "
                          f"{graph.signature.key()} do not match the call's {key}; pass these tensors positionally")
     return Program(name, key, done.executable, done.result, graph.input_names(), kwarg_order, describe(outs[0]),
-                   fresh, traced, {"trace": round(traced_s, 4), **done.stages}, done.check)
+                   fresh, traced, {"trace": round(traced_s, 4), **done.stages}, done.check, state=state, model=model)
 
 
 def _kwarg_order(sources: list[str | None], tensor_kwargs: tuple[str, ...]) -> tuple[str, ...]:

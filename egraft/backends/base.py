@@ -126,6 +126,27 @@ class Executable:
 
     Returns a list of outputs of the same kind as the inputs.  Subclasses
     implement ``run_numpy`` (and may override ``run_torch`` to avoid copies).
+
+    State (inputs of role ``state``, ``graph.state_ids``).  A state input is
+    passed like an input, after the model's own inputs (``graph.input_ids``
+    order), holding the state's current value; the output aliased to it
+    (``graph.aliases``: output index -> state name) is its new value.  After
+    a call the caller uses the returned value as the state and never the
+    value it passed:
+
+    * torch (and Triton): the returned tensor is the state tensor that was
+      passed (the same object, on the CPU the same memory for a numpy array),
+      updated in place; no state-sized buffer is allocated for the update;
+    * JAX: the state argument is donated to the compiled call
+      (``jax.jit(..., donate_argnums=<state positions>)``): a jax array passed
+      as state is deleted by the call, and the returned jax array (kept a jax
+      array, never converted to numpy) is the new state to pass next time;
+      a numpy array or torch tensor passed as state is copied in and left
+      unchanged.
+
+    Writing in place is each backend's own decision, taken only where the
+    graph reads nothing of the old value after the write; otherwise the new
+    value is computed functionally (correct, but it allocates).
     """
 
     graph: Graph

@@ -69,7 +69,9 @@ def plan(graph: Graph) -> FoldPlan:
     targets.sort()
     names = tuple(f"{FOLDED_PREFIX}{k}" for k in range(len(targets)))
     # the fold graph: the original nodes, outputs = targets, no model inputs
-    fold_nodes = list(graph.nodes)
+    # (a state input is a plain input there: the fold graph never reads it, and has no state to update)
+    fold_nodes = [Node(n.op, n.inputs, Attrs({**n.attrs.as_dict(), "role": "input"}), n.shape, n.dtype)
+                  if n.op == Op.Input and n.attrs["role"] == "state" else n for n in graph.nodes]
     fold = Graph(fold_nodes, targets, [i for i in graph.input_ids], graph.weights).pruned()
     # the main graph: replace each target by a new weight input
     name_of = dict(zip(targets, names))
@@ -81,7 +83,7 @@ def plan(graph: Graph) -> FoldPlan:
         else:
             nodes.append(Node(n.op, tuple(remap[j] for j in n.inputs), n.attrs, n.shape, n.dtype))
         remap[i] = len(nodes) - 1
-    main = Graph(nodes, [remap[o] for o in graph.outputs], [remap[i] for i in graph.input_ids], graph.weights).pruned()
+    main = graph.rebuilt(nodes, [remap[o] for o in graph.outputs], [remap[i] for i in graph.input_ids]).pruned()
     return FoldPlan(main, fold, names)
 
 

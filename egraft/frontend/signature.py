@@ -16,9 +16,10 @@
   into the graph).
 
 Outputs are the exported outputs with a tensor value, in export order (the
-state updates first, then the model's own outputs).  :func:`require_pure`
-is the single place egraft refuses a program that updates state; the tracer
-and the Dynamo backend both call it.
+state updates first, then the model's own outputs).  The tracer lowers
+state as ``Input`` nodes of role ``state``; :func:`require_pure` is the one
+refusal for a caller that cannot hand state back yet (the ``torch.compile``
+backend, whose Dynamo graphs egraft does not write back into).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ def input_specs(ep: torch.export.ExportedProgram) -> tuple[Signature, dict[str, 
     from torch.export.graph_signature import InputKind, OutputKind
 
     gs = ep.graph_signature
-    mutated = {s.target: k for k, s in enumerate(gs.output_specs)
-               if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)}
+    # a buffer's FQN and a user input's placeholder name may coincide (buffer "k", input "k"): kept apart
+    mutated_buffers = {s.target for s in gs.output_specs if s.kind == OutputKind.BUFFER_MUTATION}
+    mutated_inputs = {s.target for s in gs.output_specs if s.kind == OutputKind.USER_INPUT_MUTATION}
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     user_names = _user_names(ep)
     taken = {s.target for s in gs.input_specs if s.kind in (InputKind.PARAMETER, InputKind.BUFFER)}
@@ -51,7 +53,7 @@ def input_specs(ep: torch.export.ExportedProgram) -> tuple[Signature, dict[str, 
         kind = spec.kind
         val = node.meta.get("val")
         if kind in (InputKind.PARAMETER, InputKind.BUFFER):
-            role = "state" if spec.target in mutated else "weight"
+            role = "state" if spec.target in mutated_buffers else "weight"
             s = InputSpec(spec.target, role, tuple(int(n) for n in val.shape), _dtype(val, f"weight {spec.target!r}"))
             bound.append(s)
         elif kind == InputKind.CONSTANT_TENSOR:
@@ -65,7 +67,7 @@ def input_specs(ep: torch.export.ExportedProgram) -> tuple[Signature, dict[str, 
             while name in taken:
                 name = name + "_"
             taken.add(name)
-            role = "state" if node.name in mutated else "input"
+            role = "state" if node.name in mutated_inputs else "input"
             s = InputSpec(name, role, tuple(int(n) for n in val.shape), _dtype(val, f"input {source!r}"), source)
             calls.append(s)
         else:
@@ -112,14 +114,18 @@ def _user_names(ep) -> list[str]:
 
 
 def require_pure(sig: Signature) -> None:
-    """UnsupportedOpError naming each in-place update when the program writes state (egraft compiles pure ones)."""
+    """UnsupportedOpError naming each in-place update, for a caller that cannot write state back.
+
+    ``egraft.trace`` and ``egraft.compile`` take state (role ``state``); the
+    ``torch.compile`` backend does not yet, and calls this.
+    """
     if not sig.aliases:
         return
     what = ", ".join(f"{'input' if sig[name].source is not None else 'buffer'} '{name}'" for _, name in sig.aliases)
     raise UnsupportedOpError(
-        f"in-place update of {what}", None,
-        "the forward pass mutates state (e.g. a buffer or a KV cache); egraft compiles pure functions. "
-        "Call model.eval(), pass use_cache=False, or return the new state as an output instead")
+        f"in-place update of {what} inside a torch.compile graph", None,
+        "the torch.compile backend does not write state back yet (PyTorch runs this graph); "
+        "egraft.compile(model) compiles models that update buffers or inputs in place")
 
 
 __all__ = ["input_specs", "program_signature", "require_pure"]

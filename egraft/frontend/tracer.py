@@ -24,9 +24,13 @@ Graph conventions (what :func:`trace` returns):
   positional args first, then tensor kwargs; ``graph.signature`` records for
   each the user's own name (``InputSpec.source``: the keyword a kwarg was
   passed by), as :mod:`egraft.frontend.signature` reads it from the export;
-* a forward pass that updates a buffer or an input in place is refused with
-  :class:`~egraft.errors.UnsupportedOpError` naming the update
-  (:func:`~egraft.frontend.signature.require_pure`);
+* a buffer or an input the forward pass updates in place (torch.export's
+  ``BUFFER_MUTATION`` / ``USER_INPUT_MUTATION``) is an ``Input`` of role
+  ``state`` (a buffer named by its FQN, with no source; an input with its
+  source), passed on every call after the model's own inputs, never bound
+  or folded; the output carrying its new value is aliased to it
+  (``graph.aliases``).  The state updates are the first outputs, in export
+  order, then the model's own;
 * outputs are the model's outputs flattened in pytree order: a tuple, list or
   dict (including Hugging Face ``ModelOutput``) of tensors becomes that many
   graph outputs, nested containers flattened depth-first; ``None`` entries
@@ -51,7 +55,7 @@ from ..ir.builder import GraphBuilder, Tensor
 from ..ir.graph import Graph
 from ..ir.tensors import ir_dtypes, to_numpy, torch_dtype
 from .lowering import UNSUPPORTED_HINTS, Ctx, Missing, lookup, op_name
-from .signature import input_specs, require_pure
+from .signature import input_specs
 
 aten = torch.ops.aten
 
@@ -177,12 +181,12 @@ def lower_program(ep: torch.export.ExportedProgram) -> Graph:
     """Lower an exported (and decomposed) program to an IR graph, one ATen node at a time.
 
     The graph's signature is :func:`~egraft.frontend.signature.program_signature`'s (the input names and
-    the user's own names for them); a program that updates state is refused first (``require_pure``).
+    the user's own names for them, the state inputs and their aliases).
     """
     from torch.export.graph_signature import InputKind, OutputKind
 
     sig, specs = input_specs(ep)
-    require_pure(sig)
+    mutated = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
     b = GraphBuilder()
     gs = ep.graph_signature
     env: dict[torch.fx.Node, Any] = {}
@@ -191,14 +195,17 @@ def lower_program(ep: torch.export.ExportedProgram) -> Graph:
         raise IRError("exported program has a different number of placeholders and input specs")
     for node, spec in zip(placeholders, gs.input_specs):
         kind = spec.kind
-        if kind in (InputKind.PARAMETER, InputKind.BUFFER):
+        if kind == InputKind.BUFFER and sig[spec.target].role == "state":
+            s = sig[spec.target]
+            env[node] = b.input(s.name, s.shape, s.dtype, role="state")
+        elif kind in (InputKind.PARAMETER, InputKind.BUFFER):
             value = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
             env[node] = b.weight(spec.target, _weight_array(value, spec.target))
         elif kind == InputKind.CONSTANT_TENSOR:
             env[node] = b.tensor_constant(_weight_array(ep.constants[spec.target], spec.target))
         elif node.name in specs:  # a tensor the caller passes
             s = specs[node.name]
-            env[node] = b.input(s.name, s.shape, s.dtype)
+            env[node] = b.input(s.name, s.shape, s.dtype, role=s.role)
         else:  # a python constant kwarg: baked in by export
             env[node] = getattr(spec.arg, "value", None)
     for node in ep.graph.nodes:
@@ -206,10 +213,14 @@ def lower_program(ep: torch.export.ExportedProgram) -> Graph:
             env[node] = _lower_node(b, node, env)
         elif node.op == "output":
             outs = node.args[0]
-    outputs = []
+    outputs, aliases = [], {}
     for spec, out in zip(gs.output_specs, outs):
-        if spec.kind != OutputKind.USER_OUTPUT:  # pragma: no cover - require_pure refused these
-            raise IRError(f"exported output of kind {spec.kind.name} after the state check")
+        if spec.kind in mutated:
+            target = spec.target if spec.kind == OutputKind.BUFFER_MUTATION else specs[spec.target].name
+            aliases[len(outputs)] = target
+        elif spec.kind != OutputKind.USER_OUTPUT:
+            raise UnsupportedOpError(f"exported output of kind {spec.kind.name}", None,
+                                     "egraft compiles model outputs and in-place updates of buffers and inputs")
         if out is None:
             continue  # a None output (torch.export keeps some): dropped, as the module docstring says
         value = env.get(out) if isinstance(out, torch.fx.Node) else out
@@ -218,8 +229,8 @@ def lower_program(ep: torch.export.ExportedProgram) -> Graph:
         if not isinstance(value, Tensor):
             raise InputError(f"model output {len(outputs)} is {value!r}, not a tensor; egraft graphs return tensors")
         outputs.append(value)
-    graph = b.build(outputs)
-    return graph.with_interface(sources={s.name: s.source for s in sig.call_inputs})
+    sources = {s.name: s.source for s in sig.run_inputs if s.source is not None}
+    return b.build(outputs, aliases=aliases, sources=sources)
 
 
 def _map_args(node: torch.fx.Node, env) -> tuple[list, dict]:

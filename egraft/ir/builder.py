@@ -14,7 +14,7 @@ where the composition is strided, and shares identical nodes (CSE).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -43,6 +43,7 @@ class GraphBuilder:
         self._cse: dict[tuple, int] = {}
         self.weights: dict[str, np.ndarray] = {}
         self.input_order: list[int] = []
+        self.state_order: list[int] = []
 
     # -- node creation -----------------------------------------------------------
     def add(self, op: str, inputs: Sequence[Tensor] = (), **attrs: Any) -> Tensor:
@@ -61,6 +62,8 @@ class GraphBuilder:
         t = self.add("Input", (), name=name, shape=tuple(int(s) for s in shape), dtype=dtypes.check(dtype), role=role)
         if role == "input":
             self.input_order.append(t.id)
+        elif role == "state":
+            self.state_order.append(t.id)
         if value is not None:
             self.weights[name] = np.asarray(value)
         return t
@@ -103,8 +106,11 @@ class GraphBuilder:
                 return self.view(Tensor(self, node.inputs[0]), *composed)
         return self.add("View", (x,), shape=shape, strides=strides, offset=int(offset))
 
-    def build(self, outputs: Sequence[Tensor]) -> Graph:
-        g = Graph(self.nodes, [t.id for t in outputs], self.input_order, self.weights)
+    def build(self, outputs: Sequence[Tensor], aliases: Mapping[int, str] | None = None,
+              sources: Mapping[str, str] | None = None) -> Graph:
+        """The graph returning `outputs`; `aliases`: output index -> the state input it holds the new value of."""
+        g = Graph(self.nodes, [t.id for t in outputs], self.input_order + self.state_order, self.weights,
+                  aliases=aliases, sources=sources)
         return g.pruned()
 
     # -- helpers used by Tensor ----------------------------------------------------

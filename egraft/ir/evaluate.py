@@ -36,24 +36,30 @@ def _dtype_ok(got: np.dtype, want: str, oracle: bool) -> bool:
 
 
 def check_inputs(graph: Graph, inputs: Sequence[Any], oracle: bool = False) -> list[np.ndarray]:
-    """Convert the call inputs and check them against ``graph.signature`` (count, then each shape and dtype)."""
-    specs = graph.signature.call_inputs
+    """Convert the call inputs and check them against ``graph.signature`` (count, then each shape and dtype).
+
+    The inputs are the signature's ``run_inputs``: the model's own inputs, then each state's current value.
+    """
+    specs = graph.signature.run_inputs
     if len(inputs) != len(specs):
+        state = [s.name for s in specs if s.role == "state"]
         raise InputError(
             f"the graph takes {len(specs)} input(s) ({', '.join(s.name for s in specs)}), got {len(inputs)}; "
             "pass the model's own inputs in the model's order (weights are bound)"
+            + (f", then the current value of each state ({', '.join(state)})" if state else "")
         )
     out = []
     for spec, x in zip(specs, inputs):
         name, dt = spec.name, spec.dtype
-        arr = to_numpy(x, f"input {name!r}")
+        what = "state" if spec.role == "state" else "input"
+        arr = to_numpy(x, f"{what} {name!r}")
         if not shape_accepts(spec.shape, arr.shape):
-            raise InputError(f"input {name!r} has shape {shape_str(arr.shape)}, the graph expects "
+            raise InputError(f"{what} {name!r} has shape {shape_str(arr.shape)}, the graph expects "
                              f"{shape_str(spec.shape)} (a {dt} tensor)")
         got = arr.dtype
         if not _dtype_ok(got, dt, oracle):
             raise InputError(
-                f"input {name!r} has dtype {got}, the graph expects {dt} (shape {shape_str(spec.shape)}); convert it "
+                f"{what} {name!r} has dtype {got}, the graph expects {dt} (shape {shape_str(spec.shape)}); convert it "
                 f"(e.g. x.astype('{dt}') or tensor.to(torch.{dt}))"
             )
         out.append(arr)
@@ -66,7 +72,7 @@ def evaluate(
     dtype=None,
     weights: Mapping[str, Any] | None = None,
 ) -> list[np.ndarray]:
-    """Run `graph` on `inputs` (the model's own inputs, in order); returns the outputs.
+    """Run `graph` on `inputs` (the model's own inputs, in order, then each state's current value); returns the outputs.
 
     `weights` overrides bound weight values by name.  `dtype=np.float64`
     selects the float64 oracle mode.

@@ -11,7 +11,14 @@ from the graph's own ``Input`` nodes (call inputs in ``input_ids`` order,
 then the weights, by name) and its output types, so it cannot disagree
 with them; the two things a graph cannot derive are carried explicitly:
 ``sources`` (input name -> the user's own name for it, from the tracer) and
-``aliases`` (output index -> the state input it overwrites).  A rebuild of a
+``aliases`` (output index -> the state input it overwrites).
+
+Inputs of role ``state`` (a buffer or input the program updates) are call
+inputs like role ``input`` ones: ``input_ids`` lists the ``input`` nodes,
+then the ``state`` nodes, which is the order a call passes them in (the
+caller passes each state's current value).  Each state input is aliased by
+exactly one output, of its shape and dtype, which holds its new value.  A
+state is never a weight: it is never bound, folded or treated as constant.  A rebuild of a
 graph passes them on (``with_weights``, ``pruned``, :meth:`Graph.rebuilt`,
 extraction and ``ir.serialize``).
 """
@@ -29,7 +36,7 @@ import numpy as np
 from ..errors import IRError
 from . import dtypes
 from .op_groups import Op, get_op
-from .signature import InputSpec, OutputSpec, Signature
+from .signature import ROLES, InputSpec, OutputSpec, Signature
 
 
 class Attrs(tuple):
@@ -168,18 +175,20 @@ class Graph:
                 name = n.attrs["name"]
                 if name in names:
                     raise IRError(f"two inputs are named {name!r}")
-                if n.attrs["role"] not in ("input", "weight"):
-                    raise IRError(f"input {name!r} has role {n.attrs['role']!r}; use 'input' or 'weight' "
-                                  "(egraft does not compile programs that update state in place yet)")
+                if n.attrs["role"] not in ROLES:
+                    raise IRError(f"input {name!r} has role {n.attrs['role']!r}; the roles are {', '.join(ROLES)}")
                 names[name] = i
         for o in outputs:
             if not 0 <= o < len(nodes):
                 raise IRError(f"output id {o} does not name a node")
         role_inputs = [i for i, n in enumerate(nodes) if n.op == Op.Input and n.attrs["role"] == "input"]
+        role_state = [i for i, n in enumerate(nodes) if n.op == Op.Input and n.attrs["role"] == "state"]
         if input_ids is None:
-            input_ids = role_inputs
-        if sorted(input_ids) != sorted(role_inputs):
-            raise IRError("input_ids must list every node with role 'input' exactly once")
+            input_ids = role_inputs + role_state
+        input_ids = [int(i) for i in input_ids]
+        if sorted(input_ids[:len(role_inputs)]) != role_inputs or sorted(input_ids[len(role_inputs):]) != role_state:
+            raise IRError("input_ids must list every node with role 'input' exactly once, then every node with "
+                          "role 'state' (the order a call passes them in)")
         init = object.__setattr__  # a Graph is immutable once built (see __setattr__)
         init(self, "nodes", nodes)
         init(self, "outputs", tuple(outputs))
@@ -213,8 +222,13 @@ class Graph:
         init(self, "aliases", MappingProxyType({int(k): str(v) for k, v in (aliases or {}).items()}))
         if any(not isinstance(v, str) or not v for v in sources.values()):
             raise IRError(f"sources must map input names to non-empty names, got {sources}")
-        if self.aliases:
+        states = self.state_names()
+        if self.aliases or states:
             self.signature  # an alias is checked against the inputs and outputs now, not at first use
+            unaliased = sorted(set(states) - set(self.aliases.values()))
+            if unaliased:
+                raise IRError(f"state input(s) {unaliased} have no output carrying their new value; alias one "
+                              "output to each state input (aliases={output index: state name})")
 
     def __setattr__(self, name, value):
         raise AttributeError(f"an egraft Graph is immutable (tried to set {name!r}); build a new Graph instead")
@@ -225,6 +239,14 @@ class Graph:
 
     def input_names(self) -> list[str]:
         return [self.nodes[i].attrs["name"] for i in self.input_ids]
+
+    @property
+    def state_ids(self) -> tuple[int, ...]:
+        """The ``state`` inputs (a suffix of ``input_ids``): passed on every call, their new value an output."""
+        return tuple(i for i in self.input_ids if self.nodes[i].attrs["role"] == "state")
+
+    def state_names(self) -> list[str]:
+        return [self.nodes[i].attrs["name"] for i in self.state_ids]
 
     def weight_names(self) -> list[str]:
         return [self.nodes[i].attrs["name"] for i in self.weight_ids]
@@ -329,6 +351,8 @@ class Graph:
             h = hashlib.sha256()
             h.update(b"in:" + "|".join(hs[i] for i in self.input_ids).encode())
             h.update(b"out:" + "|".join(hs[o] for o in self.outputs).encode())
+            if self.aliases:  # which output overwrites which state changes what a call does
+                h.update(b"alias:" + repr(sorted(self.aliases.items())).encode())
             object.__setattr__(self, "_hash", h.hexdigest())
         return self._hash
 
@@ -358,8 +382,9 @@ class Graph:
                        aliases: Mapping[int, str] | None = None) -> "Graph":
         """This graph with other sources and aliases (the nodes are the same, so they are not checked again)."""
         g = object.__new__(Graph)
-        for slot in ("nodes", "outputs", "input_ids", "weight_ids", "weights", "_hash"):
+        for slot in ("nodes", "outputs", "input_ids", "weight_ids", "weights"):
             object.__setattr__(g, slot, getattr(self, slot))
+        object.__setattr__(g, "_hash", None)  # the aliases are part of the hash
         g._set_interface(sources, aliases)
         return g
 

@@ -185,6 +185,7 @@ class Signature:
     aliases: tuple[tuple[int, str], ...] = ()
     _by_name: Mapping[str, InputSpec] = field(default=None, init=False, repr=False, compare=False, hash=False)
     _calls: tuple = field(default=(), init=False, repr=False, compare=False, hash=False)
+    _runs: tuple = field(default=(), init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
         ins = tuple(self.inputs)
@@ -223,6 +224,7 @@ class Signature:
         object.__setattr__(self, "aliases", aliases)
         object.__setattr__(self, "_by_name", by_name)
         object.__setattr__(self, "_calls", tuple(s for s in ins if s.role == "input"))  # read on every call
+        object.__setattr__(self, "_runs", tuple(s for s in ins if s.role != "weight"))
 
     # -- lookup -----------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> InputSpec:
@@ -240,6 +242,15 @@ class Signature:
     def call_inputs(self) -> tuple[InputSpec, ...]:
         """What a caller passes on every call (role ``input``), in the program's order."""
         return self._calls
+
+    @property
+    def run_inputs(self) -> tuple[InputSpec, ...]:
+        """What an executable takes on every call: the call inputs, then the state (its current value)."""
+        return self._runs
+
+    @property
+    def state(self) -> tuple[InputSpec, ...]:
+        return tuple(s for s in self._runs if s.role == "state")
 
     def alias_map(self) -> dict[int, str]:
         return dict(self.aliases)

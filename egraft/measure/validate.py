@@ -73,8 +73,11 @@ def validate(candidate: Callable, graph: Graph, inputs: Sequence | None = None, 
         inputs = random_inputs(graph, seed)
     inputs = [np.asarray(x) if not hasattr(x, "detach") else x for x in inputs]
     want = reference(graph, [as_numpy(x) for x in inputs])
+    # a state input is updated in place by the call (backends.base.Executable): the candidate gets its own copy
+    states = set(range(len(graph.input_ids) - len(graph.state_ids), len(graph.input_ids)))
     try:
-        got = candidate(*inputs)
+        got = candidate(*[(x.clone() if hasattr(x, "detach") else np.array(x, copy=True)) if k in states else x
+                          for k, x in enumerate(inputs)])
         if not isinstance(got, (list, tuple)):
             got = [got]
         c = compare(graph, list(got), want)

@@ -110,7 +110,8 @@ def block_graph(graph: Graph, outputs: list[int], entry: int | None) -> Block:
                 if v == entry:
                     name, role = "__in__", "input"
                 else:
-                    name, role = f"__i{len(names)}", n.attrs["role"]
+                    # a state is a plain input of a block (its update is the whole program's business)
+                    name, role = f"__i{len(names)}", "weight" if n.attrs["role"] == "weight" else "input"
                 names[name] = n.attrs["name"] if v != entry else ""
                 attrs = Attrs({"name": name, "shape": n.shape, "dtype": n.dtype, "role": role})
                 ids[v] = len(nodes)

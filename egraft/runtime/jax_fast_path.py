@@ -124,15 +124,19 @@ def fast_call(runner):
     on_cpu = dev.platform == "cpu"
     prefix = runner.prefix
     compiled, x64 = runner.compiled, runner.x64
-    plan = layout(runner) if on_cpu and np_dts is not None else None  # None: torch takes the checking path
+    # None: torch takes the checking path (state included: its new value goes back to the caller's tensor there)
+    plan = layout(runner) if on_cpu and np_dts is not None and not runner.state_outputs else None
     asarray, array, ndarray = np.asarray, np.array, np.ndarray
     tensor = tensor_numpy = from_numpy = tsig = bf16 = tconvs = None
     plain_torch = False
 
-    plain_np = not any(c is not None for c in casts)  # every output already in its graph dtype
+    # every output already in its graph dtype, and none a state's new value (which stays a jax array)
+    states = runner.state_outputs
+    plain_np = not any(c is not None for c in casts) and not states
 
     def np_out(outs):
-        return [asarray(o) if c is None else asarray(o).astype(c) for o, c in zip(outs, casts)]
+        return [o if k in states and c is None else asarray(o) if c is None else asarray(o).astype(c)
+                for k, (o, c) in enumerate(zip(outs, casts))]
 
     def first(*args):  # the first call makes the C++ fast call; later calls go straight to it
         nonlocal call
@@ -168,7 +172,7 @@ def fast_call(runner):
 
     def fast(xs):
         cls = xs[0].__class__ if xs else ndarray
-        if cls is ndarray:
+        if cls is ndarray or (states and isinstance(xs[0], jax.Array)):  # (a state passed as a jax array)
             try:
                 if tuple(map(_DTYPE, xs)) != np_dts:  # (JAX would cast a float64 array to float32)
                     return None

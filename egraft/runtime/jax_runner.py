@@ -72,8 +72,11 @@ class JaxRunner:
     """One compiled JAX program and its call path (see the module docstring)."""
 
     def __init__(self, compiled, weights: tuple, inputs, program_dtypes, out_dtypes, dev, x64: bool,
-                 weights_as_arguments: bool = True):
-        """`inputs`: (name, shape, IR dtype) per input; `program_dtypes`: the numpy dtype the program takes each in."""
+                 weights_as_arguments: bool = True, state_outputs: tuple = ()):
+        """`inputs`: (name, shape, IR dtype) per input; `program_dtypes`: the numpy dtype the program takes each in;
+        `state_outputs`: the outputs that hold a state's new value (returned as jax arrays: the compiled
+        call donates the state inputs, see ``backends.base.Executable``)."""
+        self.state_outputs = frozenset(state_outputs)
         self.compiled = compiled
         self.weights = tuple(weights)
         self.prefix = (self.weights,) if weights_as_arguments else ()  # what precedes the inputs in a call
@@ -98,6 +101,9 @@ class JaxRunner:
     def run_numpy(self, xs) -> list[np.ndarray]:
         args = []
         for name, a, narrow, p in zip(self.names, xs, self.narrow, self.program_dtypes):
+            if isinstance(a, jax.Array) and a.dtype == p:  # a state kept on the device between calls
+                args.append(a)
+                continue
             a = np.asarray(a)
             if narrow:  # int64 held as int32
                 if a.size and (int(a.min()) < INT32_MIN or int(a.max()) > INT32_MAX):
@@ -106,7 +112,10 @@ class JaxRunner:
             args.append(a if self.on_cpu else jax.device_put(a, self.dev))  # on the CPU XLA takes numpy directly
         outs = self.call(args)
         res = []
-        for o, want in zip(outs, self.out_np):
+        for k, (o, want) in enumerate(zip(outs, self.out_np)):
+            if k in self.state_outputs and o.dtype == want:  # the new state stays a jax array
+                res.append(o)
+                continue
             a = np.asarray(o)
             res.append(a if a.dtype == want else a.astype(want))
         return res

@@ -14,7 +14,8 @@ A call (``run_torch`` on checked tensors, ``run_numpy`` on checked arrays)
 moves the inputs to the device, allocates each kernel's output with
 ``torch.empty`` and launches the kernels in order; an output that is an
 input or a constant is cloned, so no output aliases the caller's memory or
-the runner's.  On ``cuda`` the kernels are compiled by Triton's JIT on first
+the runner's, except a state's new value: it is written into the state
+tensor the caller passed, after the last kernel, and that tensor is returned.  On ``cuda`` the kernels are compiled by Triton's JIT on first
 launch; on ``cpu`` they run in Triton's interpreter, which runs one program
 at a time on shared numpy state, so calls are serialised there.
 """
@@ -31,10 +32,13 @@ from ..ir.tensors import to_numpy, to_torch, torch_module
 class TritonRunner:
     """Kernels, their launch plan and the device-resident buffers (see the module docstring)."""
 
-    def __init__(self, launches: list, fixed: dict, inputs: list, outputs: list, copied, dev):
+    def __init__(self, launches: list, fixed: dict, inputs: list, outputs: list, copied, dev, states=None):
         """`launches`: per kernel (fn, reads, writes, shape, torch dtype, grid, constexprs, warps, stages);
         `fixed`: buffer id -> tensor on `dev`; `inputs`: the buffer id each model input fills, in order;
-        `outputs`: the output buffer ids; `copied`: the output ids handed out as clones."""
+        `outputs`: the output buffer ids; `copied`: the output ids handed out as clones; `states`: output
+        index -> the input position of the state it is the new value of (``backends.base.Executable``:
+        the new value is written into the state tensor passed, which is returned)."""
+        self.states = dict(states or {})
         self.launches = list(launches)
         self.fixed = dict(fixed)
         self.inputs = list(inputs)
@@ -46,6 +50,7 @@ class TritonRunner:
 
     def _launch_all(self, xs: list) -> list:
         torch = torch_module()
+        passed = xs
         bufs = dict(self.fixed)
         for nid, x in zip(self.inputs, xs):
             bufs[nid] = x.contiguous()
@@ -56,7 +61,13 @@ class TritonRunner:
                 if out.numel():
                     fn[grid](*[bufs[i] for i in reads], out, **constexprs, num_warps=warps, num_stages=stages)
                     self.launched += 1
-        return [bufs[o].clone() if o in self.copied else bufs[o] for o in self.outputs]
+        outs = [bufs[o].clone() if o in self.copied else bufs[o] for o in self.outputs]
+        for k, pos in self.states.items():  # after every kernel: nothing reads the old value any more
+            state = passed[pos]
+            if outs[k] is not state:
+                state.copy_(outs[k])
+                outs[k] = state
+        return outs
 
     def run_torch(self, xs: list) -> list:
         """torch in, torch out on the first input's device."""

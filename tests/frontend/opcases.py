@@ -22,12 +22,17 @@ import torch.nn.functional as F
 @dataclass(frozen=True)
 class Spec:
     shape: tuple
-    kind: str = "normal"  # normal | positive | int | bool | uniform
+    kind: str = "normal"  # normal | positive | int | distinct | bool | uniform
     lo: float = -8
     hi: float = 9
     dtype: str | None = None  # fixed dtype (ints, bools); None = the case's float dtype
 
     def make(self, rng: torch.Generator, float_dtype: torch.dtype) -> torch.Tensor:
+        if self.kind == "distinct":  # distinct indices into a dim of size hi, each written as i or i - hi
+            n = int(self.hi)
+            idx = torch.randperm(n, generator=rng)[:self.shape[0]]
+            neg = (torch.rand(idx.shape, generator=rng) < 0.5) & bool(self.lo)
+            return torch.where(neg, idx - n, idx).to(getattr(torch, self.dtype or "int64"))
         if self.kind == "int":
             return torch.randint(int(self.lo), int(self.hi), self.shape, generator=rng, dtype=getattr(torch, self.dtype or "int64"))
         if self.kind == "bool":
@@ -54,6 +59,11 @@ def Pos(*shape):
 
 def Int(*shape, lo=-8, hi=9, dtype="int64"):
     return Spec(tuple(shape), "int", lo, hi, dtype)
+
+
+def Distinct(k, n, negative=True, dtype="int64"):
+    """k distinct indices into a dim of size n (with `negative`, about half written as i - n): a position list."""
+    return Spec((k,), "distinct", 1 if negative else 0, n, dtype)
 
 
 def Bool(*shape):
@@ -333,11 +343,30 @@ def _index_put_acc(x, i, j, v):
     return x.index_put((i, j), v, accumulate=True)
 
 
-add("aten.slice_scatter", case(_slice_set, [Fl(3, 5), Fl(3, 2)]))
+add("aten.slice_scatter", case(_slice_set, [Fl(3, 5), Fl(3, 2)]),
+    case(lambda x, y: (torch.slice_scatter(x, y, 0, 1, 6, 2), torch.slice_scatter(x, y[:1], 0, -2, None, 5),
+                       torch.slice_scatter(x, x * 2, 1)), [Fl(7, 3), Fl(3, 3)], raw=True))
 add("aten.select_scatter", case(_select_set, [Fl(3, 5), Fl(5)], raw=True))
 add("aten.copy", case(_copy, [Fl(3, 4), Fl(4)], [Fl(2, 5), Fl(2, 1)]))
 add("aten.fill", case(_fill, [Fl(3, 4)], raw=True))
-add("aten.index_put", case(_index_put, [Fl(5, 3), Int(4, lo=-5, hi=5), Fl(3)]),
+def _index_put_dim(x, i, v, w):
+    x = x.clone()
+    x[:, :, i] = v  # a KV cache write: positions along dim 2
+    x[:, :, i[:2]] = w[:, :, :2, :1]  # values broadcast along the last dim
+    return x
+
+
+def _index_put_rows(x, i, j, v):
+    x = x.clone()
+    x[i, 2:4] = v  # one index tensor and a slice
+    x[j] = 0.5  # a scalar value
+    return x
+
+
+# duplicate indices without accumulate are undefined in torch (and refused by the reference's Scatter)
+add("aten.index_put", case(_index_put, [Fl(5, 3), Distinct(4, 5), Fl(3)]),
+    case(_index_put_dim, [Fl(2, 3, 6, 4), Distinct(3, 6), Fl(2, 3, 3, 4), Fl(2, 3, 6, 4)]),
+    case(_index_put_rows, [Fl(6, 5), Distinct(3, 6), Distinct(2, 6), Fl(3, 2)]),
     case(_index_put_acc, [Fl(4, 5), Int(6, lo=0, hi=4), Int(6, lo=0, hi=5), Fl(6)]))
 
 
@@ -357,7 +386,9 @@ add("aten.scatter_reduce", case(lambda x, i, s: tuple(x.scatter_reduce(1, i, s, 
                                 [Fl(4, 6), Int(4, 3, lo=0, hi=4), Fl(4, 5)]))
 add("aten.index_add", case(lambda x, i, s: (x.index_add(0, i, s), x.index_add(1, i[:2], s[:5, :2], alpha=2)),
                            [Fl(5, 4), Int(6, lo=0, hi=4), Fl(6, 4)], raw=True))
-add("aten.index_copy", case(lambda x, s: x.index_copy(0, torch.tensor([3, 0, 1]), s), [Fl(5, 4), Fl(3, 4)], raw=True))
+add("aten.index_copy", case(lambda x, s: x.index_copy(0, torch.tensor([3, 0, 1]), s), [Fl(5, 4), Fl(3, 4)], raw=True),
+    case(lambda x, i, s: (x.index_copy(2, i, s), x.index_copy(-2, i[:1], s[:, :, 1:2] * 2)),
+         [Fl(2, 3, 6, 4), Distinct(3, 6, negative=False), Fl(2, 3, 3, 4)], raw=True))
 add("aten.index_fill", case(lambda x, i: (x.index_fill(1, i, -1.0), x.index_fill(0, i[:2], 2.0)), [Fl(4, 5), Int(3, lo=0, hi=4)],
                             raw=True))
 add("aten.embedding", case(lambda w, i: (F.embedding(i, w), F.embedding(i[0], w)), [Fl(10, 4), Int(2, 3, lo=0, hi=10)], half=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -67,11 +68,18 @@ def test_training_batch_norm_says_call_eval():
         egraft.trace(bn, (torch.randn(4, 3),))
 
 
-def test_buffer_mutation_is_refused():
+def test_buffer_mutation_is_traced_as_state_and_checked_against_eager():
     from state_models import Counter
 
-    with pytest.raises(UnsupportedOpError, match="in-place update of buffer 'n'"):
-        egraft.trace(Counter(), (torch.randn(3),))
+    x, n0 = torch.randn(3), torch.randn(3)
+    g = egraft.trace(Counter(), (x,))
+    assert g.state_names() == ["n"]
+    m = Counter()
+    m.n.copy_(n0)
+    want = m(x)
+    new_n, out = egraft.ir.evaluate(g, [x.numpy(), n0.numpy()])
+    np.testing.assert_allclose(new_n, m.n.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out, want.numpy(), rtol=1e-6)
 
 
 def test_wrong_rule_is_caught_at_its_node(monkeypatch):

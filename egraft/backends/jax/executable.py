@@ -35,6 +35,7 @@ import jax
 import numpy as np
 
 from ...errors import BackendError
+from ...ir import dtypes
 from ...ir.evaluate import check_inputs
 from ...ir.graph import Graph
 from ...runtime.jax_runner import JaxRunner, jax_device
@@ -86,19 +87,22 @@ class JaxExecutable(Executable):
             self._in_types = [(s, program_dtype(d, self._x64)) for s, d in main.input_types()]
             specs = [jax.ShapeDtypeStruct(s, d) for s, d in self._in_types]
             as_arguments = self.knobs.get("weights", "arguments") != "constants" and bool(self.weights)
+            # the state inputs (the last of the inputs) are donated: their buffers hold the new state
+            states = range(len(main.input_ids) - len(main.state_ids), len(main.input_ids))
             if not as_arguments:
                 # (no weights: the same program either way, and a call passes no empty weight tuple)
                 ws, prog = self.weights, self.program
-                fn = jax.jit(lambda *xs: prog.fn(ws, *xs))
+                fn = jax.jit(lambda *xs: prog.fn(ws, *xs), donate_argnums=tuple(states))
                 self._compiled = fn.lower(*specs).compile()
             else:
-                fn = jax.jit(self.program.fn)
+                fn = jax.jit(self.program.fn, donate_argnums=tuple(k + 1 for k in states))
                 wspecs = tuple(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in self.weights)
                 self._compiled = fn.lower(wspecs, *specs).compile()
             self._jitted = fn
         inputs = [(n, s, d) for n, (s, d) in zip(main.input_names(), main.input_types())]
         self.runner = JaxRunner(self._compiled, self.weights, inputs, [d for _, d in self._in_types],
-                                [d for _, d in main.output_types()], self._dev, self._x64, as_arguments)
+                                [d for _, d in main.output_types()], self._dev, self._x64, as_arguments,
+                                state_outputs=tuple(sorted(main.aliases)))
         self._fast = self.runner.fast
         self._tsig = None  # the torch input signature, made on the first checked torch call
 
@@ -128,6 +132,21 @@ class JaxExecutable(Executable):
     def run_jax(self, inputs: list) -> list:
         """jax arrays in (program dtypes: int64 as int32 unless x64), jax arrays out, no conversions."""
         return self.runner.call(list(inputs))
+
+    def __call__(self, *inputs):
+        if self.graph.state_ids and any(isinstance(x, jax.Array) for x in inputs):
+            out = self._fast(inputs)
+            if out is not None:
+                return out
+            # jax arrays (a state kept on the device) are checked through zero-copy stand-ins of their
+            # shape and IR dtype and passed on as they are, so the compiled call can donate them
+            ir_np = [np.dtype(dtypes.to_numpy(d)) for _, d in self.graph.input_types()]
+            stand = [np.broadcast_to(np.zeros((), w if x.dtype == p else x.dtype), x.shape)
+                     if isinstance(x, jax.Array) else x
+                     for x, w, p in zip(inputs, ir_np, self.runner.program_dtypes)] + list(inputs[len(ir_np):])
+            checked = check_inputs(self.graph, stand)
+            return self.runner.run_numpy([x if isinstance(x, jax.Array) else c for x, c in zip(inputs, checked)])
+        return super().__call__(*inputs)
 
     def run_numpy(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Checked numpy arrays in (``Executable.__call__`` checks them against the graph), numpy out."""

@@ -113,7 +113,7 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
         if not need[i]:
             continue
         if n.op == Op.Input:
-            if n.attrs["role"] == "input":
+            if n.attrs["role"] != "weight":  # a call input or a state
                 v = inputs[pos[i]]
             else:
                 v = weights[n.attrs["name"]]

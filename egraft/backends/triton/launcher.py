@@ -52,7 +52,9 @@ class TritonExecutable(Executable):
             launches.append((k.fn, list(k.inputs), k.root, tuple(rn.shape), torch_dtype(rn.dtype), (k.grid,),
                              dict(k.constexprs), k.num_warps, k.num_stages))
         leaves = [o for o in g.outputs if g.nodes[o].op in (Op.Input, Op.Constant)]
-        self.runner = TritonRunner(launches, fixed, list(g.input_ids), list(g.outputs), leaves, dev)
+        names = g.input_names()
+        states = {k: names.index(name) for k, name in g.aliases.items()}
+        self.runner = TritonRunner(launches, fixed, list(g.input_ids), list(g.outputs), leaves, dev, states)
         self._tsig = torch_signature(g.input_types())
 
     @property

@@ -1,15 +1,20 @@
 """Indexing ATen ops: advanced indexing, gather, index_select, embedding, index_put.
 
-All of them become ``Gather`` (take_along_axis) with index tensors built from
-the model's integer tensors.  Negative indices are wrapped where torch allows
-them (``x[idx]``), since the IR's Gather requires indices in range.
+Reads become ``Gather`` (take_along_axis) with index tensors built from the
+model's integer tensors.  Writes of whole rows along one dim (``index_copy``,
+``index_put`` with one 1-D index tensor, the KV cache update ``cache[:, :, pos]
+= kv``) become one ``Scatter`` (put_along_axis) whose index is the 1-D index
+broadcast by a stride-0 view, so a backend can write them into a state buffer
+in place; the other writes are a match of every target position against every
+index.  Negative indices are wrapped where torch allows them (``x[idx]``),
+since the IR's Gather and Scatter require indices in range.
 """
 
 from __future__ import annotations
 
 import math
 
-from ...ir import shapes
+from ...ir import Op, shapes
 from ...ir.builder import Tensor
 from .table import lowering
 
@@ -73,10 +78,27 @@ def embedding(ctx, weight, idx, padding_idx=-1, scale_grad_by_freq=False, sparse
     return weight.index_select(0, idx)
 
 
+def scatter_rows(x: Tensor, dim: int, idx: Tensor, values: Tensor) -> Tensor:
+    """`x` with ``x[.., idx[k], ..] = values[.., k, ..]`` along `dim`: one Scatter of `idx` (1-D) broadcast.
+
+    `values` is cast to `x`'s dtype and broadcast to `x`'s shape with `dim` of
+    size ``len(idx)``; `idx` may hold negative (wrapped) indices.
+    """
+    k = idx.shape[0]
+    shape = tuple(k if d == dim else n for d, n in enumerate(x.shape))
+    vals = values.cast(x.dtype).expand(shape)
+    full = _wrap(idx, x.shape[dim]).reshape(tuple(k if d == dim else 1 for d in range(x.ndim))).expand(shape)
+    return x.builder.add(Op.Scatter, (x, full, vals), axis=dim)
+
+
 @lowering("aten.index_put")
 def index_put(ctx, x, indices, values, accumulate=False):
-    """x[indices] = values (or +=), as a match of every target position against every index (O(N*K))."""
+    """x[indices] = values (or +=): one Scatter for one 1-D index tensor (index_put's duplicate positions
+    are undefined without accumulate), else a match of every target position against every index (O(N*K))."""
     indices = list(indices) + [None] * (x.ndim - len(indices))
+    pos = [i for i, t in enumerate(indices) if t is not None]
+    if not accumulate and len(pos) == 1 and indices[pos[0]].ndim == 1 and indices[pos[0]].dtype != "bool":
+        return scatter_rows(x, pos[0], indices[pos[0]], _as_tensor(ctx, values, x))
     pos, others, bshape, lin = _linear_index(ctx, x, indices)
     n_p = math.prod(x.shape[i] for i in pos)
     rest = tuple(x.shape[d] for d in others)
@@ -198,9 +220,15 @@ def index_add(ctx, x, dim, idx, source, alpha=1):
 
 @lowering("aten.index_copy")
 def index_copy(ctx, x, dim, idx, source):
+    """``x.index_copy(dim, idx, source)``: one Scatter (index_copy's positions are distinct)."""
+    if x.ndim == 0:
+        return source.cast(x.dtype).reshape(())
     dim = shapes.normalize_axis(dim, x.ndim)
-    full_idx = idx.reshape(tuple(idx.shape[0] if d == dim else 1 for d in range(x.ndim))).expand(source.shape)
-    return _scatter(ctx, x, dim, full_idx, source, None)
+    return scatter_rows(x, dim, idx.reshape((-1,)), source)
+
+
+def _as_tensor(ctx, v, like: Tensor) -> Tensor:
+    return v if isinstance(v, Tensor) else ctx.builder.constant(v, like.dtype)
 
 
 @lowering("aten.index_fill")

@@ -254,26 +254,19 @@ def triu(ctx, x, diagonal=0):
     return _tri(ctx, x, diagonal, False)
 
 
-def _positions(ctx, n, start, end, step):
-    """For a slice of an axis of length n: (mask of covered positions, source index per position)."""
-    start, end, step = slice(start, end, step).indices(n)
-    covered = list(range(start, end, step))
-    mask = np.zeros(n, bool)
-    src = np.zeros(n, np.int64)
-    for k, i in enumerate(covered):
-        mask[i], src[i] = True, k
-    return ctx.builder.tensor_constant(mask), ctx.builder.tensor_constant(src), len(covered)
-
-
 @lowering("aten.slice_scatter")
 def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    """``x`` with its static slice along `dim` replaced by `src`: one Scatter at the slice's positions."""
+    from .index import scatter_rows
+
     dim = shapes.normalize_axis(dim, x.ndim)
-    mask, idx, m = _positions(ctx, x.shape[dim], start, end, step)
-    if m == 0:
+    start, end, step = slice(start, end, step).indices(x.shape[dim])
+    covered = np.arange(start, end, step, dtype=np.int64)
+    if covered.size == 0:
         return x
-    gathered = src.cast(x.dtype).index_select(dim, idx)
-    vshape = tuple(x.shape[dim] if d == dim else 1 for d in range(x.ndim))
-    return Tensor.where(mask.reshape(vshape), gathered, x)
+    if covered.size == x.shape[dim] and step == 1:
+        return src.cast(x.dtype)
+    return scatter_rows(x, dim, ctx.builder.tensor_constant(covered), src)
 
 
 @lowering("aten.select_scatter")
