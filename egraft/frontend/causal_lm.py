@@ -31,6 +31,7 @@ import torch
 from ..errors import InputError
 from ..runtime.generation import StateSpec, StepPrograms, StepSpec
 from ..runtime.sampling import Sampling, eos_tuple
+from .tracer import export_program
 
 DEFAULT_CHUNKS = (1, 4, 16, 64, 256)
 
@@ -195,6 +196,8 @@ def eager_programs(step: StepModule) -> StepPrograms:
 
     def program(input_ids, position_ids, slot_mask, *state):
         with torch.no_grad():
+            if all(x is getattr(step, n) for n, x in zip(names, state)):  # its own buffers: no swapping needed
+                return step(input_ids, position_ids, slot_mask), state
             logits = torch.func.functional_call(step, dict(zip(names, state)), (input_ids, position_ids, slot_mask))
         return logits, state
 
@@ -202,9 +205,11 @@ def eager_programs(step: StepModule) -> StepPrograms:
 
 
 def export_step(step: StepModule, chunk: int) -> torch.export.ExportedProgram:
-    """``torch.export`` (non-strict) of the chunk-`chunk` step: the caches are mutated buffers (BUFFER_MUTATION)."""
-    with torch.no_grad():
-        return torch.export.export(step, step.example_inputs(chunk), strict=False)
+    """The chunk-`chunk` step through egraft's export (``torch.export``, then core ATen): each cache is a
+    ``BUFFER_MUTATION`` output written by ``aten.scatter.src``."""
+    if chunk not in step.spec.chunks:
+        raise InputError(f"chunk={chunk} is not on the step's ladder {list(step.spec.chunks)}")
+    return export_program(step, step.example_inputs(chunk))
 
 
 __all__ = ["DEFAULT_CHUNKS", "StepModule", "eager_programs", "export_step", "generation_defaults", "step_module"]
