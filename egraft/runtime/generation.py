@@ -123,6 +123,7 @@ class Engine:
         device = state[0].device if len(state) and isinstance(state[0], torch.Tensor) else torch.device(device or "cpu")
         check_state(spec, state, device)
         self.state, self.device = state, device
+        self.calls = 0  # program calls made
         self.lengths = torch.zeros(spec.max_batch, dtype=torch.int64, device=device)
         self._slots = torch.arange(spec.cache_len, device=device)
         self._cols = {t: torch.arange(t, device=device) for t in spec.chunks}
@@ -154,6 +155,7 @@ class Engine:
             if x is not self.state[i]:
                 self.state[i] = x
         self.lengths = new_lengths
+        self.calls += 1
         return logits
 
     def prefill(self, prompts: Mapping[int, torch.Tensor]) -> dict[int, torch.Tensor]:
