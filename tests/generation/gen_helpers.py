@@ -8,19 +8,19 @@ MAX_BATCH, MAX_LENGTH, CHUNKS = 4, 128, (1, 4, 16, 64)
 EOS = 1  # the tiny configs' eos token (the default 50256 is outside a 97-token vocabulary)
 
 
-def _gpt2():
+def _gpt2(attn: str = "sdpa"):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=97, n_positions=256,
-                                      bos_token_id=0, eos_token_id=EOS))
+                                      bos_token_id=0, eos_token_id=EOS, attn_implementation=attn))
 
 
-def _llama():
+def _llama(attn: str = "sdpa"):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     return LlamaForCausalLM(LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                                         num_hidden_layers=2, intermediate_size=128, vocab_size=97,
-                                        bos_token_id=0, eos_token_id=EOS))
+                                        bos_token_id=0, eos_token_id=EOS, attn_implementation=attn))
 
 
 FAMILIES = {"gpt2": _gpt2, "llama": _llama}
@@ -29,7 +29,7 @@ FAMILIES = {"gpt2": _gpt2, "llama": _llama}
 class Built:
     """One tiny model (eval mode, fixed weights), its step module and eager step programs."""
 
-    def __init__(self, family: str):
+    def __init__(self, family: str, attn: str = "sdpa"):
         import transformers
 
         from egraft.frontend.causal_lm import eager_programs, step_module
@@ -37,7 +37,7 @@ class Built:
         transformers.logging.set_verbosity_error()
         with torch.random.fork_rng():
             torch.manual_seed(1234)
-            self.model = FAMILIES[family]().eval()
+            self.model = FAMILIES[family](attn).eval()
         self.family = family
         self.step = step_module(self.model, MAX_BATCH, MAX_LENGTH, CHUNKS)
         self.programs = eager_programs(self.step)

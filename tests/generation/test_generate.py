@@ -7,7 +7,7 @@ import torch
 
 from egraft.runtime.generation import generate
 
-from gen_helpers import EOS, left_padded
+from gen_helpers import EOS, FAMILIES, Built, left_padded
 
 
 @pytest.mark.parametrize("lengths", [[3], [17], [60], [3, 17, 60]], ids=["3", "17", "60", "batch3"])
@@ -18,6 +18,16 @@ def test_greedy_matches_transformers(built, lengths):
     got = generate(built.programs, built.step.state(), ids, mask, **kw)
     assert want.shape == (len(lengths), max(lengths) + 64)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_greedy_with_eager_attention(family):
+    """The same with attn_implementation="eager" (the additive mask goes through the model's own eager path)."""
+    b = Built(family, attn="eager")
+    assert b.model.config._attn_implementation == "eager"
+    ids, mask = left_padded([3, 17, 60], seed=5)
+    kw = dict(max_new_tokens=64, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(generate(b.programs, b.step.state(), ids, mask, **kw), b.reference(ids, mask, **kw))
 
 
 @pytest.mark.parametrize("seed", [0, 1])
