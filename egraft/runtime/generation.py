@@ -10,6 +10,7 @@ compiler).  A *program* is a callable with the step's calling convention::
     #  state                    the caches, StepSpec.state order (K and V of each layer)
     #  logits                   [max_batch, vocab]: each row's LAST chunk column
     #  new_state                the caches after the call (the same tensors when updated in place)
+    #  (a program that updates the state in place may return the logits alone)
 
 The cache layout: row ``b``'s sequence occupies slots ``0 .. n_b-1`` and a
 token's position is its slot (no padding is stored), which is the function
@@ -137,17 +138,19 @@ class Engine:
 
     def run(self, t: int, input_ids: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
         """One call of the chunk-`t` program: `input_ids` [max_batch, t] with each row's `fed` [max_batch] real
-        tokens last (the rest is filler); returns the logits of each row's last column [max_batch, vocab]."""
-        spec = self.spec
+        tokens last (the rest is filler); returns the logits of each row's last column [max_batch, vocab].
+
+        The callers keep every row within ``max_length`` (``prefill`` checks
+        it; ``generate`` and the session refuse a request that could pass it),
+        so no call reads a length back from the device.
+        """
         lengths = self.lengths
         new_lengths = lengths + fed
-        if int(new_lengths.max()) > spec.max_length:
-            raise InputError(f"a cache row would hold {int(new_lengths.max())} tokens, over the step's "
-                             f"max_length={spec.max_length}")
         # column j of a row fed k tokens: real token at slot n + (j - (t - k)) for j >= t - k, filler at n + j + k
         pos = lengths[:, None] + (self._cols[t][None, :] - (t - fed)[:, None]) % t
         mask = self._slots[None, :] < new_lengths[:, None]
-        logits, new = self.programs[t](input_ids, pos, mask, *self.state)
+        out = self.programs[t](input_ids, pos, mask, *self.state)
+        logits, new = (out, self.state) if isinstance(out, torch.Tensor) else out  # logits alone: updated in place
         if len(new) != len(self.state):
             raise InputError(f"the chunk-{t} step program returned {len(new)} state tensor(s), "
                              f"the step has {len(self.state)}")
@@ -162,6 +165,10 @@ class Engine:
         """Feed each row's prompt (row -> int64 [n]) after what the row holds; each row's last-token logits."""
         spec, b = self.spec, self.spec.max_batch
         left = {r: p.to(device=self.device, dtype=torch.int64).reshape(-1) for r, p in prompts.items()}
+        for r, p in left.items():
+            if int(self.lengths[r]) + len(p) > spec.max_length:
+                raise InputError(f"row {r} holds {int(self.lengths[r])} tokens; {len(p)} more is over the step's "
+                                 f"max_length={spec.max_length}")
         out: dict[int, torch.Tensor] = {}
         while left:
             t = max(c for c in spec.chunks if c <= max(len(p) for p in left.values()))

@@ -133,7 +133,7 @@ class Session:
                 joining = self._admit()
             try:
                 self._step(joining)
-            except BaseException as e:  # a failed call fails the requests it carried; the session goes on
+            except Exception as e:  # a failed call fails the requests it carried; the session goes on
                 for req in list(self._running.values()):
                     self._finish(req, error=e)
 

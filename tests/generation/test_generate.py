@@ -99,3 +99,12 @@ def test_one_program_per_ladder_size(built):
     ids, mask = left_padded([60, 17], seed=3)
     generate(programs, built.step.state(), ids, mask, max_new_tokens=5, eos_token_id=None)
     assert seen == [16, 16, 16, 4, 4, 4] + [1] * 4
+
+
+def test_in_place_program_may_return_logits_alone(built):
+    """A compiled step that updates its state in place may return just the logits; the loop is the same."""
+    programs = type(built.programs)(built.step.spec, {t: (lambda p: lambda *a: p(*a)[0])(p)
+                                                      for t, p in built.programs.programs.items()})
+    ids, mask = left_padded([8, 2], seed=31)
+    kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(generate(programs, built.step.state(), ids, mask, **kw), built.reference(ids, mask, **kw))

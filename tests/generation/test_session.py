@@ -93,3 +93,27 @@ def test_session_result_equals_generate_alone(built):
         got = session.generate(prompt, max_new_tokens=16, do_sample=True, top_k=7, seed=9)
         other.result(timeout=120)
     assert torch.equal(got, want)
+
+
+def test_a_failed_step_fails_its_requests_and_the_session_goes_on(built):
+    """A program that raises fails the requests of that call with its error; later requests run as before."""
+    from egraft.runtime.generation import StepPrograms
+
+    broken = {"now": False}
+
+    def failing(p):
+        def program(*args):
+            if broken["now"]:
+                broken["now"] = False
+                raise RuntimeError("device lost")
+            return p(*args)
+        return program
+
+    programs = StepPrograms(built.step.spec, {t: failing(p) for t, p in built.programs.programs.items()})
+    prompt = left_padded([7], seed=12)[0][0]
+    with Session(programs) as session:
+        broken["now"] = True
+        with pytest.raises(RuntimeError, match="device lost"):
+            session.generate(prompt, max_new_tokens=5, do_sample=False)
+        got = session.generate(prompt, max_new_tokens=5, do_sample=False, eos_token_id=None)
+    assert torch.equal(got, _alone(built, prompt, 5, dict(do_sample=False, eos_token_id=None)))
