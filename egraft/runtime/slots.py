@@ -157,8 +157,14 @@ class Session:
                 r.logits = logits[r.row]
         tokens = torch.full((spec.max_batch,), spec.filler_token, dtype=torch.int64, device=eng.device)
         active = torch.zeros(spec.max_batch, dtype=torch.bool, device=eng.device)
-        for req in list(self._running.values()):
-            tok = int(choose(req.logits[None], req.sampling, req.generator)[0])
+        running = list(self._running.values())
+        greedy = [r for r in running if not r.sampling.do_sample]
+        picked = {}
+        if greedy:  # one argmax for every greedy row; each sampled row draws from its own generator
+            rows = choose(torch.stack([r.logits for r in greedy]), greedy[0].sampling).tolist()
+            picked = {id(r): t for r, t in zip(greedy, rows)}
+        for req in running:
+            tok = picked[id(req)] if id(req) in picked else int(choose(req.logits[None], req.sampling, req.generator)[0])
             req.new.append(tok)
             eos = req.sampling.eos_token_id or ()
             if tok in eos or len(req.new) == req.max_new_tokens:
