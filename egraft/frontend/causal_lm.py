@@ -1,0 +1,215 @@
+"""A Hugging Face causal LM as ONE step function with its KV cache as in-place state.
+
+``step_module(model, max_batch, max_length)`` wraps a transformers causal LM
+(GPT-2, Llama and the models built like them) in an ``nn.Module`` whose
+buffers are the per-layer K and V caches, ``[max_batch, kv_heads, cache_len,
+head_dim]``, and whose forward is the calling convention of
+``egraft.runtime.generation`` (see its docstring)::
+
+    logits = step(input_ids, position_ids, slot_mask)   # int64 [B, T], int64 [B, T], bool [B, cache_len]
+
+It writes the T tokens' K and V of every layer into the caches in place, each
+token at the slot its position names (``scatter_`` along the sequence axis,
+per row, so rows may be at different lengths), and returns the logits of each
+row's last column, ``[B, vocab]``.  The model runs unchanged: it is handed a
+``transformers.cache_utils.Cache`` whose layers do that scatter and return the
+whole cache, and a prepared 4-D additive mask (transformers passes a 4-D mask
+through as it is): ``allowed[b, 0, t, j] = slot_mask[b, j] and j <= position_ids[b, t]``.
+Positions past ``max_length - 1`` (only filler has them) are clamped for the
+model's position embeddings, so a filler column never indexes past the table.
+
+``torch.export`` of the module (:func:`export_step`, one per chunk size) shows
+each cache as a ``BUFFER_MUTATION`` written by ``aten.scatter``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..errors import InputError
+from ..runtime.generation import StateSpec, StepPrograms, StepSpec
+from ..runtime.sampling import Sampling, eos_tuple
+from .tracer import export_program
+
+DEFAULT_CHUNKS = (1, 4, 16, 64, 256)
+
+# generation_config settings whose logits processors the light loop does not apply, with their neutral values
+_NEUTRAL = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+            "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "min_length": 0, "min_new_tokens": None,
+            "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None, "top_h": None,
+            "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
+            "forced_eos_token_id": None, "sequence_bias": None, "num_beams": 1, "guidance_scale": None,
+            "renormalize_logits": False, "exponential_decay_length_penalty": None, "remove_invalid_values": False,
+            "watermarking_config": None, "num_return_sequences": 1}
+
+
+def _slot_layer_class():
+    from transformers.cache_utils import CacheLayerMixin
+
+    class SlotLayer(CacheLayerMixin):
+        """One layer's K and V caches; ``update`` scatters the new tokens to their slots and returns the whole cache."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor):
+            super().__init__()
+            self.keys, self.values, self.slots = keys, values, slots
+            self.is_initialized = True
+
+        def lazy_initialization(self, key_states, value_states) -> None:
+            return None
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            b, h, t, d = key_states.shape
+            idx = self.slots[:, None, :, None].expand(b, h, t, d)
+            self.keys.scatter_(2, idx, key_states.to(self.keys.dtype))
+            self.values.scatter_(2, idx, value_states.to(self.values.dtype))
+            return self.keys, self.values
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.keys.shape[2], 0
+
+        def get_seq_length(self) -> int:
+            raise InputError("the slot cache has no one sequence length (rows differ): pass position_ids")
+
+        def get_max_length(self) -> int:
+            return self.keys.shape[2]
+
+    return SlotLayer
+
+
+def _text_config(model):
+    cfg = model.config
+    return cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+
+
+def _kv_shapes(model) -> list[tuple[int, int]]:
+    """(kv_heads, head_dim) of each layer, from the config as transformers' own static cache reads it."""
+    cfg = _text_config(model)
+    layers = cfg.num_hidden_layers
+    try:
+        from transformers.configuration_utils import get_head_shapes
+
+        heads, dim = get_head_shapes(cfg)
+    except (ImportError, AttributeError):
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    heads = heads if isinstance(heads, list) else [heads] * layers
+    dim = dim if isinstance(dim, list) else [dim] * layers
+    return list(zip(heads, dim))
+
+
+def generation_defaults(model) -> Sampling:
+    """The sampling settings ``model.generate()`` would use when a call sets none, as plain values.
+
+    transformers merges ``model.generation_config`` over its global defaults
+    (``GenerationConfig._get_default_generation_params``: ``top_k=50``, ...).
+    Settings whose logits processors the light loop does not apply
+    (repetition penalty, min_length, ...) are refused with InputError naming them.
+    """
+    gc = model.generation_config
+    given = gc.to_dict()
+    fallback = gc._get_default_generation_params() if hasattr(gc, "_get_default_generation_params") else {}
+
+    def value(key, default):
+        v = given.get(key)
+        return v if v is not None else fallback.get(key, default)
+
+    odd = {k: given[k] for k, neutral in _NEUTRAL.items() if given.get(k) not in (None, neutral)}
+    if odd:
+        raise InputError(f"the model's generation_config sets {odd}, which egraft's generation loop does not "
+                         "apply (it applies temperature, top_k and top_p): set them to their defaults "
+                         f"({ {k: _NEUTRAL[k] for k in odd} }) on model.generation_config")
+    return Sampling(do_sample=bool(value("do_sample", False)), temperature=float(value("temperature", 1.0)),
+                    top_k=value("top_k", 50), top_p=float(value("top_p", 1.0)),
+                    eos_token_id=eos_tuple(gc.eos_token_id), pad_token_id=gc.pad_token_id)
+
+
+class StepModule(torch.nn.Module):
+    """A causal LM's step over slot caches (see the module docstring); ``spec`` describes it for the runtime."""
+
+    def __init__(self, model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS):
+        super().__init__()
+        for name, v in (("max_batch", max_batch), ("max_length", max_length)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InputError(f"{name}={v!r}: it must be an int >= 1")
+        limit = getattr(_text_config(model), "max_position_embeddings", None)
+        if isinstance(limit, int) and max_length > limit:
+            raise InputError(f"max_length={max_length} is over the model's max_position_embeddings={limit}")
+        ladder = sorted({int(c) for c in chunks if 1 <= int(c) <= max_length} | {1})
+        self.model = model
+        self.max_length = max_length
+        cache_len = max_length + ladder[-1]
+        dtype = next(model.parameters()).dtype
+        device = next(model.parameters()).device
+        specs = []
+        for i, (heads, dim) in enumerate(_kv_shapes(model)):
+            for kind in ("k", "v"):
+                name = f"cache_{kind}{i}"
+                self.register_buffer(name, torch.zeros(max_batch, heads, cache_len, dim, dtype=dtype, device=device))
+                specs.append(StateSpec(name, (max_batch, heads, cache_len, dim), str(dtype).removeprefix("torch.")))
+        vocab = model.get_output_embeddings().weight.shape[0]
+        self.spec = StepSpec(max_batch=max_batch, max_length=max_length, chunks=tuple(ladder), vocab_size=vocab,
+                             state=tuple(specs), defaults=generation_defaults(model))
+        self._layer = _slot_layer_class()
+        self.register_buffer("_slots", torch.arange(cache_len, device=device), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, slot_mask: torch.Tensor) -> torch.Tensor:
+        from transformers.cache_utils import Cache
+
+        names = [s.name for s in self.spec.state]
+        layers = [self._layer(getattr(self, k), getattr(self, v), position_ids) for k, v in zip(names[::2], names[1::2])]
+        cache = Cache(layers=layers)
+        allowed = (slot_mask != 0)[:, None, None, :] & (self._slots[None, None, None, :] <= position_ids[:, None, :, None])
+        dtype = self.spec.state[0].dtype
+        zero = torch.zeros((), dtype=getattr(torch, dtype), device=input_ids.device)
+        mask = torch.where(allowed, zero, torch.finfo(zero.dtype).min)
+        out = self.model(input_ids=input_ids, position_ids=position_ids.clamp(max=self.max_length - 1),
+                         attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def state(self) -> list[torch.Tensor]:
+        """The module's own cache buffers, in ``spec.state`` order."""
+        return [getattr(self, s.name) for s in self.spec.state]
+
+    def example_inputs(self, chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids, position_ids, slot_mask) of the chunk-`chunk` call, for ``torch.export`` / compiling."""
+        b, dev = self.spec.max_batch, self._slots.device
+        ids = torch.zeros(b, chunk, dtype=torch.int64, device=dev)
+        pos = torch.arange(chunk, device=dev)[None, :].expand(b, chunk).contiguous()
+        mask = self._slots[None, :].expand(b, -1) < chunk
+        return ids, pos, mask
+
+
+def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS) -> StepModule:
+    """`model` (a transformers causal LM, in eval mode) as a :class:`StepModule`; its ladder is `chunks` capped
+    by `max_length`, with 1 (decoding) always in it."""
+    if model.training:
+        raise InputError("the model is in training mode (dropout would make each step random): call model.eval()")
+    return StepModule(model, max_batch, max_length, chunks)
+
+
+def eager_programs(step: StepModule) -> StepPrograms:
+    """The step run eagerly by torch, one program per chunk size: ``program(ids, pos, mask, *state)`` runs the
+    module with `state` in place of its buffers (updated in place) and returns ``(logits, state)``."""
+    names = [s.name for s in step.spec.state]
+
+    def program(input_ids, position_ids, slot_mask, *state):
+        with torch.no_grad():
+            if all(x is getattr(step, n) for n, x in zip(names, state)):  # its own buffers: no swapping needed
+                return step(input_ids, position_ids, slot_mask), state
+            logits = torch.func.functional_call(step, dict(zip(names, state)), (input_ids, position_ids, slot_mask))
+        return logits, state
+
+    return StepPrograms(step.spec, {t: program for t in step.spec.chunks})
+
+
+def export_step(step: StepModule, chunk: int) -> torch.export.ExportedProgram:
+    """The chunk-`chunk` step through egraft's export (``torch.export``, then core ATen): each cache is a
+    ``BUFFER_MUTATION`` output written by ``aten.scatter.src``."""
+    if chunk not in step.spec.chunks:
+        raise InputError(f"chunk={chunk} is not on the step's ladder {list(step.spec.chunks)}")
+    return export_program(step, step.example_inputs(chunk))
+
+
+__all__ = ["DEFAULT_CHUNKS", "StepModule", "eager_programs", "export_step", "generation_defaults", "step_module"]

@@ -1,0 +1,110 @@
+"""Generation on the eager step programs gives transformers' generate tokens (greedy, seeded sampling, eos)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from egraft.runtime.generation import generate
+
+from gen_helpers import EOS, FAMILIES, Built, left_padded
+
+
+@pytest.mark.parametrize("lengths", [[3], [17], [60], [3, 17, 60]], ids=["3", "17", "60", "batch3"])
+def test_greedy_matches_transformers(built, lengths):
+    ids, mask = left_padded(lengths, seed=sum(lengths))
+    kw = dict(max_new_tokens=64, do_sample=False, eos_token_id=None, pad_token_id=0)
+    want = built.reference(ids, mask, **kw)
+    got = generate(built.programs, built.step.state(), ids, mask, **kw)
+    assert want.shape == (len(lengths), max(lengths) + 64)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_greedy_with_eager_attention(family):
+    """The same with attn_implementation="eager" (the additive mask goes through the model's own eager path)."""
+    b = Built(family, attn="eager")
+    assert b.model.config._attn_implementation == "eager"
+    ids, mask = left_padded([3, 17, 60], seed=5)
+    kw = dict(max_new_tokens=64, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(generate(b.programs, b.step.state(), ids, mask, **kw), b.reference(ids, mask, **kw))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_seeded_sampling_matches_transformers(built, seed):
+    ids, mask = left_padded([5, 17, 40], seed=100 + seed)
+    kw = dict(max_new_tokens=48, do_sample=True, temperature=0.8, top_k=20, top_p=0.9, eos_token_id=None,
+              pad_token_id=0)
+    torch.manual_seed(seed)
+    want = built.reference(ids, mask, **kw)
+    torch.manual_seed(seed)
+    got = generate(built.programs, built.step.state(), ids, mask, **kw)
+    assert torch.equal(got, want)
+    g = torch.Generator().manual_seed(seed)  # an explicit generator draws the same as the seeded global one
+    assert torch.equal(generate(built.programs, None, ids, mask, generator=g, **kw), want)
+
+
+def test_sampling_defaults_are_the_models(built):
+    """do_sample=True alone: transformers adds its default top_k=50; the step read it from generation_config."""
+    assert built.step.spec.defaults.top_k == 50 and built.step.spec.defaults.eos_token_id == (EOS,)
+    ids, mask = left_padded([9, 4], seed=7)
+    torch.manual_seed(3)
+    want = built.reference(ids, mask, max_new_tokens=40, do_sample=True, pad_token_id=0)
+    torch.manual_seed(3)
+    got = generate(built.programs, built.step.state(), ids, mask, max_new_tokens=40, do_sample=True, pad_token_id=0)
+    assert torch.equal(got, want)
+
+
+def test_eos_then_pad_and_early_stop(built):
+    """Rows that hit an eos get pad after it; the loop stops when all rows have (as transformers does)."""
+    ids, mask = left_padded([6, 11, 3], seed=11)
+    free = generate(built.programs, built.step.state(), ids, mask, max_new_tokens=30, eos_token_id=None)
+    new = free[:, ids.shape[1]:]
+    # two eos tokens: the tokens the rows produce early, so rows finish at different steps
+    eos = sorted({int(new[0, 2]), int(new[1, 5])})
+    kw = dict(max_new_tokens=30, do_sample=False, eos_token_id=eos, pad_token_id=96)
+    want = built.reference(ids, mask, **kw)
+    got = generate(built.programs, built.step.state(), ids, mask, **kw)
+    assert torch.equal(got, want)
+    tail = got[:, ids.shape[1]:]
+    for row in tail[:2]:
+        hits = [i for i, t in enumerate(row.tolist()) if t in eos]
+        assert hits, "the row was built to produce an eos token"
+        assert (row[hits[0] + 1:] == 96).all()
+    if all(any(t in eos for t in row.tolist()) for row in tail):
+        assert got.shape[1] < ids.shape[1] + 30  # every row finished: stopped early
+    # sampled too, with the eos set
+    kw = dict(max_new_tokens=30, do_sample=True, temperature=1.3, eos_token_id=eos, pad_token_id=96)
+    torch.manual_seed(5)
+    want = built.reference(ids, mask, **kw)
+    torch.manual_seed(5)
+    assert torch.equal(generate(built.programs, built.step.state(), ids, mask, **kw), want)
+
+
+def test_mask_inferred_from_pad_tokens(built):
+    """No attention_mask: inferred from pad tokens, as transformers does when pad is set and is no eos token."""
+    ids, _ = left_padded([4, 13], seed=21, pad=0)
+    kw = dict(max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(generate(built.programs, built.step.state(), ids, **kw), built.reference(ids, **kw))
+
+
+def test_one_program_per_ladder_size(built):
+    """A prompt of 60 = 16+16+16+4+4+4 on the ladder (1, 4, 16, 64): six prefill calls, then one per token."""
+    spec = built.step.spec
+    assert spec.chunks == (1, 4, 16, 64) and spec.cache_len == 128 + 64
+    assert spec.plan(60) == [16, 16, 16, 4, 4, 4] and spec.plan(17) == [16, 1] and spec.plan(64) == [64]
+    seen = []
+    programs = type(built.programs)(spec, {t: (lambda p, t=t: lambda *a: (seen.append(t), p(*a))[1])(p)
+                                           for t, p in built.programs.programs.items()})
+    ids, mask = left_padded([60, 17], seed=3)
+    generate(programs, built.step.state(), ids, mask, max_new_tokens=5, eos_token_id=None)
+    assert seen == [16, 16, 16, 4, 4, 4] + [1] * 4
+
+
+def test_in_place_program_may_return_logits_alone(built):
+    """A compiled step that updates its state in place may return just the logits; the loop is the same."""
+    programs = type(built.programs)(built.step.spec, {t: (lambda p: lambda *a: p(*a)[0])(p)
+                                                      for t, p in built.programs.programs.items()})
+    ids, mask = left_padded([8, 2], seed=31)
+    kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(generate(programs, built.step.state(), ids, mask, **kw), built.reference(ids, mask, **kw))
