@@ -377,9 +377,12 @@ add("aten.index", case(lambda x, i, j: (x[i], x[:, j], x[i, j[:4]], x[:, i[:2, N
 add("aten.index_select", case(lambda x, i: (x.index_select(0, i), x.index_select(1, i[:2]), x.mT.index_select(1, i)),
                               [Fl(5, 6), Int(4, lo=0, hi=5)]))
 add("aten.gather", case(lambda x, i: (torch.gather(x, 1, i), torch.gather(x, 0, i[:3, :2])), [Fl(4, 6), Int(4, 3, lo=0, hi=4)]))
-add("aten.scatter", case(lambda x, i, s: (x.scatter(1, i, s), x.scatter(0, i[:2, :3], 2.5), x.scatter(1, i, s, reduce="add"),
+add("aten.scatter", case(lambda x, i, s: (x.scatter(0, i[:2, :3], 2.5), x.scatter(1, i, s, reduce="add"),
                                        x.scatter(1, i, s, reduce="multiply")),
-                         [Fl(4, 6), Int(4, 3, lo=0, hi=4), Fl(4, 5)]))
+                         [Fl(4, 6), Int(4, 3, lo=0, hi=4), Fl(4, 5)]),
+    # a plain scatter over every row: one Scatter, whose positions are distinct per line (torch leaves repeats undefined)
+    case(lambda x, d, s: (x.scatter(1, d.expand(4, 3), s), x.scatter(1, d[:2].expand(4, 2), s * 2), x.mT.scatter(0, d[:, None].expand(3, 4), s.mT)),
+         [Fl(4, 6), Distinct(3, 6, negative=False), Fl(4, 6)], raw=True))
 add("aten.scatter_add", case(lambda x, i, s: (x.scatter_add(1, i, s), x.scatter_add(0, i[:2], s[:3])),
                              [Fl(4, 6), Int(4, 3, lo=0, hi=4), Fl(4, 5)]))
 add("aten.scatter_reduce", case(lambda x, i, s: tuple(x.scatter_reduce(1, i, s, r) for r in ("sum", "prod", "amax", "amin")),

@@ -149,7 +149,9 @@ def _embed(sub: Tensor, full_shape, fill) -> Tensor:
 
 
 def _scatter(ctx, x, dim, idx, src, reduce=None):
-    """torch.scatter family along ``dim``: every target position is matched against every index (O(n*m))."""
+    """torch.scatter family along ``dim``: a plain scatter covering every other axis is one ``Scatter``; a
+    reducing one, or one over part of the other axes, matches every target position against every index
+    (O(n*m)), where the last of two writes to one position wins."""
     dim = shapes.normalize_axis(dim, x.ndim)
     n = x.shape[dim]
     if not isinstance(src, Tensor):
@@ -159,6 +161,10 @@ def _scatter(ctx, x, dim, idx, src, reduce=None):
         if src.shape[d] != idx.shape[d]:
             src = src.slice(d, 0, idx.shape[d])
     box = tuple(n if d == dim else idx.shape[d] for d in range(x.ndim))
+    if reduce is None and box == x.shape:
+        # torch leaves two writes to one position undefined: the rows' writes are one Scatter (the KV-cache
+        # update of a slot cache), not the O(n*m) match below
+        return x.builder.add(Op.Scatter, (x, _wrap(idx, n).cast("int64"), src), axis=dim)
     x_box = x
     for d in range(x.ndim):
         if d != dim and x.shape[d] != box[d]:
