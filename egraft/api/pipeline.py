@@ -14,6 +14,15 @@ and one fresh random set drawn like them (:func:`egraft.measure.like`).
 The pipeline's docstring says how the check decides; a disagreement raises
 :class:`egraft.errors.ValidationError`, and a wrong program is never
 returned.
+
+A model that updates its own buffers (a KV cache, a step counter) compiles
+to a program whose state inputs are those buffers: each call passes the
+buffers' current values (checked against the traced shape and dtype, one
+:class:`~egraft.errors.InputError` naming the buffer) and writes the new
+values back into them (the torch backend writes in place), as eager
+PyTorch would.  The checks run the eager model on copies of the state and
+leave its buffers as they were.  A model that writes into its own *inputs*
+is refused with a clear error.
 """
 
 from __future__ import annotations
@@ -185,17 +194,17 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     status(f"tracing {type(model).__name__} for {name}")
     graph = trace(model, args, kwargs or None)
     traced_s = _time.perf_counter() - t
-    tensor_kwargs = tuple(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
-    kwarg_order = _kwarg_order(graph.signature.sources()[len(args):], tensor_kwargs)
-    values = {k: v for k, v in kwargs.items() if k not in tensor_kwargs}
-    fresh = like(args, kwargs, config.seed)
-    outs: list = []
     states = graph.signature.state
     written = [s.source for s in states if s.source is not None]
     if written:
         raise InputError(f"{type(model).__name__}.forward writes into its input(s) {written} in place; "
                          "egraft.compile compiles models that update their own buffers, not their inputs yet: "
                          "return the new value instead")
+    tensor_kwargs = tuple(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+    kwarg_order = _kwarg_order(graph.signature.sources()[len(args):], tensor_kwargs)
+    values = {k: v for k, v in kwargs.items() if k not in tensor_kwargs}
+    fresh = like(args, kwargs, config.seed)
+    outs: list = []
     state = tuple((s.name, s) for s in states)
     n_user = len(args) + len(kwarg_order)
 

@@ -226,3 +226,13 @@ def test_whole_state_rewrite_is_written_back_into_the_passed_state(backend):
         assert got[0] is m  # the passed state tensor, updated
     for w, o in zip(want, got):
         np.testing.assert_allclose(np.asarray(o), w, rtol=1e-6, atol=1e-6)
+
+
+def test_compile_refuses_a_model_writing_into_its_input():
+    class Step(torch.nn.Module):
+        def forward(self, x, cache):
+            cache.mul_(2)
+            return x + 1
+
+    with pytest.raises(InputError, match=r"writes into its input\(s\) \['cache'\] in place"):
+        egraft.compile(Step(), example_inputs=(torch.randn(2), torch.randn(2, 2)), backend="torch", progress=False)
