@@ -1,8 +1,8 @@
 """A seeded random program generator over every primitive, views and idioms.
 
 ``random_program(seed, max_nodes=...)`` returns a valid ``ir.Graph`` with
-float inputs (and an int index path for ``Gather``/``Scatter``/``Mod``), small shapes and
-values kept moderate: every op whose domain or range is dangerous gets a
+float inputs (and an int index path for ``Gather``/``Scatter``/``Mod``), small
+shapes and values kept moderate: every op whose domain or range is dangerous gets a
 guarded operand (``Log2``/``Sqrt``/``Recip`` see ``x*x + 1``-style positive
 values, ``Exp2`` sees a clamped one), and ``Mod``/float->int ``Cast`` only
 touch integers, so that rewrites that reassociate floating-point arithmetic
@@ -149,20 +149,29 @@ class _Gen:
         return t.gather(ax, idx)
 
     def scatter(self, t):
-        """``t`` with k <= n slots along an axis overwritten: the index ``(i*s + c) % n`` with ``s`` coprime
-        to ``n`` (distinct per line, as Scatter requires), broadcast along the other axes (a KV-cache
-        write at positions); the update is a new leaf or a value computed from ``t``."""
+        """``t`` with k <= n slots along an axis overwritten at ``(i*s + j*c2 + c) % n``, ``i`` the update
+        number and ``s`` coprime to ``n`` (distinct within each line, as Scatter requires): half the time
+        ``j`` is the index of another axis (each line its own shift), else 0 (one position vector
+        broadcast along the other axes, a KV-cache write).  The update is a new leaf or computed from ``t``."""
         if t.ndim == 0:
             return t
         ax = int(self.rng.integers(t.ndim))
         n = t.shape[ax]
         k = int(self.rng.integers(1, n + 1))
         step = int(self.rng.choice([s for s in (1, 2, 3, 5) if np.gcd(s, n) == 1]))
-        i = self.builder.iota(k, "int64" if self.rng.random() < 0.5 else "int32")
-        idx = (i * step + int(self.rng.integers(0, n))) % n
+        dt = "int64" if self.rng.random() < 0.5 else "int32"
         shape = list(t.shape)
         shape[ax] = k
-        idx = idx.reshape(tuple(k if d == ax else 1 for d in range(t.ndim))).expand(tuple(shape))
+        shape = tuple(shape)
+
+        def along(v, d):  # a 1-D int value laid along axis d, broadcast to the index's shape
+            return v.reshape(tuple(v.shape[0] if e == d else 1 for e in range(t.ndim))).expand(shape)
+        idx = along(self.builder.iota(k, dt) * step, ax)
+        others = [d for d in range(t.ndim) if d != ax and shape[d] > 1]
+        if others and self.rng.random() < 0.5:
+            d = others[int(self.rng.integers(len(others)))]
+            idx = idx + along(self.builder.iota(shape[d], dt) * int(self.rng.integers(1, 4)), d)
+        idx = (idx + int(self.rng.integers(0, n))) % n
         if self.rng.random() < 0.5:
             upd = self.new_leaf(tuple(shape), weight=self.rng.random() < 0.3)
         else:

@@ -265,7 +265,7 @@ def emit_slices(ctx, plan: SlicesPlan, x):
 
 
 def emit_put(ctx, plan: PutPlan, x, idx_src, upd, view_fn):
-    """The functional write of a PutPlan (the in-place variant, for state buffers, is the runner's)."""
+    """A PutPlan as a new array (the functional Scatter): `x` with `upd` at the positions along the axis."""
     pos = view_fn(idx_src, *plan.index_view)
     ctx.stats["peephole_puts"] += 1
     at = (slice(None),) * plan.axis + (pos,)

@@ -22,8 +22,8 @@ from ...ir import dtypes
 from ...ir.ops import TensorValue
 from .views import StackPlan, apply_view, plan_view
 
-STAT_ZERO = {"view_gathers": 0, "view_stacks": 0, "peephole_dots": 0, "peephole_takes": 0, "peephole_slices": 0, "peephole_puts": 0,
-             "peephole_convs": 0, "peephole_pools": 0}
+STAT_ZERO = {"view_gathers": 0, "view_stacks": 0, "peephole_dots": 0, "peephole_takes": 0, "peephole_slices": 0,
+             "peephole_puts": 0, "peephole_convs": 0, "peephole_pools": 0}
 
 
 @dataclass
