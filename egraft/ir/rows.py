@@ -1,0 +1,233 @@
+"""Which axis of each output carries the rows of a varying axis, when rows provably never meet.
+
+A dimension that varies between calls (sequence length, batch, vLLM's
+``num_tokens``) can be covered by a few compiles at padded sizes only if
+padding is exact: the padded rows must never meet the real ones.
+:func:`row_axes` proves that for an :class:`~egraft.ir.graph.Graph` traced
+at one size ``N``: given, for some inputs, the axis that varies (its length
+``N`` in each), it follows that axis through every node and returns, per
+output, the axis that carries the rows (None: the output does not depend on
+them), or the reason some node mixes rows:
+
+* elementwise ops (``Group.ELEMENTWISE``) keep each operand's row axis; two
+  operands whose rows lie on different axes mix them (a causal mask
+  ``i < j`` built from two broadcast positions);
+* a reduction (``Group.REDUCE``) or a row idiom (``Group.ROW_IDIOM``:
+  softmax, the norms) over the row axis mixes rows; over another axis it
+  keeps them;
+* ``MatMul`` keeps rows on batch axes, on ``a``'s M and ``b``'s N, and mixes
+  them when they are its contraction axis K;
+* ``Attention`` keeps rows on batch axes, on ``q``'s and the bias's query
+  axis and ``v``'s value axis; rows among the keys (``k``/``v``'s ``Sk``) or
+  on the head dim mix (attention across the rows);
+* ``Gather`` / ``Scatter`` keep rows off their axis; indexing *along* the
+  row axis of the source or target mixes (a lookup into the rows);
+* a ``View`` keeps rows when exactly one of its axes walks the whole row
+  axis forwards from row 0 as one digit (:func:`egraft.ir.strided.read_map`):
+  reshapes that split or merge other axes, permutes, broadcasts and slices
+  of other axes.  A view that selects, slices, flips or merges the row axis
+  with another one is refused;
+* ``Iota(N)`` is a row's own index (axis 0: the same value for row ``i`` at
+  every ``N``); other leaves are row-free, except a tensor constant whose
+  values vary along an axis of length ``N`` (whether it follows the rows
+  cannot be told);
+* every other op is refused by name: a new op joins by its kind's group or
+  not at all.
+
+The verdict is about one traced size: row ``i`` of each output depends on
+row ``i`` of the inputs only, and on nothing that depends on ``N``.  Hence a
+graph traced at a padded size ``N`` gives, on its first ``n`` rows, what the
+graph traced at ``n`` gives.  A scalar that equals ``N`` baked into the
+program as a value cannot be told apart from a constant here; the caller
+(the Dynamo bucket runner) checks that from the program it traced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import InputError
+from .graph import Graph, Node
+from .op_groups import Group, Op
+from .ops import TensorValue
+from .shapes import normalize_axis
+from .strided import read_map
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The verdict: per output the axis carrying the rows (None: row-free), or why rows meet."""
+
+    axes: tuple[int | None, ...]
+    length: int  # N, the rows' length in the traced graph
+    reason: str = ""  # non-empty: not independent
+
+    @property
+    def independent(self) -> bool:
+        return not self.reason
+
+    def __bool__(self) -> bool:
+        return self.independent
+
+
+class _Mixed:
+    """A value in which rows meet, with the first node that mixed them."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def row_axes(graph: Graph, varying: Mapping[str, int]) -> Rows:
+    """Prove rows along the `varying` axes (input name -> axis) independent (module docstring)."""
+    specs = {s.name: s for s in graph.signature.call_inputs}
+    if not varying:
+        raise InputError("row_axes needs at least one input and its varying axis, e.g. {'x': 0}")
+    lengths = {}
+    for name, ax in varying.items():
+        if name not in specs:
+            raise InputError(f"row_axes: {name!r} is not an input of the graph; its inputs are "
+                             f"{', '.join(specs) or 'none'}")
+        shape = tuple(specs[name].shape)
+        if not isinstance(ax, int) or not -len(shape) <= ax < len(shape):
+            raise InputError(f"row_axes: axis {ax!r} is out of range for input {name!r} of shape {shape}")
+        lengths[name] = shape[normalize_axis(ax, len(shape))]
+    if len(set(lengths.values())) != 1:
+        raise InputError(f"row_axes: the varying axes have different lengths {lengths}; give the axes of one "
+                         "varying size")
+    n = lengths.popitem()[1]
+    if n < 2:
+        return Rows((), n, f"the rows have length {n}: trace at a length of 2 or more to tell them apart")
+    state: list = []
+    for i, node in enumerate(graph.nodes):
+        ins = [state[j] for j in node.inputs]
+        mixed = next((s for s in ins if isinstance(s, _Mixed)), None)
+        if mixed is not None:
+            state.append(mixed)
+            continue
+        try:
+            state.append(_rule(node, ins, graph, varying, n))
+        except _Refused as e:
+            state.append(_Mixed(f"node {i} ({node.op} {node.shape}) {e}"))
+    axes = []
+    for k, o in enumerate(graph.outputs):
+        s = state[o]
+        if isinstance(s, _Mixed):
+            return Rows((), n, f"output {k}: {s.why}")
+        axes.append(s)
+    return Rows(tuple(axes), n)
+
+
+class _Refused(Exception):
+    pass
+
+
+def _one(node: Node, placed: list[int | None]) -> int | None:
+    """The one output axis every row-carrying operand puts its rows on (None: no operand carries rows)."""
+    axes = {a for a in placed if a is not None}
+    if len(axes) > 1:
+        raise _Refused(f"combines rows lying on axes {sorted(axes)} (each output element meets several rows)")
+    return axes.pop() if axes else None
+
+
+def _rule(node: Node, ins: list, graph: Graph, varying: Mapping[str, int], n: int) -> int | None:
+    op, a = node.op, node.attrs
+    if op == Op.Input:
+        name = a["name"]
+        return normalize_axis(varying[name], len(node.shape)) if name in varying else None
+    if op == Op.Constant:
+        return _constant(node, n)
+    if op == Op.Iota:
+        return 0 if a["n"] == n else None
+    if op == Op.View:
+        return _view(node, ins[0], graph.nodes[node.inputs[0]].shape, n)
+    if op in Group.ELEMENTWISE:
+        return _one(node, ins)
+    if op in Group.REDUCE:
+        r = ins[0]
+        if r is None:
+            return None
+        if r == a["axis"]:
+            raise _Refused(f"reduces over the rows (axis {r})")
+        return r - (a["axis"] < r)
+    if op in Group.ROW_IDIOM:
+        r = ins[0]
+        if r is not None and r == a["axis"]:
+            raise _Refused(f"normalises along the rows (axis {r})")
+        return r
+    rule = _RULES.get(op)
+    if rule is None:
+        raise _Refused("is an op whose effect on rows is not known here (only ops of known kinds are proven)")
+    return rule(node, ins)
+
+
+def _constant(node: Node, n: int) -> None:
+    v = node.attrs["value"]
+    if isinstance(v, TensorValue):
+        arr = v.array
+        for d, size in enumerate(arr.shape):
+            if size == n and arr.size and not np.all(arr == np.take(arr, [0], axis=d)):
+                raise _Refused(f"is a constant whose values vary along axis {d}, of the rows' length {n}: "
+                               "whether it follows the rows cannot be told")
+    return None
+
+
+def _view(node: Node, r: int | None, src_shape: tuple[int, ...], n: int) -> int | None:
+    if r is None:
+        return None
+    a = node.attrs
+    m = read_map(src_shape, a["shape"], a["strides"], a["offset"])
+    if m is None:
+        raise _Refused("is a view whose reads cannot be mapped digit by digit")
+    walking = [d for d, pieces in enumerate(m.pieces) if any(p.dim == r for p in pieces)]
+    if not walking:
+        raise _Refused(f"selects row {m.base[r]} of the rows (axis {r}) instead of keeping them")
+    if len(walking) > 1:
+        raise _Refused(f"spreads the rows (axis {r}) over axes {walking}")
+    d = walking[0]
+    if m.pieces[d] != ((n, r, 1),) or m.base[r] != 0:
+        raise _Refused(f"slices, flips, strides or merges the rows (axis {r}) with another axis "
+                       f"(axis {d} reads {[tuple(p) for p in m.pieces[d]]} from row {m.base[r]})")
+    return d
+
+
+def _matmul(node: Node, ins: list) -> int | None:
+    rank = len(node.shape)
+    ra, rb = ins
+    if ra == rank - 1 or rb == rank - 2:
+        raise _Refused("contracts over the rows (they are its K axis)")
+    return _one(node, [ra, rb])
+
+
+def _attention(node: Node, ins: list) -> int | None:
+    rank = len(node.shape)
+    q, k, v = ins[:3]
+    bias = ins[3] if len(ins) == 4 else None
+    if q == rank - 1 or k == rank - 1:
+        raise _Refused("contracts over the rows (they are the head dim of q or k)")
+    if k == rank - 2 or v == rank - 2 or bias == rank - 1:
+        raise _Refused("attends across the rows (they are the keys)")
+    return _one(node, [q, k, v, bias])
+
+
+def _gather(node: Node, ins: list) -> int | None:
+    x, idx = ins
+    if x is not None and x == node.attrs["axis"]:
+        raise _Refused(f"indexes along the rows (axis {x})")
+    return _one(node, [x, idx])
+
+
+def _scatter(node: Node, ins: list) -> int | None:
+    ax = node.attrs["axis"]
+    if any(s == ax for s in ins):
+        raise _Refused(f"writes along the rows (axis {ax})")
+    return _one(node, ins)
+
+
+_RULES = {Op.MatMul: _matmul, Op.Attention: _attention, Op.Gather: _gather, Op.Scatter: _scatter}
+
+__all__ = ["Rows", "row_axes"]
