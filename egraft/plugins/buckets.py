@@ -134,20 +134,22 @@ def plan(gm: torch.fx.GraphModule, names: Sequence[torch.fx.Node], weights: froz
     symbols, tensors, ints = set(), [], []
     for pos, node in enumerate(names):
         syms = _symbols(_value(node))
-        if any(s is not None and not s.is_Symbol for s in syms):
-            return f"input {node.name} has a size {next(s for s in syms if s is not None and not s.is_Symbol)}"
+        odd = next((s for s in syms if s is not None and not s.is_Symbol), None)
+        if odd is not None:
+            return f"input {node.name} has a size {odd}"
         found = [d for d, s in enumerate(syms) if s is not None]
         if pos in weights and found:
             return f"the weight {node.name} has a dynamic size"
         symbols.update(syms[d] for d in found)
-        if len(found) > 1:
-            return f"input {node.name} has the varying size on {len(found)} axes"
         if found and isinstance(_value(node), torch.SymInt):
             ints.append(pos)
         elif found:
-            tensors.append((pos, found[0]))
+            tensors.append((pos, found))
     if len(symbols) != 1:
         return f"{len(symbols)} sizes vary ({', '.join(sorted(map(str, symbols)))}); only one can be padded"
+    if any(len(found) > 1 for _, found in tensors):
+        return "an input has the varying size on several axes"
+    tensors = [(pos, found[0]) for pos, found in tensors]
     (sym,) = symbols
     for node in gm.graph.nodes:
         if isinstance(_value(node), torch.SymInt):
