@@ -16,6 +16,12 @@ later buckets reuse its winner's backend and knobs
 (:func:`egraft.search.pipeline.compile_like`: a lowering and a check, no
 search).
 
+The proof is made on the graph traced at the bucket size.  A bucket size
+that equals a fixed size of the model (8, 16, 64: a head dim) can make an
+``arange`` over that dimension look like the rows' own index and the proof
+refuse; then it is made once more at a probe size no fixed size of the FX
+graph has, and holds for the FX graph's every size (one symbolic program).
+
 What is padded is read from the FX graph (:func:`plan`): the one symbol of
 the graph's symbolic sizes, each tensor input's axis of it, the ``SymInt``
 arguments equal to it, and each output's axis of it.  A graph with several
@@ -79,13 +85,16 @@ class Plan:
         return int(args[self.ints[0]])
 
     def pad(self, args: Sequence[Any], n: int, size: int) -> list:
-        """`args` with every tensor padded from `n` to `size` rows by copies of its last row; sizes set to `size`."""
+        """`args` with every tensor padded from `n` to `size` rows by copies of its last row (or cut to `size`);
+        the size arguments set to `size`."""
         out = list(args)
         for pos, ax in self.tensors:
             t = args[pos]
             if size > n:
                 last = t.narrow(ax, n - 1, 1)
                 out[pos] = torch.cat([t, last.expand(*[size - n if d == ax else -1 for d in range(t.dim())])], ax)
+            elif size < n:
+                out[pos] = t.narrow(ax, 0, size)
         for pos in self.ints:
             out[pos] = size
         return out
@@ -129,8 +138,8 @@ def _as_value(user: torch.fx.Node, size: torch.fx.Node) -> bool:
     return False
 
 
-def plan(gm: torch.fx.GraphModule, names: Sequence[torch.fx.Node], weights: frozenset[int]) -> Plan | str:
-    """The :class:`Plan` of a dynamic graph, or why its size cannot be bucketed."""
+def plan(gm: torch.fx.GraphModule, names: Sequence[torch.fx.Node], weights: frozenset[int]) -> Plan | str | None:
+    """The :class:`Plan` of a dynamic graph, or why its size cannot be bucketed (None: no size varies)."""
     symbols, tensors, ints = set(), [], []
     for pos, node in enumerate(names):
         syms = _symbols(_value(node))
@@ -145,6 +154,8 @@ def plan(gm: torch.fx.GraphModule, names: Sequence[torch.fx.Node], weights: froz
             ints.append(pos)
         elif found:
             tensors.append((pos, found))
+    if not symbols:
+        return None  # every symbolic size is a known number: one signature, compiled as a static graph
     if len(symbols) != 1:
         return f"{len(symbols)} sizes vary ({', '.join(sorted(map(str, symbols)))}); only one can be padded"
     if any(len(found) > 1 for _, found in tensors):
@@ -207,6 +218,7 @@ class Buckets:
         self.plan = plan(graph.gm, graph._names, graph._weights)
         self.refused = self.plan if isinstance(self.plan, str) else ""
         self.compiled: dict[int, Bucket] = {}
+        self.probed: str | None = None  # the proof at a probe size (None: not needed yet)
 
     def entry(self, key, args):
         """The entry for a call of signature `key`: a bucket's program (padded), or PyTorch with one warning."""
@@ -225,7 +237,7 @@ class Buckets:
             if b is None and len(self.compiled) >= cfg.max_shapes:
                 return g._eager(key, f"compiled for {cfg.max_shapes} bucket sizes (the max_shapes option); "
                                      "further sizes run in PyTorch")
-            b = self._compile(size, self.plan.pad(args, n, size))
+            b = self._compile(size, args, n)
             if isinstance(b, str):
                 return self._eager(key, b)
         entry = b.entry if size == n else Padded(self.plan, b, n)
@@ -245,34 +257,60 @@ class Buckets:
                                       f"compiled sizes: {why}. So the graph runs in PyTorch rather than compile "
                                       f"for every size; {WAY_IN}")
 
-    def _compile(self, size: int, padded: list) -> Bucket | str:
-        g, cfg = self.graph, self.graph.config
+    def _trace(self, padded: list):
+        """The bound graph at `padded`'s size, its user tensors and its IR graph, or why it does not trace."""
+        g = self.graph
         bound = Bound(g.gm, padded, g._weights, g._names)
         user = bound.user_args(padded)
-        cfg = cfg.with_(device=device_of(padded, cfg))
         try:
-            graph = lower_program(export(bound, user))
+            return bound, user, lower_program(export(bound, user))
         except (TraceError, InputError) as e:
             return str(e).strip().splitlines()[0]
         except UnsupportedOpError as e:
             return f"it uses {e.op}, which egraft cannot lower (a split graph is not padded)"
-        axes = list(self.plan.outputs)
-        if size > 1:
-            pos = {p: ax for p, ax in self.plan.tensors}
-            varying = {spec.name: pos[p] for spec, p in zip(graph.signature.call_inputs, bound.user_positions)
-                       if p in pos}
-            rows = row_axes(graph, varying)
-            if not rows.independent:
-                return f"its rows meet at {rows.reason}"
-            wrong = [k for k, (r, a) in enumerate(zip(rows.axes, axes)) if r is not None and r != a]
-            if wrong or len(rows.axes) != len(axes):
-                return f"the rows of output {wrong[0] if wrong else 0} lie on another axis than its dynamic size"
+
+    def _prove(self, bound: Bound, graph) -> str:
+        """Why the rows of `graph` (traced at one size) may meet, or '' when they are proven apart."""
+        pos = dict(self.plan.tensors)
+        varying = {spec.name: pos[p] for spec, p in zip(graph.signature.call_inputs, bound.user_positions) if p in pos}
+        rows = row_axes(graph, varying)
+        if not rows.independent:
+            return f"its rows meet at {rows.reason}"
+        wrong = [k for k, (r, a) in enumerate(zip(rows.axes, self.plan.outputs)) if r is not None and r != a]
+        if wrong or len(rows.axes) != len(self.plan.outputs):
+            return f"the rows of output {wrong[0] if wrong else 0} lie on another axis than its dynamic size"
+        return ""
+
+    def _probe(self, args: Sequence[Any], n: int) -> str:
+        """The proof at a size no fixed size of the graph has (once): a bucket size equal to a model dimension
+        (8, 16, 64, ...) lets an ``arange`` over that dimension pass for the rows' own index, a false alarm."""
+        if self.probed is None:
+            fixed = {int(d) for node in self.graph.gm.graph.nodes for v in [_value(node)]
+                     if isinstance(v, torch.Tensor) for d in v.shape if not isinstance(d, torch.SymInt)}
+            size = next(p for p in range(3, 10 ** 6) if p not in fixed)
+            traced = self._trace(self.plan.pad(args, n, size))
+            self.probed = traced if isinstance(traced, str) else self._prove(traced[0], traced[2])
+        return self.probed
+
+    def _compile(self, size: int, args: Sequence[Any], n: int) -> Bucket | str:
+        g, cfg = self.graph, self.graph.config
+        padded = self.plan.pad(args, n, size)
+        traced = self._trace(padded)
+        if isinstance(traced, str):
+            return traced
+        bound, user, graph = traced
+        if size > 1:  # one row cannot meet another
+            why = self._prove(bound, graph)
+            if why and not self._probe(args, n):
+                why = ""  # proven at the probe size: the refusal at this size was a coincidence of lengths
+            if why:
+                return why
         with torch.no_grad():
             bound(*user)  # the output structure Bound.rebuild puts outputs back into
         prior = next(iter(self.compiled.values()), None)
         try:
-            done = compile_graph(graph, cfg, user, bound, label=f"{g.label} (bucket {size})",
-                                 prior=prior.done if prior is not None else None)
+            done = compile_graph(graph, cfg.with_(device=device_of(padded, cfg)), user, bound,
+                                 label=f"{g.label} (bucket {size})", prior=prior.done if prior is not None else None)
         except ValidationError as e:
             return (f"its compiled program does not match PyTorch ({str(e).splitlines()[0]}); please report this "
                     "as an egraft bug")

@@ -153,7 +153,8 @@ class DynamoGraph:
         dynamic = self._dynamic_dims()
         if dynamic and cfg.dynamic != "per_size":
             self._buckets = self._buckets or Buckets(self, Entry, mismatch)
-            return self._buckets.entry(key, args)
+            if self._buckets.plan is not None:
+                return self._buckets.entry(key, args)
         if dynamic:  # said once, before the first compile, so a caller knows what each new size costs
             self._warn(f"Dynamo marked sizes of {', '.join(dynamic[:4])}{' ...' if len(dynamic) > 4 else ''} "
                        f"dynamic; egraft compiles each new size on its own (up to max_shapes={cfg.max_shapes}, "

@@ -66,6 +66,29 @@ class RowNorm(nn.Module):
         return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
+class RopePiece(nn.Module):
+    """A vLLM-like piece over flattened tokens: RMSNorm, rotary embedding from a cos/sin cache indexed by each
+    token's position, a gated MLP.  Its head dim (8) is also a bucket size."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.h, self.hd = heads, d // heads
+        inv = 1.0 / 10000 ** (torch.arange(0, self.hd, 2).float() / self.hd)
+        t = torch.arange(64).float()[:, None] * inv[None]
+        self.register_buffer("cos_sin", torch.cat([t.cos(), t.sin()], -1))
+        self.w = nn.Parameter(torch.rand(d) + 0.5)
+        self.gu, self.o, self.q = nn.Linear(d, 64, bias=False), nn.Linear(32, d, bias=False), nn.Linear(d, d)
+
+    def forward(self, positions, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        q = self.q(h).view(-1, self.h, self.hd)
+        cos, sin = self.cos_sin.index_select(0, positions).chunk(2, -1)
+        q1, q2 = q.chunk(2, -1)
+        q = torch.cat([q1 * cos[:, None] - q2 * sin[:, None], q2 * cos[:, None] + q1 * sin[:, None]], -1)
+        g, u = self.gu(h).chunk(2, -1)
+        return x + self.o(nn.functional.silu(g) * u), q.flatten(1)
+
+
 class SelfAttention(nn.Module):
     """Every row attends to every row: padding would change the real rows."""
 
@@ -104,6 +127,29 @@ def test_independent_rows_compile_once_per_bucket(monkeypatch):
     first, *later = graph._buckets.compiled.values()
     assert first.done.searched and not any(b.done.searched for b in later)
     assert all(b.done.result.backend == first.done.result.backend for b in later)
+
+
+def test_rope_piece_with_positions_is_bucketed():
+    seed = fresh_seed()
+    torch.manual_seed(seed)
+    model = RopePiece().eval()
+    backend, graphs = _capture(FAST)
+    compiled = torch.compile(model, backend=backend)
+    g = torch.Generator().manual_seed(seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 6, 9, 13):
+            x, pos = torch.randn(n, 16, generator=g), torch.randint(0, 64, (n,), generator=g)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(pos, 0)
+            with torch.no_grad():
+                got, want = compiled(pos, x), model(pos, x)
+            for a, b in zip(got, want):
+                assert a.shape == b.shape and rel_err(a.numpy(), b.numpy()) < 1e-5, n
+    assert fallback_messages(caught) == []
+    (graph,) = graphs
+    assert sorted(graph._buckets.compiled) == [4, 8, 16] and graph.compiles == 3
+    assert graph._buckets.probed == "", "bucket 8 (the head dim) was proven at a probe size"
 
 
 @pytest.mark.parametrize("model,why", [(SelfAttention(), "rows meet"), (SizeAsValue(), "used as a number")])
