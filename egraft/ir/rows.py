@@ -28,9 +28,12 @@ them), or the reason some node mixes rows:
   of other axes.  A view that selects, slices, flips or merges the row axis
   with another one is refused;
 * ``Iota(N)`` is a row's own index (axis 0: the same value for row ``i`` at
-  every ``N``); other leaves are row-free, except a tensor constant whose
-  values vary along an axis of length ``N`` (whether it follows the rows
-  cannot be told);
+  every ``N``); other leaves are row-free, except a tensor constant with an
+  axis of length ``N``: uniform along it, it is a broadcast over the rows,
+  else refused (whether it follows the rows cannot be told).  Likewise a
+  broadcast (stride 0) view axis of length ``N`` is a row axis: a row-free
+  value repeated over the rows, whose sum (``ones(n).sum()``, which counts
+  the padded rows) is refused like any sum over the rows;
 * every other op is refused by name: a new op joins by its kind's group or
   not at all.
 
@@ -165,21 +168,32 @@ def _rule(node: Node, ins: list, graph: Graph, varying: Mapping[str, int], n: in
     return rule(node, ins)
 
 
-def _constant(node: Node, n: int) -> None:
+def _constant(node: Node, n: int) -> int | None:
+    """A constant is row-free, unless it has an axis of the rows' length: along it, it must be uniform, and is
+    then a broadcast over the rows (so a later sum over that axis counts the padded rows too, and is refused)."""
     v = node.attrs["value"]
-    if isinstance(v, TensorValue):
-        arr = v.array
-        for d, size in enumerate(arr.shape):
-            if size == n and arr.size and not np.all(arr == np.take(arr, [0], axis=d)):
-                raise _Refused(f"is a constant whose values vary along axis {d}, of the rows' length {n}: "
-                               "whether it follows the rows cannot be told")
-    return None
+    if not isinstance(v, TensorValue):
+        return None
+    arr = v.array
+    axes = [d for d, size in enumerate(arr.shape) if size == n]
+    for d in axes:
+        if arr.size and not np.all(arr == np.take(arr, [0], axis=d)):
+            raise _Refused(f"is a constant whose values vary along axis {d}, of the rows' length {n}: "
+                           "whether it follows the rows cannot be told")
+    if len(axes) > 1:
+        raise _Refused(f"is a constant with several axes of the rows' length ({axes})")
+    return axes[0] if axes else None
 
 
 def _view(node: Node, r: int | None, src_shape: tuple[int, ...], n: int) -> int | None:
-    if r is None:
-        return None
     a = node.attrs
+    # a broadcast (stride 0) axis of the rows' length repeats one value over the rows: it is a row axis, so
+    # a sum over it (which would count the padded rows) is refused like any sum over the rows
+    spread = [d for d, (size, st) in enumerate(zip(a["shape"], a["strides"])) if st == 0 and size == n]
+    if r is None:
+        if len(spread) > 1:
+            raise _Refused(f"broadcasts over the rows' length along several axes {spread}")
+        return spread[0] if spread else None
     m = read_map(src_shape, a["shape"], a["strides"], a["offset"])
     if m is None:
         raise _Refused("is a view whose reads cannot be mapped digit by digit")
@@ -192,6 +206,8 @@ def _view(node: Node, r: int | None, src_shape: tuple[int, ...], n: int) -> int 
     if m.pieces[d] != ((n, r, 1),) or m.base[r] != 0:
         raise _Refused(f"slices, flips, strides or merges the rows (axis {r}) with another axis "
                        f"(axis {d} reads {[tuple(p) for p in m.pieces[d]]} from row {m.base[r]})")
+    if [e for e in spread if e != d]:
+        raise _Refused(f"broadcasts the rows (axis {d}) along another axis of their length")
     return d
 
 

@@ -260,6 +260,9 @@ class Buckets:
     def _trace(self, padded: list):
         """The bound graph at `padded`'s size, its user tensors and its IR graph, or why it does not trace."""
         g = self.graph
+        # new tensor objects for the user's: torch.export would read torch._dynamo.mark_dynamic's marks on them
+        padded = [a.detach() if isinstance(a, torch.Tensor) and i not in g._weights else a
+                  for i, a in enumerate(padded)]
         bound = Bound(g.gm, padded, g._weights, g._names)
         user = bound.user_args(padded)
         try:

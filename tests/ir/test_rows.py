@@ -103,6 +103,12 @@ def _last_row(b, n, rng_w):
     return [x.select(0, n - 1) * 2.0]
 
 
+def _count_rows(b, n, rng_w):
+    """x * ones(n).sum(): a row-free value broadcast over the rows, then summed, counts the padded rows."""
+    x = b.input("x", (n, D), "float32")
+    return [x * b.constant(1.0, "float32", (n,)).sum(0)]
+
+
 def _softmax_rows(b, n, rng_w):
     x = b.input("x", (n, D), "float32")
     return [b.add(Op.Softmax, [x], axis=0)]
@@ -113,7 +119,7 @@ POSITIVE = {"mlp": (_mlp, {"x": 0}, [0]), "norm": (_norm, {"x": 1}, [1, 1]), "ro
 NEGATIVE = {"attention": (_attention, {"x": 1}, "attends across"), "causal": (_causal, {"x": 1}, ""),
             "sum": (_sum_rows, {"x": 0}, "reduces over the rows"), "mask": (_mask, {"x": 0}, ""),
             "transpose": (_transposed, {"x": 0}, "contracts over the rows"),
-            "last_row": (_last_row, {"x": 0}, "selects row"), "softmax": (_softmax_rows, {"x": 0}, "along the rows")}
+            "last_row": (_last_row, {"x": 0}, "selects row"), "count": (_count_rows, {"x": 0}, "reduces over"), "softmax": (_softmax_rows, {"x": 0}, "along the rows")}
 
 
 def _graph(make, n, seed):

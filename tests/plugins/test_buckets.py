@@ -138,7 +138,7 @@ def test_rope_piece_with_positions_is_bucketed():
     g = torch.Generator().manual_seed(seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for n in (3, 6, 9, 13):
+        for n in (3, 6, 8, 9, 13):  # 8: a bucket size called exactly, with inputs marked dynamic
             x, pos = torch.randn(n, 16, generator=g), torch.randint(0, 64, (n,), generator=g)
             torch._dynamo.mark_dynamic(x, 0)
             torch._dynamo.mark_dynamic(pos, 0)
