@@ -22,11 +22,14 @@ them), or the reason some node mixes rows:
   on the head dim mix (attention across the rows);
 * ``Gather`` / ``Scatter`` keep rows off their axis; indexing *along* the
   row axis of the source or target mixes (a lookup into the rows);
-* a ``View`` keeps rows when exactly one of its axes walks the whole row
-  axis forwards from row 0 as one digit (:func:`egraft.ir.strided.read_map`):
+* a ``View`` keeps rows when exactly one of its axes walks the row axis
+  forwards from row 0 as its outermost digit (:func:`egraft.ir.strided.read_map`):
   reshapes that split or merge other axes, permutes, broadcasts and slices
-  of other axes.  A view that selects, slices, flips or merges the row axis
-  with another one is refused;
+  of other axes.  Rows may be merged with inner axes (``[B, S, d] ->
+  [B*S, d]`` with rows along ``B``): row ``i`` is then block ``i`` of the
+  merged axis, and a later reshape may split the block off again; an output
+  must hold its rows unmerged.  A view that selects, slices or flips the
+  rows, or merges them under an outer axis, is refused;
 * ``Iota(N)`` is a row's own index (axis 0: the same value for row ``i`` at
   every ``N``); other leaves are row-free, except a tensor constant with an
   axis of length ``N``: uniform along it, it is a broadcast over the rows,
@@ -105,7 +108,7 @@ def row_axes(graph: Graph, varying: Mapping[str, int]) -> Rows:
     n = lengths.popitem()[1]
     if n < 2:
         return Rows((), n, f"the rows have length {n}: trace at a length of 2 or more to tell them apart")
-    state: list = []
+    state: list = []  # per node: None (row-free), a _Mixed, or (axis, block): row i is block i of that axis
     for i, node in enumerate(graph.nodes):
         ins = [state[j] for j in node.inputs]
         mixed = next((s for s in ins if isinstance(s, _Mixed)), None)
@@ -121,7 +124,10 @@ def row_axes(graph: Graph, varying: Mapping[str, int]) -> Rows:
         s = state[o]
         if isinstance(s, _Mixed):
             return Rows((), n, f"output {k}: {s.why}")
-        axes.append(s)
+        if s is not None and s[1] != 1:
+            return Rows((), n, f"output {k}: its axis {s[0]} holds the rows merged with another axis "
+                               f"({s[1]} elements per row)")
+        axes.append(None if s is None else s[0])
     return Rows(tuple(axes), n)
 
 
@@ -129,23 +135,27 @@ class _Refused(Exception):
     pass
 
 
-def _one(node: Node, placed: list[int | None]) -> int | None:
-    """The one output axis every row-carrying operand puts its rows on (None: no operand carries rows)."""
+def _one(node: Node, placed: list) -> tuple[int, int] | None:
+    """The one (axis, block) every row-carrying operand puts its rows on (None: no operand carries rows)."""
     axes = {a for a in placed if a is not None}
     if len(axes) > 1:
-        raise _Refused(f"combines rows lying on axes {sorted(axes)} (each output element meets several rows)")
+        raise _Refused(f"combines rows lying on (axis, block) {sorted(axes)} (an output element meets several rows)")
     return axes.pop() if axes else None
 
 
-def _rule(node: Node, ins: list, graph: Graph, varying: Mapping[str, int], n: int) -> int | None:
+def _axis(s) -> int | None:
+    return None if s is None else s[0]
+
+
+def _rule(node: Node, ins: list, graph: Graph, varying: Mapping[str, int], n: int):
     op, a = node.op, node.attrs
     if op == Op.Input:
         name = a["name"]
-        return normalize_axis(varying[name], len(node.shape)) if name in varying else None
+        return (normalize_axis(varying[name], len(node.shape)), 1) if name in varying else None
     if op == Op.Constant:
         return _constant(node, n)
-    if op == Op.Iota:
-        return 0 if a["n"] == n else None
+    if op == Op.Iota:  # i*K + j for row i: the same at every N
+        return (0, a["n"] // n) if a["n"] % n == 0 and a["n"] else None
     if op == Op.View:
         return _view(node, ins[0], graph.nodes[node.inputs[0]].shape, n)
     if op in Group.ELEMENTWISE:
@@ -154,21 +164,20 @@ def _rule(node: Node, ins: list, graph: Graph, varying: Mapping[str, int], n: in
         r = ins[0]
         if r is None:
             return None
-        if r == a["axis"]:
-            raise _Refused(f"reduces over the rows (axis {r})")
-        return r - (a["axis"] < r)
+        if r[0] == a["axis"]:
+            raise _Refused(f"reduces over the rows (axis {r[0]})")
+        return (r[0] - (a["axis"] < r[0]), r[1])
     if op in Group.ROW_IDIOM:
-        r = ins[0]
-        if r is not None and r == a["axis"]:
-            raise _Refused(f"normalises along the rows (axis {r})")
-        return r
+        if _axis(ins[0]) == a["axis"]:
+            raise _Refused(f"normalises along the rows (axis {a['axis']})")
+        return ins[0]
     rule = _RULES.get(op)
     if rule is None:
         raise _Refused("is an op whose effect on rows is not known here (only ops of known kinds are proven)")
-    return rule(node, ins)
+    return rule(node, [_axis(s) for s in ins], ins)
 
 
-def _constant(node: Node, n: int) -> int | None:
+def _constant(node: Node, n: int):
     """A constant is row-free, unless it has an axis of the rows' length: along it, it must be uniform, and is
     then a broadcast over the rows (so a later sum over that axis counts the padded rows too, and is refused)."""
     v = node.attrs["value"]
@@ -182,10 +191,10 @@ def _constant(node: Node, n: int) -> int | None:
                            "whether it follows the rows cannot be told")
     if len(axes) > 1:
         raise _Refused(f"is a constant with several axes of the rows' length ({axes})")
-    return axes[0] if axes else None
+    return (axes[0], 1) if axes else None
 
 
-def _view(node: Node, r: int | None, src_shape: tuple[int, ...], n: int) -> int | None:
+def _view(node: Node, r, src_shape: tuple[int, ...], n: int):
     a = node.attrs
     # a broadcast (stride 0) axis of the rows' length repeats one value over the rows: it is a row axis, so
     # a sum over it (which would count the padded rows) is refused like any sum over the rows
@@ -193,54 +202,60 @@ def _view(node: Node, r: int | None, src_shape: tuple[int, ...], n: int) -> int 
     if r is None:
         if len(spread) > 1:
             raise _Refused(f"broadcasts over the rows' length along several axes {spread}")
-        return spread[0] if spread else None
+        return (spread[0], 1) if spread else None
+    ra, block = r
     m = read_map(src_shape, a["shape"], a["strides"], a["offset"])
     if m is None:
         raise _Refused("is a view whose reads cannot be mapped digit by digit")
-    walking = [d for d, pieces in enumerate(m.pieces) if any(p.dim == r for p in pieces)]
-    if not walking:
-        raise _Refused(f"selects row {m.base[r]} of the rows (axis {r}) instead of keeping them")
-    if len(walking) > 1:
-        raise _Refused(f"spreads the rows (axis {r}) over axes {walking}")
-    d = walking[0]
-    if m.pieces[d] != ((n, r, 1),) or m.base[r] != 0:
-        raise _Refused(f"slices, flips, strides or merges the rows (axis {r}) with another axis "
-                       f"(axis {d} reads {[tuple(p) for p in m.pieces[d]]} from row {m.base[r]})")
+    # the row digit walks the row axis from row 0 in steps of `step`, a divisor of the block (the whole block
+    # in one digit, or a reshape that splits each row's block off); every other digit on the row axis stays
+    # inside one step (a slice or select within each row)
+    row = [(d, k, p.step) for d, pieces in enumerate(m.pieces) for k, p in enumerate(pieces)
+           if p.dim == ra and p.step > 0 and block % p.step == 0 and p.size == n * (block // p.step)]
+    if len(row) != 1:
+        raise _Refused(f"selects, slices, flips or strides across the rows (axis {ra}, {block} element(s) per "
+                       f"row): it reads {[[tuple(p) for p in ps] for ps in m.pieces]} from {m.base}")
+    d, k, step = row[0]
+    inner = [p for e, pieces in enumerate(m.pieces) for j, p in enumerate(pieces) if p.dim == ra and (e, j) != (d, k)]
+    lo = m.base[ra] + sum(min(0, (p.size - 1) * p.step) for p in inner)
+    hi = m.base[ra] + sum(max(0, (p.size - 1) * p.step) for p in inner)
+    if lo < 0 or hi >= step:
+        raise _Refused(f"reads across the blocks of the rows (axis {ra}, {block} element(s) per row): "
+                       f"{[[tuple(p) for p in ps] for ps in m.pieces]} from {m.base}")
+    if k:
+        raise _Refused(f"puts the rows (axis {ra}) inside a merged axis {d}, under {m.pieces[d][:k]}")
     if [e for e in spread if e != d]:
         raise _Refused(f"broadcasts the rows (axis {d}) along another axis of their length")
-    return d
+    return (d, block // step * int(np.prod([p.size for p in m.pieces[d][1:]], dtype=np.int64)))
 
 
-def _matmul(node: Node, ins: list) -> int | None:
+def _matmul(node: Node, ax: list, ins: list):
     rank = len(node.shape)
-    ra, rb = ins
-    if ra == rank - 1 or rb == rank - 2:
+    if ax[0] == rank - 1 or ax[1] == rank - 2:
         raise _Refused("contracts over the rows (they are its K axis)")
-    return _one(node, [ra, rb])
+    return _one(node, ins)
 
 
-def _attention(node: Node, ins: list) -> int | None:
+def _attention(node: Node, ax: list, ins: list):
     rank = len(node.shape)
-    q, k, v = ins[:3]
-    bias = ins[3] if len(ins) == 4 else None
+    q, k, v = ax[:3]
+    bias = ax[3] if len(ax) == 4 else None
     if q == rank - 1 or k == rank - 1:
         raise _Refused("contracts over the rows (they are the head dim of q or k)")
     if k == rank - 2 or v == rank - 2 or bias == rank - 1:
         raise _Refused("attends across the rows (they are the keys)")
-    return _one(node, [q, k, v, bias])
+    return _one(node, ins)
 
 
-def _gather(node: Node, ins: list) -> int | None:
-    x, idx = ins
-    if x is not None and x == node.attrs["axis"]:
-        raise _Refused(f"indexes along the rows (axis {x})")
-    return _one(node, [x, idx])
+def _gather(node: Node, ax: list, ins: list):
+    if ax[0] is not None and ax[0] == node.attrs["axis"]:
+        raise _Refused(f"indexes along the rows (axis {ax[0]})")
+    return _one(node, ins)
 
 
-def _scatter(node: Node, ins: list) -> int | None:
-    ax = node.attrs["axis"]
-    if any(s == ax for s in ins):
-        raise _Refused(f"writes along the rows (axis {ax})")
+def _scatter(node: Node, ax: list, ins: list):
+    if node.attrs["axis"] in ax:
+        raise _Refused(f"writes along the rows (axis {node.attrs['axis']})")
     return _one(node, ins)
 
 

@@ -55,6 +55,16 @@ def _rope(b, n, rng_w):
     return [x * ang.cos() + rot * ang.sin()]
 
 
+def _merged_batch(b, n, rng_w):
+    """[B, S, d] -> [B*S, d] -> linear -> [B, S, d], rows along B (a batch): each row is a block of the merged
+    axis; plus a select and a slice within each row's block (position 0, positions 1..)."""
+    x = b.input("x", (n, 3, D), "float32")
+    w = b.weight("w", rng_w.standard_normal((D, D)).astype(np.float32))
+    h = b.add(Op.MatMul, [x.reshape((n * 3, D)), w]).tanh().reshape((n, 3, D))
+    flat = h.reshape((n * 3 * D,)).sigmoid().reshape((n, 3 * D))
+    return [h, flat, h.select(1, 0) + h.slice(1, 1, 3).sum(1)]
+
+
 def _iota_positions(b, n, rng_w):
     """Positions made inside the graph (arange(n)): row i's position is i at every length."""
     x = b.input("x", (n, D), "float32")
@@ -109,17 +119,25 @@ def _count_rows(b, n, rng_w):
     return [x * b.constant(1.0, "float32", (n,)).sum(0)]
 
 
+def _merged_under_outer(b, n, rng_w):
+    """[2, S, d] -> [2*S, d]: the rows lie under the outer axis, then a reshape shifts them by one."""
+    x = b.input("x", (2, n, D), "float32")
+    return [x.reshape((2 * n * D,)).slice(0, D, 2 * n * D).reshape((2 * n - 1, D)).sum(0)]
+
+
 def _softmax_rows(b, n, rng_w):
     x = b.input("x", (n, D), "float32")
     return [b.add(Op.Softmax, [x], axis=0)]
 
 
 POSITIVE = {"mlp": (_mlp, {"x": 0}, [0]), "norm": (_norm, {"x": 1}, [1, 1]), "rope": (_rope, {"x": 0, "pos": 0}, [0]),
-            "iota": (_iota_positions, {"x": 0}, [0]), "embed": (_embed, {"ids": 0}, [0])}
+            "iota": (_iota_positions, {"x": 0}, [0]), "embed": (_embed, {"ids": 0}, [0]),
+            "merged": (_merged_batch, {"x": 0}, [0, 0, 0])}
 NEGATIVE = {"attention": (_attention, {"x": 1}, "attends across"), "causal": (_causal, {"x": 1}, ""),
             "sum": (_sum_rows, {"x": 0}, "reduces over the rows"), "mask": (_mask, {"x": 0}, ""),
             "transpose": (_transposed, {"x": 0}, "contracts over the rows"),
-            "last_row": (_last_row, {"x": 0}, "selects row"), "count": (_count_rows, {"x": 0}, "reduces over"), "softmax": (_softmax_rows, {"x": 0}, "along the rows")}
+            "last_row": (_last_row, {"x": 0}, "selects"), "count": (_count_rows, {"x": 0}, "reduces over"),
+            "under_outer": (_merged_under_outer, {"x": 1}, ""), "softmax": (_softmax_rows, {"x": 0}, "along the rows")}
 
 
 def _graph(make, n, seed):
