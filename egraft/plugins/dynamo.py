@@ -23,8 +23,11 @@ per input signature:
 
 A graph that cannot be exported, mutates state, or cannot be split runs in
 PyTorch, with one warning saying why.  Any other error (a failing search, a
-bad option) is raised.  Dynamic shapes: SymInts arrive as ints at call time
-and each signature is compiled on its own, up to ``max_shapes`` per graph.
+bad option) is raised.  Dynamic shapes: SymInts arrive as ints at call time;
+a size whose rows egraft proves independent is padded to a few bucket
+sizes, each compiled once (:mod:`.buckets`); a graph whose size cannot be
+bucketed runs in PyTorch with one warning, or with ``dynamic="per_size"``
+each signature is compiled on its own, up to ``max_shapes`` per graph.
 Outputs carry no autograd history (egraft compiles inference).
 """
 
@@ -42,6 +45,7 @@ from ..ir import dtypes
 from ..measure import outputs, tolerance
 from ..search.config import CompileConfig
 from .binding import Bound, is_weight, placeholders, signature
+from .buckets import Buckets
 from .exported import compile_exported, device_of, export
 from .partition import CannotSplit, split_compile
 
@@ -105,6 +109,8 @@ class DynamoGraph:
         self._names = placeholders(gm)
         self._weights: frozenset[int] | None = None  # positions of the parameters and buffers, found on 1st call
         self._warned: set[str] = set()
+        self._buckets: Buckets | None = None  # the bucket runner of a graph with a dynamic size
+        self.compiles = 0  # programs egraft compiled for this graph (signatures, buckets; a split graph's: one)
 
     def __call__(self, *args):
         if self._weights is None:
@@ -145,6 +151,10 @@ class DynamoGraph:
     def _build(self, key, args) -> Entry:
         cfg = self.config
         dynamic = self._dynamic_dims()
+        if dynamic and cfg.dynamic != "per_size":
+            self._buckets = self._buckets or Buckets(self, Entry, mismatch)
+            if self._buckets.plan is not None:
+                return self._buckets.entry(key, args)
         if dynamic:  # said once, before the first compile, so a caller knows what each new size costs
             self._warn(f"Dynamo marked sizes of {', '.join(dynamic[:4])}{' ...' if len(dynamic) > 4 else ''} "
                        f"dynamic; egraft compiles each new size on its own (up to max_shapes={cfg.max_shapes}, "
@@ -167,6 +177,7 @@ class DynamoGraph:
             return self._eager(key, e.op)
         with torch.no_grad():
             want = bound(*user)  # the output structure, and the reference for a split graph's check
+        self.compiles += 1
         try:
             done = compile_exported(ep, cfg, user, bound, label=self.label)
             entry = Entry(bound, _runner(done.executable), [done.result])

@@ -12,6 +12,7 @@ lowering because the caller partitions it when an op does not lower.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Sequence
 
@@ -21,7 +22,7 @@ from ..frontend import export_program, lower_program, program_signature, require
 from ..ir.evaluate import to_numpy
 from ..measure import like
 from ..search.config import CompileConfig
-from ..search.pipeline import CompiledSignature, compile_signature
+from ..search.pipeline import CompiledSignature, compile_like, compile_signature
 
 log = logging.getLogger("egraft.plugins")
 
@@ -47,23 +48,26 @@ def device_of(args: Sequence, config: CompileConfig) -> str:
 
 
 def compile_graph(graph, config: CompileConfig, user_args: Sequence[torch.Tensor], reference,
-                  label: str = "graph") -> CompiledSignature:
+                  label: str = "graph", prior: CompiledSignature | None = None) -> CompiledSignature:
     """Compile ``graph`` through the pipeline, checked against ``reference`` (the bound graph in PyTorch).
 
     The search validates candidates, and the pipeline checks the winner, on
     the inputs the graph was called with and one random set drawn like them
     (:func:`egraft.measure.like`: integer inputs within the called ones'
-    range, so token ids and positions stay valid).
+    range, so token ids and positions stay valid).  `prior`: an earlier
+    compile of another size of this program, whose backend and knobs are
+    reused (:func:`egraft.search.pipeline.compile_like`: no search unless
+    the check fails).
     """
     fresh, _ = like(tuple(user_args), None, config.seed)
     sets = [list(user_args), list(fresh)]
-    done = compile_signature(graph, config, reference=reference, check_sets=sets,
-                             inputs=[[to_numpy(x) for x in s] for s in sets], label=label,
-                             against="the graph run in PyTorch")
+    how = compile_signature if prior is None else functools.partial(compile_like, prior)
+    done = how(graph, config, reference=reference, check_sets=sets, inputs=[[to_numpy(x) for x in s] for s in sets],
+               label=label, against="the graph run in PyTorch")
     res = done.result
     log.info("egraft: %s (%d nodes) -> %s %s, %.3g ms (direct lowering %.3g ms)%s", label, len(graph.nodes),
              res.backend, res.knobs, res.time_s * 1e3, res.baseline_time_s * 1e3,
-             " [from the search cache]" if res.from_cache else "")
+             " [from the search cache]" if res.from_cache else "" if done.searched else " [reused, not searched]")
     return done
 
 

@@ -108,6 +108,10 @@ class CompileConfig:
     validate    check each compiled program against the model before it is used
     max_shapes  compiled shape signatures kept per model or graph; beyond it new shapes run in PyTorch
                 (Dynamo) or are an error (``egraft.compile``), with one clear message
+    dynamic     a size Dynamo made dynamic (Dynamo): ``"buckets"`` pads it to a few compiled sizes (1, 2, 4, 8,
+                then every 8 to 256, every 16 beyond) where egraft proves its rows independent, else runs the
+                graph in PyTorch; a list of sizes is that ladder; ``"per_size"`` compiles each size on its own
+                (up to ``max_shapes``)
     progress    None (a progress bar on a terminal), True or False
     reuse_layers  search each distinct repeated block once and reuse its winner (False: one whole-graph search)
     """
@@ -122,6 +126,7 @@ class CompileConfig:
     cache: Any = True
     validate: bool = True
     max_shapes: int = 8
+    dynamic: Any = "buckets"
     progress: bool | None = None
     reuse_layers: bool = True
 
@@ -161,6 +166,13 @@ class CompileConfig:
             raise InputError(f"{where}: seed must be an integer, got {self.seed!r}")
         if not isinstance(self.max_shapes, int) or isinstance(self.max_shapes, bool) or self.max_shapes < 1:
             raise InputError(f"{where}: max_shapes must be a positive integer, got {self.max_shapes!r}")
+        dynamic = self.dynamic
+        if isinstance(dynamic, (list, tuple)):
+            if not dynamic or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in dynamic):
+                raise InputError(f"{where}: dynamic sizes must be positive integers, got {dynamic!r}")
+            dynamic = tuple(sorted(set(dynamic)))
+        elif dynamic not in ("buckets", "per_size"):
+            raise InputError(f"{where}: dynamic must be 'buckets', 'per_size' or a list of sizes, got {dynamic!r}")
         if self.progress not in (None, True, False):
             raise InputError(f"{where}: progress must be True, False or None, got {self.progress!r}")
         if not isinstance(self.reuse_layers, bool):
@@ -176,7 +188,8 @@ class CompileConfig:
             if isinstance(rules, str):
                 rules = (rules,)
             rules = tuple(str(r) for r in rules)
-        return replace(self, device=dev, budget=budget, rules=rules, limits=_limits(self.limits, where))
+        return replace(self, device=dev, budget=budget, rules=rules, limits=_limits(self.limits, where),
+                       dynamic=dynamic)
 
     def with_(self, where: str = "egraft", **changes) -> "CompileConfig":
         """A copy with some fields changed (parsed as :meth:`parse` parses them), checked again."""

@@ -25,15 +25,21 @@ carry up to one budget of rounding error relative to the exact result);
 integer and bool outputs, shapes and dtypes must match exactly.  A
 disagreement raises :class:`egraft.errors.ValidationError`: a wrong program
 is never handed out.
+
+Another size of a program compiled before (a padded bucket of a dynamic
+dimension): :func:`compile_like` lowers the new graph with the earlier
+winner's backend and knobs and checks it by the same one check; only when
+that fails does it search.  A size then costs a lowering and a check.
 """
 
 from __future__ import annotations
 
+import math
 import time as _time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..errors import ValidationError
+from ..errors import BackendError, ValidationError
 from ..ir import dtypes
 from ..measure import outputs, tolerance_for
 from .config import CompileConfig
@@ -48,6 +54,7 @@ class CompiledSignature:
     result: SearchResult
     check: dict | None
     stages: dict = field(default_factory=dict)  # seconds: saturate, search, lower, validate (the check)
+    searched: bool = True  # False: compile_like reused an earlier winner's backend and knobs (no search ran)
 
 
 def compile_signature(graph, config: CompileConfig, *, reference: Callable | None = None,
@@ -77,6 +84,73 @@ def compile_signature(graph, config: CompileConfig, *, reference: Callable | Non
         record = check(ex, graph, reference, check_sets, label, against)
         stages["validate"] = _time.perf_counter() - t
     return CompiledSignature(ex, res, record, {k: round(v, 4) for k, v in stages.items()})
+
+
+def compile_like(prior: CompiledSignature, graph, config: CompileConfig, *, reference: Callable | None = None,
+                 check_sets: Sequence[Sequence] | None = None, inputs: Sequence[Sequence] | None = None,
+                 label: str = "graph", against: str = "the reference") -> CompiledSignature:
+    """`graph` (another size of the program `prior` compiled) lowered with `prior`'s backend and knobs, checked.
+
+    The earlier search's backend and knobs are reused; its rewritten program
+    is not (it is a program of the other size): `graph` itself is lowered.
+    The lowering is checked once, as :func:`compile_signature` checks a
+    winner: against `reference` on `check_sets` when there is one, else
+    against the float64 reference interpreter on `inputs` (or random inputs).
+    A knob the backend does not offer for this graph, a failing lowering or
+    a failed check falls back to :func:`compile_signature` (a full search),
+    and the result says so (``searched`` and a note).  The result's times
+    are NaN: nothing was timed.
+    """
+    from ..backends import get_backend, lower
+
+    res0 = prior.result
+    backend, knobs, device = res0.backend, dict(res0.knobs), config.device or res0.device
+    why = ""
+    t = _time.perf_counter()
+    try:
+        space = get_backend(backend).knobs(graph)
+        bad = sorted(k for k, v in knobs.items() if k not in space or v not in space[k])
+        if bad:
+            raise BackendError(f"knob(s) {', '.join(bad)} are not offered for this graph")
+        ex = lower(graph, backend, device, knobs)
+    except BackendError as e:
+        why, ex = f"the {backend} lowering with {knobs} failed: {e}", None
+    stages = {"lower": _time.perf_counter() - t}
+    record = None
+    if ex is not None and config.validate:
+        t = _time.perf_counter()
+        try:
+            if reference is not None and check_sets:
+                record = check(ex, graph, reference, check_sets, label, against)
+            else:
+                record = _check_oracle(ex, graph, inputs, config.seed, label)
+        except ValidationError as e:
+            why = f"the reused {backend} lowering failed the check: {e}"
+        stages["validate"] = _time.perf_counter() - t
+    if why:
+        done = compile_signature(graph, config, reference=reference, check_sets=check_sets, inputs=inputs,
+                                 label=label, against=against)
+        done.result.notes.append(f"a reuse of an earlier winner ({backend} {knobs}) was tried first: {why}")
+        return done
+    result = SearchResult(graph, backend, knobs, math.nan, math.nan, device=device, fitness=res0.fitness,
+                          seed=config.seed, budget=asdict(config.budget), built=ex, notes=[
+                              f"not searched: the {backend} backend and knobs {knobs} of the winner for a graph of "
+                              f"{len(res0.graph.nodes)} nodes were reused, lowered and checked at this size"])
+    return CompiledSignature(ex, result, record, {k: round(v, 4) for k, v in stages.items()}, searched=False)
+
+
+def _check_oracle(ex, graph, inputs, seed: int, label: str) -> dict:
+    """The one check against the float64 reference interpreter (``measure.validate``); raises ValidationError."""
+    from ..measure.validate import validate
+
+    errors = []
+    for xs in inputs or [None]:
+        v = validate(ex, graph, xs, seed=seed)
+        if not v.ok:
+            raise ValidationError(f"{label}: the program ({ex.backend}) differs from the reference interpreter: "
+                                  f"{v.message}")
+        errors.append(max(v.errors, default=0.0))
+    return {"sets": len(errors), "max_error": max(errors, default=0.0), "against": "the reference interpreter"}
 
 
 def _search(graph, config: CompileConfig, inputs) -> SearchResult:

@@ -220,9 +220,10 @@ def test_a_wrong_compiled_program_is_never_returned(monkeypatch):
 # --- shapes and weights --------------------------------------------------------------------------
 
 def test_dynamic_shapes_are_compiled_per_signature():
+    """dynamic="per_size" (the default pads to buckets: tests/plugins/test_buckets.py)."""
     torch.manual_seed(fresh_seed())
     model = nn.Sequential(nn.Linear(8, 16), nn.SiLU(), nn.Linear(16, 8)).eval()
-    backend, graphs = _capture({**FAST, "max_shapes": 2})
+    backend, graphs = _capture({**FAST, "max_shapes": 2, "dynamic": "per_size"})
     compiled = torch.compile(model, backend=backend, dynamic=True)
     messages = _run(compiled, model, [torch.randn(n, 8) for n in (2, 3, 3, 5)])
     (graph,) = graphs
