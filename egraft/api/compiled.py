@@ -24,6 +24,7 @@ from ..measure import parse, require
 from ..runtime.outputs import rebuild
 from ..search.config import CompileConfig
 from .pipeline import _TORCH_DTYPES, Program, build, call_key, check_call, flat_inputs
+from ..runtime.sampling import UNSET  # an option generate() is not given: the generation_config value applies
 
 
 class CompiledModel(torch.nn.Module):
@@ -51,6 +52,7 @@ class CompiledModel(torch.nn.Module):
         self._fast = None  # see _set_fast
         self._fast_rebuild = None
         self._status = _status_printer(config.progress)
+        self.generation = None  # an egraft.api.generation.Generation when compiled with max_batch / max_length
 
     # --- the call path --------------------------------------------------------------------------
 
@@ -112,6 +114,25 @@ class CompiledModel(torch.nn.Module):
         self._fast = only.executable.fast_path() if only is not None else None
         if self._fast is not None:
             self._fast_rebuild = functools.partial(rebuild, only.output_tree)
+
+    def generate(self, input_ids, attention_mask=None, *, max_new_tokens: int, do_sample=UNSET,
+                 temperature=UNSET, top_k=UNSET, top_p=UNSET, eos_token_id=UNSET,
+                 pad_token_id=UNSET, generator=None) -> torch.Tensor:
+        """transformers' ``model.generate`` on the compiled step programs (greedy or multinomial sampling).
+
+        Same argument names and output as transformers: int64 ``[batch,
+        prompt_length + new]``, the (left padded) prompt then the new tokens.
+        Options left out take the model's ``generation_config`` values; an
+        explicit None turns one off.  Needs ``max_batch`` and ``max_length``
+        at ``egraft.compile``; a longer request or a larger batch is refused
+        with the limit named before anything runs.
+        """
+        if self.generation is None:
+            raise InputError(f"{type(self.model).__name__} was compiled for single forward passes; pass max_batch=... "
+                             "and max_length=... to egraft.compile to compile generation")
+        return self.generation.generate(input_ids, attention_mask, max_new_tokens=max_new_tokens,
+                                        do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+                                        eos_token_id=eos_token_id, pad_token_id=pad_token_id, generator=generator)
 
     # --- what was compiled ----------------------------------------------------------------------
 
@@ -183,6 +204,10 @@ class CompiledModel(torch.nn.Module):
         """
         from ..backends.artifact import save_artifact
 
+        if self.generation is not None and signature is None:
+            from .generation_artifact import save_generation
+
+            return save_generation(self.generation, str(directory), model=type(self.model).__name__)
         if not self._programs:
             raise ArtifactError("nothing to save: nothing is compiled yet; pass example_inputs to egraft.compile "
                                 "or call the model once before save()")
@@ -228,7 +253,8 @@ def _isatty(stream) -> bool:
 
 
 def compile(model, device: str = "cpu", example_inputs=None, backend: str = "auto", budget=None, *,  # noqa: A001
-            example_kwargs: dict | None = None, **options) -> CompiledModel:
+            example_kwargs: dict | None = None, max_batch: int | None = None, max_length: int | None = None,
+            chunks=None, **options) -> CompiledModel:
     """Compile `model`'s forward pass with egraft; see docs/compile.md.
 
     `example_inputs`: a tensor or a tuple of tensors (and `example_kwargs`,
@@ -241,6 +267,11 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
     ``progress``, ...) are the fields of
     :class:`egraft.search.config.CompileConfig`, parsed by it: a misspelt
     one is an error naming them all.
+
+    `max_batch` and `max_length` (both, for a transformers causal LM):
+    compile generation now, the decode step and one program per prompt chunk
+    size of `chunks` (default 1, 4, 16, 64, 256, capped by `max_length`), for
+    :meth:`CompiledModel.generate` (see :mod:`egraft.api.generation`).
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"egraft.compile takes a torch.nn.Module, got {type(model).__name__}; wrap a function "
@@ -256,6 +287,16 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
             raise BackendError(f"backend {backend!r} does not run on {str(dev)!r}; it runs on {', '.join(b.devices)}")
     model.eval()
     cm = CompiledModel(model, config)
+    if (max_batch is None) != (max_length is None):
+        raise InputError("generation needs both max_batch and max_length (the KV caches' rows and length); "
+                         f"got max_batch={max_batch!r}, max_length={max_length!r}")
+    if max_batch is not None:
+        from .generation import compile_generation
+
+        cm.generation = compile_generation(model, config, cm._status, max_batch=max_batch, max_length=max_length,
+                                           chunks=chunks)
+    elif chunks is not None:
+        raise InputError("chunks= is the prompt ladder of generation: pass it with max_batch and max_length")
     if example_inputs is not None or example_kwargs:
         args = example_inputs if example_inputs is not None else ()
         if isinstance(args, torch.Tensor):

@@ -43,7 +43,7 @@ from ..ir.tensors import ir_dtypes
 from ..measure import like
 from ..runtime.outputs import describe, rebuild
 from ..search.config import CompileConfig
-from ..search.pipeline import compile_signature
+from ..search.pipeline import CompiledSignature, compile_like, compile_signature
 
 _TORCH_DTYPES = ir_dtypes()  # torch dtype -> IR name: the call key reads it per input
 
@@ -68,6 +68,7 @@ class Program:
 
     state: tuple = ()  # (buffer name, InputSpec) per state input, in the executable's order
     model: Any = field(default=None, repr=False)
+    searched: bool = True  # False: lowered with an earlier size's winning backend and knobs (build's `reuse`)
 
     def __post_init__(self):
         ex, shape = self.executable, functools.partial(rebuild, self.output_tree)
@@ -186,8 +187,13 @@ def check_call(model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
 # --- the stages -----------------------------------------------------------------------------------
 
 def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config: CompileConfig,
-          status: Callable[[str], None]) -> Program:
-    """Trace one signature, then compile it through the one pipeline (the module docstring)."""
+          status: Callable[[str], None], reuse: Program | None = None) -> Program:
+    """Trace one signature, then compile it through the one pipeline (the module docstring).
+
+    With `reuse` (another size of the same model, compiled before), the traced
+    program is lowered with `reuse`'s backend and knobs and checked, with no
+    search (``search.pipeline.compile_like``; it searches only when that fails).
+    """
     check_call(model, args, kwargs)
     name = signature_name(args, kwargs)
     t = _time.perf_counter()
@@ -227,8 +233,14 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     bufs = [model.get_buffer(n).detach().clone() for n, _ in state]
     sets = [flat_inputs(args, kwargs, kwarg_order) + bufs,
             flat_inputs(*fresh, kwarg_order) + list(like(tuple(bufs), None, config.seed + 1)[0])]
-    done = compile_signature(graph, config, reference=reference, check_sets=sets,
-                             label=f"{type(model).__name__} for {name}", against="eager PyTorch")
+    label = f"{type(model).__name__} for {name}"
+    if reuse is not None:
+        prior = CompiledSignature(reuse.executable, reuse.result, reuse.validation)
+        done = compile_like(prior, graph, config, reference=reference, check_sets=sets, label=label,
+                            against="eager PyTorch")
+    else:
+        done = compile_signature(graph, config, reference=reference, check_sets=sets, label=label,
+                                 against="eager PyTorch")
     if not outs:  # not checked (validate=False): one eager call for the output structure
         with torch.no_grad():
             reference(*sets[0])
@@ -241,7 +253,8 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
         raise InputError(f"{type(model).__name__} for {name}: the traced program's inputs "
                          f"{graph.signature.key()} do not match the call's {key}; pass these tensors positionally")
     return Program(name, key, done.executable, done.result, graph.input_names(), kwarg_order, describe(outs[0]),
-                   fresh, traced, {"trace": round(traced_s, 4), **done.stages}, done.check, state=state, model=model)
+                   fresh, traced, {"trace": round(traced_s, 4), **done.stages}, done.check, state=state, model=model,
+                   searched=done.searched)
 
 
 def _kwarg_order(sources: list[str | None], tensor_kwargs: tuple[str, ...]) -> tuple[str, ...]:

@@ -1,0 +1,117 @@
+"""``egraft.compile(causal_lm, max_batch=..., max_length=...)``: generation through compiled step programs.
+
+A causal LM is compiled as its *step* (``frontend.causal_lm``): one forward
+over ``T`` new tokens per row that writes their keys and values into KV
+caches held as ``state`` and returns each row's last logits.  One program is
+compiled per chunk size of the ladder (``1`` is the decode step, the others
+feed prompts in chunks, exactly: no padding is stored or read).  The decode
+step is searched; every other chunk size is lowered with the decode step's
+winning backend and knobs and checked against eager PyTorch, with no search
+(``search.pipeline.compile_like``), so compile time follows the number of
+ladder sizes, not prompt lengths or batch sizes.  The generation loop is the
+light runtime's (``runtime.generation``): per step it runs one program call,
+the sampler and the stopping test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from ..errors import InputError
+from ..runtime import generation as gen
+from .pipeline import Program, build, call_key
+
+
+def state_program(exe, n_state_names: Sequence[str]) -> Callable:
+    """An executable of the step as the runtime's program: ``(ids, pos, mask, *state) -> (logits, new_state)``.
+
+    The executable's outputs are the new state values (each aliased to its
+    state input, ``graph.aliases``) and the logits; the state comes back in
+    the step's state order.
+    """
+    aliases = exe.graph.aliases
+    by_name = {name: k for k, name in aliases.items()}
+    order = [by_name[n] for n in n_state_names]
+    own = [k for k in range(len(exe.graph.outputs)) if k not in aliases]
+    if len(own) != 1:
+        raise InputError(f"the step program has {len(own)} outputs besides its state; a step returns the logits alone")
+    logit = own[0]
+
+    def program(input_ids, position_ids, slot_mask, *state):
+        outs = exe(input_ids, position_ids, slot_mask, *state)
+        return outs[logit], [outs[k] for k in order]
+
+    return program
+
+
+@dataclass
+class Generation:
+    """The compiled step programs of one causal LM, their caches, and what compiling them took."""
+
+    spec: gen.StepSpec
+    programs: dict[int, Program]  # chunk size -> the compiled program
+    compile_s: dict[int, float]  # chunk size -> seconds to trace and compile it
+    state: list = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self):
+        names = [s.name for s in self.spec.state]
+        self.step_programs = gen.StepPrograms(
+            self.spec, {t: state_program(p.executable, names) for t, p in self.programs.items()})
+        if not self.state:
+            self.state = gen.new_state(self.spec)
+
+    @property
+    def searches(self) -> int:
+        """How many of the programs ran a search (the others reused the first one's choices)."""
+        return sum(1 for p in self.programs.values() if p.searched)
+
+    def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:
+        """transformers' ``generate`` on the compiled steps (``runtime.generation.generate``); one at a time."""
+        with self._lock:  # one set of caches: calls from several threads take turns (a Session shares slots)
+            return gen.generate(self.step_programs, self.state, input_ids, attention_mask, **options)
+
+    def session(self):
+        """A :class:`~egraft.runtime.slots.Session` over fresh caches: requests from several threads share the rows."""
+        from ..runtime.slots import Session
+
+        return Session(self.step_programs)
+
+    def describe(self) -> dict:
+        return {"max_batch": self.spec.max_batch, "max_length": self.spec.max_length,
+                "chunks": list(self.spec.chunks), "programs": len(self.programs), "searches": self.searches,
+                "compile_s": {str(t): round(s, 3) for t, s in self.compile_s.items()},
+                "backends": {str(t): p.result.backend for t, p in self.programs.items()}}
+
+
+def compile_generation(model: torch.nn.Module, config, status: Callable[[str], None], *, max_batch: int,
+                       max_length: int, chunks: Sequence[int] | None = None) -> Generation:
+    """Compile `model`'s step for every chunk size of its ladder (the module docstring)."""
+    from ..frontend.causal_lm import DEFAULT_CHUNKS, step_module
+
+    if not callable(getattr(model, "get_output_embeddings", None)) or not hasattr(model, "config"):
+        raise InputError(f"{type(model).__name__} is not a Hugging Face causal LM (no config / output embeddings): "
+                         "max_batch and max_length compile generation for transformers' *ForCausalLM models; "
+                         "compile other models without them")
+    step = step_module(model, max_batch, max_length, DEFAULT_CHUNKS if chunks is None else tuple(chunks))
+    programs: dict[int, Program] = {}
+    times: dict[int, float] = {}
+    first = None
+    for t in step.spec.chunks:  # 1 first: the decode step is the one searched
+        args = step.example_inputs(t)
+        status(f"compiling the step for {t} token(s) per row"
+               + (" (reusing the decode step's choices)" if first is not None else ""))
+        t0 = time.perf_counter()
+        prog = build(step, args, {}, call_key(args, {}), config, status, reuse=first)
+        times[t] = time.perf_counter() - t0
+        programs[t] = prog
+        first = first or prog
+    return Generation(step.spec, programs, times)
+
+
+__all__ = ["Generation", "compile_generation", "state_program"]
