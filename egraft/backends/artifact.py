@@ -97,8 +97,8 @@ def _manifest(ex, meta: dict, checked: dict, written: WrittenProgram, loader: st
     m["graph_hash"] = g.structural_hash()
     sig = g.signature  # the manifest's inputs and aliases are the program's signature (runtime.manifest_signature)
     rename = dict(zip([s.name for s in sig.call_inputs], checked["input_names"]))
-    m["inputs"] = [{"name": rename[s.name], "role": s.role, "shape": list(s.shape), "dtype": s.dtype,
-                    **({"source": s.source} if s.source else {})} for s in sig.call_inputs]
+    m["inputs"] = [{"name": rename.get(s.name, s.name), "role": s.role, "shape": list(s.shape), "dtype": s.dtype,
+                    **({"source": s.source} if s.source else {})} for s in sig.run_inputs]  # the state last
     m["aliases"] = [{"output": k, "input": rename.get(n, n)} for k, n in sig.aliases]
     m["outputs"] = [{"shape": list(s), "dtype": d} for s, d in g.output_types()]
     m["output_tree"] = checked["output_tree"]

@@ -27,6 +27,7 @@ from ..errors import ArtifactError
 from . import outputs
 from .device import parse
 from .artifact import Artifact, TensorSpec
+from .generation_artifact import GenerationArtifact, is_generation, load_generation
 from .manifest import FORMAT, FORMAT_VERSION, read_manifest, read_verified
 from .weights import WEIGHTS_FILE, check_weights, parse_weights
 
@@ -62,11 +63,17 @@ def loader_of(manifest: dict, directory: str = "") -> ModuleType:
     return mod
 
 
-def load(directory: str | os.PathLike, device: str = "cpu") -> Artifact:
-    """The artifact in `directory`, ready to call on `device` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"tpu"``)."""
+def load(directory: str | os.PathLike, device: str = "cpu") -> Artifact | GenerationArtifact:
+    """The artifact in `directory`, ready to call on `device` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"tpu"``).
+
+    A directory holding a saved generation (``generation.json``) loads as a
+    :class:`GenerationArtifact`, whose ``generate`` runs the step programs.
+    """
     directory = os.fspath(directory)
     device = str(device)
     device_kind(device)
+    if is_generation(directory):  # a causal LM's step programs and caches (runtime.generation_artifact)
+        return load_generation(directory, device, load)
     m = read_manifest(directory, files=False)
     outputs.check(m["output_tree"])
     if outputs.count(m["output_tree"]) != len(m["outputs"]):
@@ -83,5 +90,5 @@ def load(directory: str | os.PathLike, device: str = "cpu") -> Artifact:
     return Artifact(directory, m, device, runner)
 
 
-__all__ = ["Artifact", "FORMAT", "FORMAT_VERSION", "LEGACY_LOADERS", "TensorSpec", "load", "loader_of", "outputs",
+__all__ = ["Artifact", "GenerationArtifact", "FORMAT", "FORMAT_VERSION", "LEGACY_LOADERS", "TensorSpec", "load", "loader_of", "outputs",
            "read_manifest"]

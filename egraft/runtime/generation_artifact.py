@@ -1,0 +1,148 @@
+"""A saved generation: the step programs of a causal LM and their KV caches, run by the light runtime.
+
+The directory ``CompiledModel.save`` writes for a model compiled with
+``max_batch`` / ``max_length``::
+
+    generation.json      what the steps were built for (spec) and where each chunk size's program is
+    step_1/ step_4/ ...  one ordinary artifact per chunk size of the ladder; each manifest lists the
+                         caches as inputs of role ``state``, each aliased by the output that holds its
+                         new value (shape, dtype and aliasing are the manifest's)
+
+``egraft.load(dir)`` returns a :class:`GenerationArtifact` whose
+``generate`` takes transformers' arguments and runs ``runtime.generation``:
+no transformers, egglog or deap is imported.  The caches are allocated once
+at load (zeros, of the shapes the manifests declare) and updated in place
+by every step; the program of each size is checked at load to declare the
+same caches.  Each step artifact holds its own copy of the weights (a
+known cost: the artifact is ``len(chunks)`` times the weights).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from ..errors import ArtifactError
+from . import generation as gen
+from .sampling import Sampling
+
+GENERATION_FILE = "generation.json"
+FORMAT = "egraft-generation"
+FORMAT_VERSION = 1
+
+
+def is_generation(directory: str) -> bool:
+    return os.path.isfile(os.path.join(os.fspath(directory), GENERATION_FILE))
+
+
+def spec_to_dict(spec: gen.StepSpec) -> dict:
+    d = spec.defaults
+    return {"max_batch": spec.max_batch, "max_length": spec.max_length, "chunks": list(spec.chunks),
+            "vocab_size": spec.vocab_size, "filler_token": spec.filler_token,
+            "state": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in spec.state],
+            "defaults": {"do_sample": d.do_sample, "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
+                         "eos_token_id": None if d.eos_token_id is None else list(d.eos_token_id),
+                         "pad_token_id": d.pad_token_id}}
+
+
+def spec_from_dict(d: dict, where: str) -> gen.StepSpec:
+    try:
+        dflt = dict(d["defaults"])
+        if dflt.get("eos_token_id") is not None:
+            dflt["eos_token_id"] = tuple(int(t) for t in dflt["eos_token_id"])
+        return gen.StepSpec(max_batch=int(d["max_batch"]), max_length=int(d["max_length"]),
+                            chunks=tuple(int(c) for c in d["chunks"]), vocab_size=int(d["vocab_size"]),
+                            state=tuple(gen.StateSpec(s["name"], tuple(int(n) for n in s["shape"]), str(s["dtype"]))
+                                        for s in d["state"]),
+                            defaults=Sampling(**dflt), filler_token=int(d.get("filler_token", 0)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ArtifactError(f"{where}: the step spec is incomplete or malformed ({type(e).__name__}: {e}); "
+                            "save the model again with CompiledModel.save") from None
+
+
+def artifact_program(art, spec: gen.StepSpec, where: str):
+    """A loaded step artifact as the runtime's program, after checking it declares the spec's caches."""
+    m = art.manifest
+    states = [i for i in m["inputs"] if i.get("role") == "state"]
+    want = [(s.name, list(s.shape), s.dtype) for s in spec.state]
+    got = [(i["name"], list(i["shape"]), i["dtype"]) for i in states]
+    if got != want:
+        raise ArtifactError(f"{where}: its state inputs {got[:2]}... are not the caches generation.json declares "
+                            f"{want[:2]}...: the directory mixes artifacts of different models; save it again")
+    alias = {a["input"]: a["output"] for a in m.get("aliases", ())}
+    if any(s.name not in alias for s in spec.state):
+        raise ArtifactError(f"{where}: a cache input has no output aliased to it; save the model again")
+    order = [alias[s.name] for s in spec.state]
+    own = [k for k in range(len(m["outputs"])) if k not in set(order)]
+    if len(own) != 1:
+        raise ArtifactError(f"{where}: a step returns the logits besides its caches, this one {len(own)} outputs")
+    logit = own[0]
+    run = art.runner.run_torch
+
+    def program(input_ids, position_ids, slot_mask, *state):
+        outs = run([input_ids, position_ids, slot_mask, *state])
+        return outs[logit], [outs[k] for k in order]
+
+    return program
+
+
+class GenerationArtifact:
+    """A loaded generation (module docstring): ``generate`` as transformers', ``session()`` for shared slots."""
+
+    def __init__(self, directory: str, doc: dict, spec: gen.StepSpec, steps: dict, device: str):
+        self.directory, self.doc, self.spec, self.steps, self.device = directory, doc, spec, steps, device
+        where = lambda t: f"{directory!r} step for {t} token(s)"  # noqa: E731
+        self.programs = gen.StepPrograms(spec, {t: artifact_program(a, spec, where(t)) for t, a in steps.items()})
+        self.state = gen.new_state(spec, "cpu" if device == "cpu" else device)
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return str(self.doc.get("model") or "generation")
+
+    def __repr__(self) -> str:
+        return (f"<egraft GenerationArtifact {self.name!r} (max_batch={self.spec.max_batch}, max_length="
+                f"{self.spec.max_length}, chunks={list(self.spec.chunks)}) from {self.directory!r}>")
+
+    def generate(self, input_ids, attention_mask=None, **options):
+        """transformers' ``generate`` arguments and output (``runtime.generation.generate``); one call at a time."""
+        with self._lock:
+            return gen.generate(self.programs, self.state, input_ids, attention_mask, **options)
+
+    def session(self):
+        from .slots import Session
+
+        return Session(self.programs)
+
+
+def load_generation(directory: str, device: str, load_one) -> GenerationArtifact:
+    """Read ``generation.json`` and load each step with `load_one(path, device)` (``runtime.load``)."""
+    path = os.path.join(directory, GENERATION_FILE)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path} is corrupt ({e}); save the model again with CompiledModel.save") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ArtifactError(f"{path} is not an egraft generation file (format {doc.get('format')!r}, expected "
+                            f"{FORMAT!r} when it is a dict); save the model again")
+    if not isinstance(doc.get("format_version"), int) or doc["format_version"] > FORMAT_VERSION:
+        raise ArtifactError(f"{path} has format_version {doc.get('format_version')!r}; this egraft reads up to "
+                            f"{FORMAT_VERSION}: upgrade egraft or save the model again")
+    spec = spec_from_dict(doc.get("spec") or {}, path)
+    steps_doc = doc.get("steps")
+    if not isinstance(steps_doc, dict) or sorted(int(t) for t in steps_doc) != sorted(spec.chunks):
+        raise ArtifactError(f"{path}: its steps {sorted(steps_doc or {})} are not one per chunk size "
+                            f"{list(spec.chunks)}; save the model again")
+    steps = {}
+    for t, rel in steps_doc.items():
+        sub = os.path.join(directory, str(rel))
+        if os.path.dirname(os.path.normpath(str(rel))) or str(rel).startswith("."):
+            raise ArtifactError(f"{path}: step directory {rel!r} is not a plain name inside the artifact")
+        steps[int(t)] = load_one(sub, device)
+    return GenerationArtifact(directory, doc, spec, steps, device)
+
+
+__all__ = ["GENERATION_FILE", "GenerationArtifact", "is_generation", "load_generation", "spec_from_dict",
+           "spec_to_dict"]
