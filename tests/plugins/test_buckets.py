@@ -204,3 +204,23 @@ def test_dynamic_cache_generate_does_not_compile_per_step(kind):
     assert compiles <= 3, f"{compiles} compiles for 8 decode steps"
     dynamic = [m for m in fallback_messages(caught) if "cannot pad" in m]
     assert len(dynamic) <= 1 and all('cache_implementation="static"' in m for m in dynamic)
+
+
+def test_bert_with_a_dynamic_batch_is_bucketed():
+    """Rows along the batch: attention runs within each sequence, the linears merge batch and sequence."""
+    seed = fresh_seed()
+    model, _ = hf.build("bert", layers=1, attn_implementation="sdpa", seed=seed % 1000)
+    backend, graphs = _capture(FAST)
+    compiled = torch.compile(model, backend=backend)
+    g = torch.Generator().manual_seed(seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for b in (2, 3, 5):
+            ids = torch.randint(0, 97, (b, 7), generator=g)
+            with torch.no_grad():
+                got, want = hf.flat_outputs(compiled(ids)), hf.flat_outputs(model(ids))
+            for x, y in zip(got, want):
+                assert x.shape == y.shape and rel_err(x.numpy(), y.numpy()) < 1e-5, b
+    assert fallback_messages(caught) == []
+    dynamic = [gr for gr in graphs if gr._buckets is not None]
+    assert len(dynamic) == 1 and sorted(dynamic[0]._buckets.compiled) == [4, 8]
