@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   egraft compile gated_mlp --device cpu --budget 30s -o out/gated_mlp
   egraft compile mymodels:build --input 1x128:int64 --int-high 50257 --device cuda -o out/gpt
   egraft compile path/to/model.py:build --input 2x8x64:float32 --fitness model --trials 20 -o out/m
+  egraft compile mymodels:tiny_llama --generate --max-batch 4 --max-length 512 -o out/llama_gen
 
 The factory may return (model, example_inputs); then --input is optional."""
 
@@ -46,7 +47,7 @@ def search_config(args):
     return config
 
 
-def compile_model(args, model, inputs):
+def compile_model(args, model, inputs, **generation):
     """egraft.compile with the command line's options (shared with ``egraft bench``)."""
     from dataclasses import fields
 
@@ -55,20 +56,50 @@ def compile_model(args, model, inputs):
     config = search_config(args)
     # no spinner here: the search draws its own progress bar on a terminal, and two live displays garble
     with step(f"compiled for {config.device}", spinner=False):
-        return egraft_compile(model, example_inputs=inputs, **{f.name: getattr(config, f.name) for f in fields(config)})
+        return egraft_compile(model, example_inputs=inputs, **generation,
+                              **{f.name: getattr(config, f.name) for f in fields(config)})
+
+
+def generation_flags(args) -> dict:
+    """--generate's max_batch / max_length / chunks for egraft.compile ({} without --generate)."""
+    if not getattr(args, "generate", False):
+        if args.max_batch is not None or args.max_length is not None or args.chunks is not None:
+            raise EgraftError("--max-batch, --max-length and --chunks describe generation: add --generate")
+        return {}
+    if args.max_batch is None or args.max_length is None:
+        raise EgraftError("--generate needs --max-batch N and --max-length N (the KV caches' rows and length)")
+    chunks = None
+    if args.chunks is not None:
+        try:
+            chunks = tuple(int(c) for c in args.chunks.split(","))
+        except ValueError:
+            raise EgraftError(f"--chunks {args.chunks!r}: give chunk sizes as integers, e.g. 1,4,16,64") from None
+    return {"max_batch": args.max_batch, "max_length": args.max_length, "chunks": chunks}
 
 
 def cmd_compile(args) -> int:
+    from ..runtime.generation_artifact import is_generation
     from ..runtime.manifest import is_artifact
 
     out = args.output
     # the rule CompiledModel.save applies, checked before the search rather than after it
     if os.path.exists(out) and not os.path.isdir(out):
         raise EgraftError(f"-o {out}: is a file; an artifact is saved as a directory")
-    if os.path.isdir(out) and os.listdir(out) and not is_artifact(out):
+    if os.path.isdir(out) and os.listdir(out) and not (is_artifact(out) or is_generation(out)):
         raise EgraftError(f"-o {out}: a non-empty directory that does not hold an egraft artifact; choose another "
                           "(an existing artifact is overwritten)")
     search_config(args)  # a bad flag fails before the model is built
+    gen = generation_flags(args)
+    if gen:  # a causal LM's decode step and prompt chunks, for generate(); no forward signature is compiled
+        model, _ = load_model(args.model, args.input, args.seed, args.int_high, need_inputs=False)
+        cm = compile_model(args, model, None, **gen)
+        d = cm.generation.describe()
+        print(f"generation: {d['programs']} step programs (chunk sizes {d['chunks']}), {d['searches']} searched, "
+              f"the others reusing the decode step's choices; backends {sorted(set(d['backends'].values()))}; "
+              f"compile seconds per chunk size {d['compile_s']}")
+        path = cm.save(out)
+        print(f"saved the generation to {path}; egraft.load({path!r}).generate(input_ids, max_new_tokens=...) runs it")
+        return 0
     model, inputs = load_model(args.model, args.input, args.seed, args.int_high)
     cm = compile_model(args, model, inputs)
     inductor = COMPARE[args.compare]
@@ -102,6 +133,15 @@ def add_parsers(verb) -> None:
     add_search_args(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR",
                    help="artifact directory to write (new, empty, or an artifact to overwrite)")
+    p.add_argument("--generate", action="store_true",
+                   help="compile generation for a transformers causal LM (the decode step over a KV cache and one "
+                        "program per prompt chunk size) instead of one forward signature; needs --max-batch and "
+                        "--max-length")
+    p.add_argument("--max-batch", type=int, default=None, metavar="N", help="with --generate: rows of the KV cache")
+    p.add_argument("--max-length", type=int, default=None, metavar="N",
+                   help="with --generate: the longest prompt + new tokens")
+    p.add_argument("--chunks", default=None, metavar="LIST",
+                   help="with --generate: prompt chunk sizes (default 1,4,16,64,256, capped by --max-length)")
     p.add_argument("--compare", choices=list(COMPARE), default="all",
                    help="what the result is measured against before the report: all (eager PyTorch and "
                         "torch.compile, the default), eager, or none")
