@@ -44,6 +44,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,10 @@ from generate_models import FULL_MODELS, MODELS, decode_bound, parameter_counts 
 from generate_worker import SYSTEMS  # noqa: E402
 
 REFERENCE = "hf_eager"
+# every worker compiles with empty caches (a fresh directory each), so first calls are cold compiles:
+# Inductor's FX graph / AOTAutograd caches, egraft's search cache, vLLM's AOT compile cache, Triton's
+COLD_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "EGRAFT_CACHE_DIR": "egraft", "VLLM_CACHE_ROOT": "vllm",
+               "TRITON_CACHE_DIR": "triton"}
 LABELS = {"hf_eager": "HF eager (dynamic cache)", "hf_static_inductor": "HF static cache + Inductor",
           "vllm": "vLLM (CPU)", "egraft_dynamo": "egraft via torch.compile + static cache",
           "egraft_compile": "egraft.compile(...).generate"}
@@ -73,6 +78,9 @@ def _worker(args: list[str], python: str, timeout: float, log) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         result = f.name
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    cache = tempfile.mkdtemp(prefix="egraft-bench-cache-")
+    for var, sub in COLD_CACHES.items():
+        env[var] = os.path.join(cache, sub)
     cmd = [python, os.path.join(HERE, "generate_worker.py"), *args, "--result", result]
     t0 = time.perf_counter()
     try:
@@ -80,6 +88,8 @@ def _worker(args: list[str], python: str, timeout: float, log) -> dict:
         out, err, rc = p.stdout, p.stderr, p.returncode
     except subprocess.TimeoutExpired as e:
         out, err, rc = e.stdout or "", e.stderr or "", None
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     wall = time.perf_counter() - t0
     if log is not None:
         log.write(f"$ {shlex.join(cmd)}\n{out if isinstance(out, str) else out.decode()}"
@@ -169,6 +179,14 @@ def _cell_ms(s):
     return f"{s['median'] * 1e3:.3g} ±{s['spread']:.0%}"
 
 
+NOISE = ("DeprecationWarning", "FutureWarning")  # library housekeeping: kept in the JSON, left out of the table
+
+
+def _label(r) -> str:
+    fell = sum(w["count"] for w in r.get("warnings", []) if w["category"] == "EgraftFallbackWarning")
+    return LABELS[r["system"]] + (f" ({fell} graph(s) ran in PyTorch, see warnings)" if fell else "")
+
+
 def tables(out: dict) -> str:
     info = out["info"]
     lines = [f"Generation benchmark ({info['date']}, {info['machine']}); {info['versions_line']}.",
@@ -202,11 +220,12 @@ def tables(out: dict) -> str:
                            for p in cfg["prompts"]]
                     ok = [cs[p]["check"] for p in cfg["prompts"]]
                     mism = sum(len(c.get("mismatches", [])) for c in ok)
-                    tok = "reference" if r["system"] == REFERENCE else ("yes" if all(c["match"] for c in ok) else
-                                                                         f"**no**: {mism} sequences differ")
+                    tok = ("reference" if r["system"] == REFERENCE else
+                           "not checked (no HF eager run)" if any(c["match"] is None for c in ok) else
+                           "yes" if all(c["match"] for c in ok) else f"**no**: {mism} sequence(s) differ")
                     if any(c.get("nondeterministic") for c in ok):
                         tok += " (not repeatable)"
-                    lines.append(f"| {LABELS[r['system']]} | {b} | " + " | ".join(pre + dec) + f" | {tok} |")
+                    lines.append(f"| {_label(r)} | {b} | " + " | ".join(pre + dec) + f" | {tok} |")
             lines.append("")
         lines.append(f"**{model}**: first call (setup + first generation, batch {cfg['batches'][0]} prompt "
                      f"{cfg['prompts'][0]}), each extra bucket's first call over its steady time (median / max), "
@@ -220,7 +239,8 @@ def tables(out: dict) -> str:
                 continue
             ex = r["extra_bucket_s"]
             extra = "-" if ex is None else f"{ex['median']:.2f} / {ex['max']:.2f}"
-            warn = "; ".join(f"{w['count']}x {w['category']}: {w['message'][:80]}" for w in r["warnings"][:3])
+            shown = [w for w in r["warnings"] if w["category"] not in NOISE][:3]
+            warn = "; ".join(f"{w['count']}x {w['category']}: {w['message'][:160]}" for w in shown)
             warn = warn.replace("|", "/")
             lines.append(f"| {LABELS[r['system']]} | {r['threads']} | {r['first_call_s']:.2f} | {extra} | "
                          f"{r['peak_rss_bytes'] / 2 ** 20:.0f} | {warn or '-'} |")
@@ -325,8 +345,6 @@ def main(argv=None) -> int:
                         print(f"[{model}, {threads} thread(s)] {system}: {row['status']} ({row['wall_s']:.0f} s)",
                               file=sys.stderr, flush=True)
         finally:
-            import shutil
-
             for d in model_dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
     info["versions"] = {r["system"]: r.get("versions", {}) for r in runs}

@@ -30,8 +30,11 @@ MODELS = {
     "gpt2-small": dict(kind="gpt2", layers=12, hidden=768, intermediate=3072, heads=12, kv_heads=12, vocab=50257,
                        positions=1024),
     # --quick and the test: seconds, not minutes
-    "llama-tiny": dict(kind="llama", layers=2, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=256,
+    # (head size 64: vLLM's CPU attention refuses 16)
+    "llama-tiny": dict(kind="llama", layers=2, hidden=128, intermediate=256, heads=2, kv_heads=1, vocab=512,
                        positions=256),
+    "gpt2-tiny": dict(kind="gpt2", layers=2, hidden=128, intermediate=512, heads=2, kv_heads=2, vocab=512,
+                      positions=256),
 }
 FULL_MODELS = ("llama-4x512", "gpt2-small")
 SEED = 0

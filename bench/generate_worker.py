@@ -130,14 +130,16 @@ def setup_egraft_compile(model, a):
 
 def setup_vllm(model, a):  # `model` is None: vLLM loads the weights bench/generate.py saved
     cores = sorted(os.sched_getaffinity(0))
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB; far above what 4 x 640 positions need
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB (its least); far above what 4 x 640 positions need
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"{cores[0]}-{cores[-1]}" if len(cores) > 1 else str(cores[0]))
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: its RSS is ours
     from vllm import LLM, SamplingParams
 
-    # no prefix cache: the timed calls repeat their prompts and would otherwise skip the prefill
+    # no prefix cache: the timed calls repeat their prompts and would otherwise skip the prefill; a whole
+    # batch's prompts in one step (by default vLLM chunks a prefill at max_model_len tokens), as HF runs them
     llm = LLM(model=a.model_dir, dtype="float32", max_model_len=a.max_length, max_num_seqs=a.max_batch,
-              enable_prefix_caching=False, skip_tokenizer_init=True, seed=a.seed)
+              max_num_batched_tokens=a.max_batch * a.max_length, enable_prefix_caching=False,
+              skip_tokenizer_init=True, seed=a.seed)
 
     def gen(ids, n):
         sp = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
