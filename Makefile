@@ -40,7 +40,7 @@ bench-calls: install
 
 # greedy generation (64 tokens, prompts 16/128/512, batch 1/4, one pinned core and both): HF eager, HF static
 # cache + Inductor, vLLM (its own venv: $$EGRAFT_VLLM_VENV, else /work/vllmenv or .venv-vllm), egraft through
-# torch.compile and through egraft.compile(...).generate; about an hour. `bench/generate.py --quick`: minutes
+# torch.compile and through egraft.compile(...).generate; 1-2 hours on 2 cores. `bench/generate.py --quick`: minutes
 bench-generate: install
 	$(PYTHON) bench/generate.py
 

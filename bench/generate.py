@@ -24,7 +24,15 @@ config's is the model's compile; each later one adds a bucket), then
 tokens/s = batch x 63 / (the round's difference).  Medians over rounds and
 their spread (p10-p90 or IQR over the median, ``egraft.measure.summarize``).
 Every system's tokens are compared with HF eager's at the same thread count;
-mismatches are reported with the first position that differs.
+mismatches are reported with the first position that differs.  Each worker
+starts with empty compile caches (Inductor's, egraft's search cache,
+vLLM's AOT cache, Triton's: a fresh directory each), so first calls are
+cold compiles.  vLLM: float32, ``max_num_seqs`` 4, a batch's prompts in one
+step (``max_num_batched_tokens`` = 4 x 640), ``VLLM_CPU_KVCACHE_SPACE=1``
+(GiB, preallocated: part of its peak RSS), threads bound to the pinned
+cores (``VLLM_CPU_OMP_THREADS_BIND``), the engine in the worker's process.
+A warning egraft raises (``EgraftFallbackWarning``: a graph ran in PyTorch)
+is counted in the row and named in the table.
 
 The decode bound: the bytes a step must read (bench/generate_models.py: the
 weights except unused embedding rows, and the KV cache up to the current

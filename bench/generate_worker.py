@@ -122,8 +122,8 @@ def setup_egraft_compile(model, a):
     def gen(ids, n):
         x = torch.tensor(ids, dtype=torch.long)
         out = cm.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
-        seq = getattr(out, "sequences", out)
-        return [list(map(int, row))[x.shape[1]:] for row in seq.tolist()]
+        seq = getattr(out, "sequences", out)  # prompt + new tokens per sequence, as transformers returns them
+        return [list(map(int, row))[x.shape[1]:] for row in (seq.tolist() if hasattr(seq, "tolist") else seq)]
 
     return gen
 
