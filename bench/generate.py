@@ -161,6 +161,8 @@ def summarize_row(row: dict, bw: dict, ref: dict | None) -> dict:
         if steps and min(steps) > 0:
             c["decode_step"] = _stats(steps)
             c["decode_tokens_per_s"] = _stats([c["batch"] / s for s in steps])
+        elif steps:  # the table shows "-": no rate from a round whose noise exceeded its decode time
+            c["decode_note"] = "a round's full generation was not slower than its prefill (noise): no decode rate"
         c["first_call_over_steady_s"] = c["first_call_s"] - c["generate"]["median"]
         c["role"] = "model's first call" if i == 0 else "extra bucket"
         bound = decode_bound(row["model"], c["batch"], c["prompt"], n, bw["bytes_per_s"]["median"])
@@ -185,6 +187,13 @@ def summarize_row(row: dict, bw: dict, ref: dict | None) -> dict:
 
 def _cell_ms(s):
     return f"{s['median'] * 1e3:.3g} ±{s['spread']:.0%}"
+
+
+def _cell_rate(c):
+    if "decode_tokens_per_s" not in c:
+        return "-"
+    d = c["decode_tokens_per_s"]
+    return f"{d['median']:.4g} ±{d['spread']:.0%} ({c['bound']['fraction']:.0%})"
 
 
 NOISE = ("DeprecationWarning", "FutureWarning")  # library housekeeping: kept in the JSON, left out of the table
@@ -223,9 +232,7 @@ def tables(out: dict) -> str:
                 for b in cfg["batches"]:
                     cs = {c["prompt"]: c for c in r["configs"] if c["batch"] == b}
                     pre = [_cell_ms(cs[p]["prefill"]) for p in cfg["prompts"]]
-                    dec = [f"{cs[p]['decode_tokens_per_s']['median']:.4g} ±{cs[p]['decode_tokens_per_s']['spread']:.0%}"
-                           f" ({cs[p]['bound']['fraction']:.0%})" if "decode_tokens_per_s" in cs[p] else "-"
-                           for p in cfg["prompts"]]
+                    dec = [_cell_rate(cs[p]) for p in cfg["prompts"]]
                     ok = [cs[p]["check"] for p in cfg["prompts"]]
                     mism = sum(len(c.get("mismatches", [])) for c in ok)
                     tok = ("reference" if r["system"] == REFERENCE else

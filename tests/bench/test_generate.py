@@ -57,7 +57,8 @@ def test_quick_mode_plumbing_for_hf_eager(tmp_path):
         assert c[key]["n"] == 2 and c[key]["median"] > 0 and math.isfinite(c[key]["spread"]), key
     assert c["generate"]["median"] > c["prefill"]["median"]
     b = c["bound"]
-    assert b["tokens_per_s"] > 0 and b["fraction"] == pytest.approx(c["decode_tokens_per_s"]["median"] / b["tokens_per_s"])
+    assert b["tokens_per_s"] > 0
+    assert b["fraction"] == pytest.approx(c["decode_tokens_per_s"]["median"] / b["tokens_per_s"])
 
     assert vllm["system"] == "vllm" and vllm["status"].startswith("not run: no vLLM virtual environment at")
     assert str(missing) in vllm["status"]
@@ -90,3 +91,15 @@ def test_bound_bytes_match_the_real_model(name):
     per_step = [want + gm.kv_bytes(name, batch, length + k) for k in (1, 2, 3, 4)]
     assert bound["bytes_per_step_mean"] == sum(per_step) / 4
     assert bound["tokens_per_s"] == pytest.approx(batch * 4 / (sum(per_step) / 1e10))
+
+
+def test_a_token_mismatch_is_reported_with_its_first_position():
+    import generate
+
+    ref = [[5, 6, 7, 8], [1, 2, 3, 4]]
+    assert generate._compare([[5, 6, 7, 8], [1, 2, 3, 4]], ref) == {"match": True, "mismatches": []}
+    got = generate._compare([[5, 6, 7, 8], [1, 2, 9, 9]], ref)
+    assert got["match"] is False
+    assert got["mismatches"] == [{"sequence": 1, "first_difference": 2, "got": [9, 9], "want": [3, 4]}]
+    short = generate._compare([[5, 6]], ref)  # a system that returned fewer sequences / tokens
+    assert short["match"] is False and {m["sequence"] for m in short["mismatches"]} == {0, None}
