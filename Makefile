@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test demo bench-trace bench-saturation bench-cpu bench-search bench-calls coverage fuzz-long fuzz-10k
+.PHONY: install test demo bench-trace bench-saturation bench-cpu bench-search bench-calls bench-generate coverage fuzz-long fuzz-10k
 
 # torch first, only if missing: `pip install torch==2.13.0` finds the CPU
 # wheel already on disk on our machines; any other torch spec would pull a
@@ -37,6 +37,12 @@ bench-search: install
 # per-call overhead of an executable (and of CompiledModel and a loaded artifact) against bare jax.jit and torch eager
 bench-calls: install
 	taskset -c 0 $(PYTHON) bench/call_overhead.py --repeats 100 --calls 200 --core 0
+
+# greedy generation (64 tokens, prompts 16/128/512, batch 1/4, one pinned core and both): HF eager, HF static
+# cache + Inductor, vLLM (its own venv: $$EGRAFT_VLLM_VENV, else /work/vllmenv or .venv-vllm), egraft through
+# torch.compile and through egraft.compile(...).generate; 1-2 hours on 2 cores. `bench/generate.py --quick`: minutes
+bench-generate: install
+	$(PYTHON) bench/generate.py
 
 coverage: install
 	$(PYTHON) scripts/opinfo_coverage.py
