@@ -93,8 +93,15 @@ def check_state(spec: StepSpec, state: Sequence[torch.Tensor], device=None) -> N
         raise InputError(f"the step takes {len(spec.state)} state tensor(s) "
                          f"({', '.join(s.name for s in spec.state[:4])}, ...), got {len(state)}")
     for s, x in zip(spec.state, state):
-        if not isinstance(x, torch.Tensor):
+        # a torch tensor, or the device array a compiled program returned as the new state (JAX keeps it on the
+        # device between calls; backends.base.Executable)
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
             raise InputError(f"state {s.name!r} must be a torch.Tensor, got {type(x).__name__}")
+        if not isinstance(x, torch.Tensor):
+            if tuple(x.shape) != s.shape or str(x.dtype) != s.dtype:
+                raise InputError(f"state {s.name!r} is {list(x.shape)}:{x.dtype}, but the step was built for "
+                                 f"{list(s.shape)}:{s.dtype}")
+            continue
         if tuple(x.shape) != s.shape or str(x.dtype).removeprefix("torch.") != s.dtype:
             raise InputError(f"state {s.name!r} is {list(x.shape)}:{str(x.dtype).removeprefix('torch.')}, but the "
                              f"step was built for {list(s.shape)}:{s.dtype}: make it with new_state(spec) or "

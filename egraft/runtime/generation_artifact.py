@@ -78,11 +78,19 @@ def artifact_program(art, spec: gen.StepSpec, where: str):
     if len(own) != 1:
         raise ArtifactError(f"{where}: a step returns the logits besides its caches, this one {len(own)} outputs")
     logit = own[0]
-    run = art.runner.run_torch
+    runner = art.runner
+    if art.backend == "jax":
+        # the caches live on the device between calls: numpy (zero-copy views) in for the step's own inputs,
+        # the state as the jax arrays the last call returned (donated, so each step writes into its buffer)
+        import torch
 
-    def program(input_ids, position_ids, slot_mask, *state):
-        outs = run([input_ids, position_ids, slot_mask, *state])
-        return outs[logit], [outs[k] for k in order]
+        def program(input_ids, position_ids, slot_mask, *state):
+            outs = runner.run_numpy([input_ids.numpy(), position_ids.numpy(), slot_mask.numpy(), *state])
+            return torch.from_numpy(outs[logit]), [outs[k] for k in order]
+    else:  # torch and Triton update the state tensors in place and return them
+        def program(input_ids, position_ids, slot_mask, *state):
+            outs = runner.run_torch([input_ids, position_ids, slot_mask, *state])
+            return outs[logit], [outs[k] for k in order]
 
     return program
 

@@ -61,13 +61,18 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
         ws = tuple(jax.device_put(w, dev) for w in weights)
         wspecs = tuple(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in ws)
         specs = [jax.ShapeDtypeStruct(tuple(i["shape"]), p) for i, p in zip(manifest["inputs"], prog_dtypes)]
+        # state inputs (role "state", after the others) are donated, as the backend's executable does: the
+        # new cache is written into the old one's buffer and comes back a jax array (backends.base.Executable)
+        states = tuple(k + 1 for k, i in enumerate(manifest["inputs"]) if i.get("role") == "state")
         try:
-            compiled = jax.jit(exported.call).lower(wspecs, *specs).compile()
+            compiled = jax.jit(exported.call, donate_argnums=states).lower(wspecs, *specs).compile()
         except Exception as e:
             raise ArtifactError(f"{path} did not compile for {dev} ({type(e).__name__}: {e}); "
                                 "rebuild the artifact with `egraft compile`") from None
     inputs = [(i["name"], tuple(i["shape"]), i["dtype"]) for i in manifest["inputs"]]
-    return JaxRunner(compiled, ws, inputs, prog_dtypes, [o["dtype"] for o in manifest["outputs"]], dev, x64)
+    aliased = tuple(sorted(int(a["output"]) for a in manifest.get("aliases", ())))
+    return JaxRunner(compiled, ws, inputs, prog_dtypes, [o["dtype"] for o in manifest["outputs"]], dev, x64,
+                     state_outputs=aliased)
 
 
 __all__ = ["files", "load"]
