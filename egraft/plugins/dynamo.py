@@ -43,6 +43,7 @@ from ..measure import outputs, tolerance
 from ..search.config import CompileConfig
 from .binding import Bound, is_weight, placeholders, signature
 from .exported import compile_exported, device_of, export
+from . import serialize, stats
 from .partition import CannotSplit, split_compile
 
 WHERE = "the egraft torch.compile backend"
@@ -98,22 +99,28 @@ class Entry:
 class DynamoGraph:
     """What the backend returns to Dynamo: the graph, compiled per input signature on first call."""
 
-    def __init__(self, gm: torch.fx.GraphModule, config: CompileConfig):
+    def __init__(self, gm: torch.fx.GraphModule, config: CompileConfig, weight_names=(), dynamic=None):
+        # weight_names / dynamic: what a graph read back from a compile cache (.serialize) lost of its
+        # placeholders' metadata: the parameters and buffers among them, and those with symbolic sizes
         self.gm, self.config = gm, config
+        self._weight_names, self._dynamic = frozenset(weight_names), dynamic
         self.label = f"dynamo graph {next(_GRAPH_IDS)}"
         self.entries: dict[tuple, Entry] = {}
         self._names = placeholders(gm)
         self._weights: frozenset[int] | None = None  # positions of the parameters and buffers, found on 1st call
         self._warned: set[str] = set()
+        stats.graph_received(bool(self._dynamic_dims()))
 
     def __call__(self, *args):
         if self._weights is None:
             self._weights = frozenset(i for i, (n, a) in enumerate(zip(self._names, args))
-                                      if isinstance(a, torch.Tensor) and is_weight(n, a))
+                                      if isinstance(a, torch.Tensor)
+                                      and (is_weight(n, a) or n.name in self._weight_names))
         key = signature(args, self._weights)
         entry = self.entries.get(key)
         if entry is None or (entry.bound is not None and entry.bound.stale(args)):
             entry = self._build(key, args)
+        stats.called(entry.run is not None)
         return entry(self.gm, args)
 
     @property
@@ -129,11 +136,28 @@ class DynamoGraph:
 
     def _eager(self, key, why: str) -> Entry:
         self._warn(f"runs in PyTorch, not egraft: {why}")
+        stats.eager(why)
         self.entries[key] = Entry(None, None)
         return self.entries[key]
 
+    def weight_names(self) -> set[str]:
+        """The placeholders that are a module's parameters or buffers, by their Dynamo metadata (and hints)."""
+        return {n.name for n in self._names if n.name in self._weight_names
+                or is_weight(n, n.meta.get("example_value", n.meta.get("val")))}
+
+    # torch's SerializableCallable (vLLM's compile cache in mode 2): see egraft.plugins.serialize
+    @classmethod
+    def serialize_compile_artifacts(cls, fn: "DynamoGraph") -> bytes:
+        return serialize.dumps(fn)
+
+    @classmethod
+    def deserialize_compile_artifacts(cls, data: bytes):
+        return serialize.loads(data)
+
     def _dynamic_dims(self) -> list[str]:
         """The placeholders Dynamo made symbolic (a SymInt, or a tensor with a symbolic dim), by name."""
+        if self._dynamic is not None:
+            return list(self._dynamic)
         out = []
         for n in self._names:
             v = n.meta.get("example_value", n.meta.get("val"))
@@ -153,8 +177,11 @@ class DynamoGraph:
                        "static cache (cache_implementation=\"static\") keeps one shape but updates the cache in "
                        "place, which egraft does not compile yet (that graph runs in PyTorch)")
         if key not in self.entries and len(self.entries) >= cfg.max_shapes:
-            self._warn(f"compiled for {cfg.max_shapes} input shapes (the max_shapes option); "
+            message = (f"compiled for {cfg.max_shapes} input shapes (the max_shapes option); "
                        "further shapes run in PyTorch")
+            if message not in self._warned:
+                stats.eager("max_shapes reached")  # once per graph; its calls are counted as PyTorch's
+            self._warn(message)
             return Entry(None, None)
         bound = Bound(self.gm, args, self._weights, self._names)
         user = bound.user_args(args)
@@ -170,6 +197,7 @@ class DynamoGraph:
         try:
             done = compile_exported(ep, cfg, user, bound, label=self.label)
             entry = Entry(bound, _runner(done.executable), [done.result])
+            stats.compiled()
         except ValidationError as e:
             return self._eager(key, f"its compiled program does not match PyTorch ({_first_line(e)}); "
                                     "please report this as an egraft bug")
@@ -191,8 +219,12 @@ class DynamoGraph:
                 if problem:
                     return self._eager(key, f"its compiled program does not match PyTorch on the first inputs "
                                             f"({problem}); please report this as an egraft bug")
+            stats.split(len(split.results), split.fallback_ops)
         self.entries[key] = entry
         return entry
+
+
+serialize.register(DynamoGraph)
 
 
 def _runner(exe):
