@@ -27,12 +27,19 @@ from torch.utils import _pytree as pytree
 
 
 def is_weight(node: torch.fx.Node, value: Any) -> bool:
-    """Whether a Dynamo placeholder holds a module parameter or buffer (not a user input)."""
+    """Whether a Dynamo placeholder holds a module parameter or buffer (not a user input).
+
+    Without Dynamo's source for it (``torch._dynamo.aot_compile`` graphs carry
+    none), a tensor placeholder whose Dynamo name says it was reached from the
+    compiled module (``L['self']``: ``l_self_...``) is the module's state too
+    (a buffer, or a tensor a layer holds, such as a packed weight); if it is
+    replaced or changed in place, :meth:`Bound.stale` sees it.
+    """
     if isinstance(value, torch.nn.Parameter):
         return True
     source = getattr(node.meta.get("grapharg"), "source", None)
     if source is None:
-        return False
+        return isinstance(value, torch.Tensor) and node.name.lower().startswith("l_self_")
     try:  # buffers are plain tensors: only their Dynamo source says they come from a module
         from torch._dynamo.source import is_from_unspecialized_param_buffer_source
     except ImportError:  # pragma: no cover - an older torch: such graphs bind buffers as inputs (still correct)

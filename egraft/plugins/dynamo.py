@@ -102,7 +102,7 @@ class DynamoGraph:
     def __init__(self, gm: torch.fx.GraphModule, config: CompileConfig, weight_names=(), dynamic=None):
         # weight_names / dynamic: what a graph read back from a compile cache (.serialize) lost of its
         # placeholders' metadata: the parameters and buffers among them, and those with symbolic sizes
-        self.gm, self.config = gm, config
+        self.gm, self.config = _plain_data_reads(gm), config
         self._weight_names, self._dynamic = frozenset(weight_names), dynamic
         self.label = f"dynamo graph {next(_GRAPH_IDS)}"
         self.entries: dict[tuple, Entry] = {}
@@ -225,6 +225,22 @@ class DynamoGraph:
 
 
 serialize.register(DynamoGraph)
+
+
+def _plain_data_reads(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``param.data`` reads (``torch._C._autograd._get_data_attr``, vLLM's norms) as ``detach``, in place.
+
+    Both give the same values without autograd history; ``torch.export``
+    cannot trace the former through a bound buffer (it lifts the result as a
+    fake constant), and egraft compiles inference only.
+    """
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch._C._autograd._get_data_attr:
+            node.target, changed = torch.detach, True
+    if changed:
+        gm.recompile()
+    return gm
 
 
 def _runner(exe):

@@ -51,7 +51,8 @@ def dumps(graph) -> bytes:
     hints = {"weights": sorted(graph.weight_names()), "dynamic": graph._dynamic_dims()}
     copy = torch.fx.GraphModule(gm, _graph_without_fake_meta(gm.graph))  # the live graph keeps its meta
     data = {"format": FORMAT, "graph": GraphPickler.dumps(copy, Options(ops_filter=None)),
-            "config": graph.config, "hints": hints, "label": graph.label}
+            "config": graph.config, "hints": hints, "label": graph.label,
+            "class": type(graph)}  # pickled by name: the class that reads it back (DynamoGraph)
     out = pickle.dumps(data)
     stats.serialized()
     return out
@@ -98,12 +99,10 @@ class LoadedGraph:
             from torch.fx._graph_pickler import GraphPickler
             from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-            from .dynamo import DynamoGraph
-
             gm = GraphPickler.loads(self._state["graph"], FakeTensorMode(shape_env=ShapeEnv()))
             gm.recompile()
             hints = self._state["hints"]
-            self._graph = DynamoGraph(gm, self._state["config"], weight_names=hints["weights"],
+            self._graph = self._state["class"](gm, self._state["config"], weight_names=hints["weights"],
                                       dynamic=hints["dynamic"])
         return self._graph
 
