@@ -31,6 +31,7 @@ Outputs carry no autograd history (egraft compiles inference).
 from __future__ import annotations
 
 import itertools
+import logging
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -52,6 +53,7 @@ WHERE = "the egraft torch.compile backend"
 DEFAULTS = {"budget": "10s", "device": None, "progress": False}
 
 _GRAPH_IDS = itertools.count(1)
+log = logging.getLogger("egraft.plugins")
 
 
 class EgraftFallbackWarning(UserWarning):
@@ -198,6 +200,7 @@ class DynamoGraph:
             done = compile_exported(ep, cfg, user, bound, label=self.label)
             entry = Entry(bound, _runner(done.executable), [done.result])
             stats.compiled()
+            log.info("egraft: %s compiled whole for inputs %s", self.label, _shapes(user))
         except ValidationError as e:
             return self._eager(key, f"its compiled program does not match PyTorch ({_first_line(e)}); "
                                     "please report this as an egraft bug")
@@ -220,6 +223,8 @@ class DynamoGraph:
                     return self._eager(key, f"its compiled program does not match PyTorch on the first inputs "
                                             f"({problem}); please report this as an egraft bug")
             stats.split(len(split.results), split.fallback_ops)
+            log.info("egraft: %s compiled in %d piece(s) for inputs %s; %d op(s) run in PyTorch", self.label,
+                     len(split.results), _shapes(user), len(split.fallback_ops))
         self.entries[key] = entry
         return entry
 
@@ -241,6 +246,10 @@ def _plain_data_reads(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     if changed:
         gm.recompile()
     return gm
+
+
+def _shapes(user) -> str:
+    return ", ".join("x".join(map(str, t.shape)) or "scalar" for t in user)
 
 
 def _runner(exe):

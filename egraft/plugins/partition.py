@@ -41,6 +41,9 @@ NON_COMPUTE = ["torch.ops.aten.view", "torch.ops.aten.permute", "torch.ops.aten.
                "torch.ops.aten.squeeze", "torch.ops.aten.t", "torch.ops.aten.alias", "torch.ops.aten.clone",
                "torch.ops.aten._assert_tensor_metadata", "torch.ops.aten.detach", "_operator.getitem"]
 _TORCH_DTYPES = ir_dtypes()
+# allocations whose values are unspecified (an out= buffer a custom op fills, as vLLM's linears and attention do):
+# nothing to compile, and no value a compiled piece could be checked against, so they stay PyTorch's
+UNINITIALIZED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
 
 
 class CannotSplit(Exception):
@@ -66,6 +69,9 @@ class _Support(OperatorSupportBase):
         name = op_name(node.target)
         if lookup(node.target) is None or name in self.refused:
             return name
+        packet = getattr(node.target, "overloadpacket", None)
+        if packet is not None and getattr(packet, "__name__", "") in UNINITIALIZED:
+            return f"{name} (uninitialized memory)"
         for v in [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]:
             dt = _untyped(v)
             if dt:
