@@ -63,8 +63,22 @@ def signature(args: Sequence[Any], skip: frozenset[int] = frozenset()) -> tuple:
         if isinstance(a, torch.Tensor):
             key.append(("T", tuple(a.shape), a.dtype, a.device))
         else:
-            key.append(("V", type(a).__name__, a if isinstance(a, (int, float, bool, str, type(None))) else id(a)))
+            key.append(("V", type(a).__name__, _value_key(a)))
     return tuple(key)
+
+
+def _value_key(a: Any) -> Any:
+    """A python input by value where it has one (numbers, strings, and hashable value types such as vLLM's
+    ``LayerName``, a fresh object per call that compares by its string), else by identity."""
+    if isinstance(a, (int, float, bool, str, type(None))):
+        return a
+    if type(a).__eq__ is not object.__eq__ and type(a).__hash__ is not None:
+        try:
+            hash(a)
+            return ("eq", a)
+        except TypeError:
+            pass
+    return ("id", id(a))
 
 
 def _buffer_name(module: torch.nn.Module, node: torch.fx.Node, taken: set[str]) -> str:

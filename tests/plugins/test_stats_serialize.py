@@ -169,3 +169,23 @@ def test_out_buffers_stay_in_pytorch_and_the_rest_is_compiled():
     assert s["split"] == 2 and s["pieces"] >= 4 and s["eager"] == 0, s
     assert any("uninitialized" in op for op in s["fallback_ops"]), s["fallback_ops"]
     assert not any(n.target is torch._C._autograd._get_data_attr for g in backend_graphs for n in g.gm.graph.nodes)
+
+
+class _Name:
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, _Name) and other.value == self.value
+
+    def __hash__(self):
+        return hash(self.value)
+
+
+def test_value_objects_key_a_signature_by_value():
+    from egraft.plugins.binding import signature
+
+    x = torch.randn(2, 3)
+    assert signature([x, _Name("layer.0")]) == signature([x, _Name("layer.0")])  # vLLM's LayerName, fresh per call
+    assert signature([x, _Name("layer.0")]) != signature([x, _Name("layer.1")])
+    assert signature([x, object()]) != signature([x, object()])  # no value: by identity
