@@ -5,8 +5,10 @@ engine core and workers), so a caller that wants to know whether egraft
 compiled anything cannot inspect the backend's objects.  The backend counts
 each event here; :func:`stats` returns a snapshot, and when
 ``$EGRAFT_STATS_FILE`` names a file the snapshot is written there (as JSON,
-replaced atomically) after every compile and, while the model runs, at most
-once a second, and once more at exit.  ``{pid}`` in the name is replaced by
+replaced atomically) after every compile, on the 1st, 2nd, 4th, 8th ... call
+of each kind and otherwise at most once a second, and once more at exit (a
+serving engine may kill its workers, so the last second of calls can be
+missing from the file).  ``{pid}`` in the name is replaced by
 the process id, so that several processes write files of their own
 (:func:`read_files` merges them).
 
@@ -90,10 +92,12 @@ def eager(reason: str) -> None:
 
 
 def called(by_egraft: bool) -> None:
-    """One graph call (the hot path: a count, and a file write at most once a second)."""
+    """One graph call (the hot path: a count; a file write on the 1st, 2nd, 4th, 8th ... call, else once a second)."""
     with _LOCK:
-        _COUNTS["calls"]["egraft" if by_egraft else "pytorch"] += 1
-    _write(force=False)
+        kind = "egraft" if by_egraft else "pytorch"
+        _COUNTS["calls"][kind] += 1
+        n = _COUNTS["calls"][kind]
+    _write(force=n & (n - 1) == 0)
 
 
 def serialized() -> None:
