@@ -22,8 +22,10 @@ per input signature:
    PyTorch, never returns wrong numbers.
 
 A graph that cannot be exported, mutates state, or cannot be split runs in
-PyTorch, with one warning saying why.  Any other error (a failing search, a
-bad option) is raised.  Dynamic shapes: SymInts arrive as ints at call time
+PyTorch, with one warning saying why; so does a signature whose search cannot
+start because the graph's own program fails its check on the first inputs
+(:meth:`DynamoGraph._unsearchable`).  Any other error (a bad option, a broken
+backend) is raised.  Dynamic shapes: SymInts arrive as ints at call time
 and each signature is compiled on its own, up to ``max_shapes`` per graph.
 Outputs carry no autograd history (egraft compiles inference).
 """
@@ -38,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..errors import InputError, TraceError, UnsupportedOpError, ValidationError
+from ..errors import InputError, SearchError, TraceError, UnsupportedOpError, ValidationError
 from ..ir import dtypes
 from ..measure import outputs, tolerance
 from ..search.config import CompileConfig
@@ -156,6 +158,12 @@ class DynamoGraph:
     def deserialize_compile_artifacts(cls, data: bytes):
         return serialize.loads(data)
 
+    def _unsearchable(self, key, e: SearchError) -> Entry:
+        """A search that cannot start on this signature's first inputs: the graph's own program already
+        disagrees with its float64 reference there (a serving engine's warm-up run computes on unfilled
+        buffers, whose values may overflow); that signature runs in PyTorch rather than stopping the server."""
+        return self._eager(key, f"egraft could not search it on its first inputs ({_first_line(e)})")
+
     def _dynamic_dims(self) -> list[str]:
         """The placeholders Dynamo made symbolic (a SymInt, or a tensor with a symbolic dim), by name."""
         if self._dynamic is not None:
@@ -204,9 +212,13 @@ class DynamoGraph:
         except ValidationError as e:
             return self._eager(key, f"its compiled program does not match PyTorch ({_first_line(e)}); "
                                     "please report this as an egraft bug")
+        except SearchError as e:
+            return self._unsearchable(key, e)
         except UnsupportedOpError as first:
             try:
                 split = split_compile(ep, user, cfg)
+            except SearchError as e:
+                return self._unsearchable(key, e)
             except CannotSplit as e:
                 return self._eager(key, f"it uses {first.op}, which egraft cannot lower, and {e}")
             except ValidationError as e:
