@@ -189,3 +189,23 @@ def test_value_objects_key_a_signature_by_value():
     assert signature([x, _Name("layer.0")]) == signature([x, _Name("layer.0")])  # vLLM's LayerName, fresh per call
     assert signature([x, _Name("layer.0")]) != signature([x, _Name("layer.1")])
     assert signature([x, object()]) != signature([x, object()])  # no value: by identity
+
+
+def test_a_search_that_cannot_start_runs_that_signature_in_pytorch(monkeypatch):
+    from egraft.errors import SearchError
+    from egraft.plugins import dynamo
+
+    def refuse(*args, **kwargs):
+        raise SearchError("the model's own program does not run on 'jax' on 'cpu': output 1: relative error 1")
+
+    monkeypatch.setattr(dynamo, "compile_exported", refuse)
+    torch.manual_seed(fresh_seed())
+    model = Scaled().eval()
+    compiled = torch.compile(model, backend="egraft")
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = torch.randn(3, 8)
+        _close(compiled(x), model(x))
+    assert any("could not search it on its first inputs" in str(w.message) for w in caught)
+    s = stats.stats()
+    assert s["eager"] == 1 and s["calls"]["pytorch"] == 1 and s["compiled"] == 0, s
