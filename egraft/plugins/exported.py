@@ -34,7 +34,9 @@ def export(module: torch.nn.Module, user_args: Sequence[torch.Tensor]) -> torch.
     place) has no pure-function form egraft could bind weights for; the
     caller runs such a graph in PyTorch.
     """
-    ep = export_program(module, tuple(user_args))
+    # detached: a tensor Dynamo's caller marked dynamic (torch._dynamo.mark_dynamic, as vLLM does) carries the
+    # mark as a python attribute, and torch.export would try to keep that size symbolic; egraft exports one size
+    ep = export_program(module, tuple(a.detach() for a in user_args))
     require_pure(program_signature(ep))
     return ep
 

@@ -41,6 +41,9 @@ NON_COMPUTE = ["torch.ops.aten.view", "torch.ops.aten.permute", "torch.ops.aten.
                "torch.ops.aten.squeeze", "torch.ops.aten.t", "torch.ops.aten.alias", "torch.ops.aten.clone",
                "torch.ops.aten._assert_tensor_metadata", "torch.ops.aten.detach", "_operator.getitem"]
 _TORCH_DTYPES = ir_dtypes()
+# allocations whose values are unspecified (an out= buffer a custom op fills, as vLLM's linears and attention do):
+# nothing to compile, and no value a compiled piece could be checked against, so they stay PyTorch's
+UNINITIALIZED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
 
 
 class CannotSplit(Exception):
@@ -60,12 +63,24 @@ class _Support(OperatorSupportBase):
     def __init__(self, refused: set[str]):
         super().__init__()
         self.refused = refused
+        self._unset: dict[torch.fx.Node, bool] = {}
+
+    def uninitialized(self, node: torch.fx.Node) -> bool:
+        """An allocation with unspecified values, or a value computed from one (a view of an out= buffer)."""
+        if node not in self._unset:
+            packet = getattr(node.target, "overloadpacket", None)
+            self._unset[node] = node.op == "call_function" and (
+                getattr(packet, "__name__", "") in UNINITIALIZED
+                or (lookup(node.target) is not None and any(self.uninitialized(a) for a in node.all_input_nodes)))
+        return self._unset[node]
 
     def why_not(self, node: torch.fx.Node) -> str | None:
         """None for a node egraft takes, else what to call it in the fallback warning."""
         name = op_name(node.target)
         if lookup(node.target) is None or name in self.refused:
             return name
+        if self.uninitialized(node):
+            return f"{name} (uninitialized memory)"
         for v in [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]:
             dt = _untyped(v)
             if dt:

@@ -18,17 +18,24 @@ where vLLM is absent):
    can call and Dynamo keeps as one node.  ``$EGRAFT_ARTIFACTS_DEVICE``
    (default ``cpu``) is the device they are loaded for.
 
+3. Shows egraft's compile log in vLLM's output: the ``egraft.plugins``
+   logger (one INFO line per compiled graph or piece) gets a stderr handler
+   at ``$EGRAFT_LOG_LEVEL`` (default ``INFO``; ``WARNING`` quiets it), unless
+   the application configured that logger already.
+
 Calling :func:`register` again (vLLM may, per process) registers nothing
 twice: an artifact directory already loaded returns its op.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
 ARTIFACTS_ENV = "EGRAFT_ARTIFACTS"
 DEVICE_ENV = "EGRAFT_ARTIFACTS_DEVICE"
+LOG_LEVEL_ENV = "EGRAFT_LOG_LEVEL"
 BACKEND_NAME = "egraft"
 
 _OPS: dict[tuple[str, str | None, str], object] = {}  # (real path, name, device) -> op
@@ -41,7 +48,26 @@ def register() -> dict[str, object]:
     Returns the registered ops by the entry they came from (``DIR`` or ``NAME=DIR``).
     """
     register_backend_name()
+    show_compile_log()
     return register_artifacts()
+
+
+def show_compile_log() -> None:
+    """Give the ``egraft.plugins`` logger a stderr handler at ``$EGRAFT_LOG_LEVEL`` (default INFO), once."""
+    log = logging.getLogger("egraft.plugins")
+    with _LOCK:
+        if log.handlers or log.level != logging.NOTSET:
+            return  # configured by the application, or by an earlier call
+        level = os.environ.get(LOG_LEVEL_ENV, "").strip().upper() or "INFO"
+        if not isinstance(logging.getLevelName(level), int):
+            from ..errors import InputError
+
+            raise InputError(f"${LOG_LEVEL_ENV}={level!r} is not a logging level; use DEBUG, INFO, WARNING or ERROR")
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("(%(processName)s pid=%(process)d) %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(level)
+        log.propagate = False
 
 
 def register_backend_name() -> None:
