@@ -44,6 +44,7 @@ from ..errors import InputError, TraceError, UnsupportedOpError, ValidationError
 from ..frontend import lower_program
 from ..ir.rows import row_axes
 from .binding import Bound, signature
+from . import stats
 from .exported import compile_graph, device_of, export
 
 STEPS = ((256, 8), (None, 16))  # every 8 up to 256, every 16 beyond (after 1, 2, 4, 8), as vLLM's capture sizes
@@ -210,6 +211,11 @@ class Padded:
             return self.bound.rebuild(self.plan.cut(outs, self.n, self.bucket.size))
 
 
+class SplitGraph(str):
+    """The refusal of a graph egraft can only compile split: its sizes are compiled one by one instead
+    (``DynamoGraph._build``'s per-size path, up to ``max_shapes``), as before buckets existed."""
+
+
 class Buckets:
     """The bucket runner of one DynamoGraph: its plan, the buckets compiled, and why it stopped bucketing."""
 
@@ -221,8 +227,11 @@ class Buckets:
         self.probed: str | None = None  # the proof at a probe size (None: not needed yet)
 
     def entry(self, key, args):
-        """The entry for a call of signature `key`: a bucket's program (padded), or PyTorch with one warning."""
+        """The entry for a call of signature `key`: a bucket's program (padded), PyTorch with one warning, or
+        None for a graph that compiles only split (:class:`SplitGraph`: the caller compiles the size itself)."""
         g, cfg = self.graph, self.graph.config
+        if isinstance(self.refused, SplitGraph):
+            return None
         if self.refused:
             return self._eager(key, self.refused)
         n = self.plan.size(args)
@@ -238,6 +247,9 @@ class Buckets:
                 return g._eager(key, f"compiled for {cfg.max_shapes} bucket sizes (the max_shapes option); "
                                      "further sizes run in PyTorch")
             b = self._compile(size, args, n)
+            if isinstance(b, SplitGraph):
+                self.refused = b
+                return None  # the caller compiles this size on its own
             if isinstance(b, str):
                 return self._eager(key, b)
         entry = b.entry if size == n else Padded(self.plan, b, n)
@@ -270,7 +282,7 @@ class Buckets:
         except (TraceError, InputError) as e:
             return str(e).strip().splitlines()[0]
         except UnsupportedOpError as e:
-            return f"it uses {e.op}, which egraft cannot lower (a split graph is not padded)"
+            return SplitGraph(f"it uses {e.op}, which egraft cannot lower (a split graph is not padded)")
 
     def _prove(self, bound: Bound, graph) -> str:
         """Why the rows of `graph` (traced at one size) may meet, or '' when they are proven apart."""
@@ -318,6 +330,7 @@ class Buckets:
             return (f"its compiled program does not match PyTorch ({str(e).splitlines()[0]}); please report this "
                     "as an egraft bug")
         g.compiles += 1
+        stats.compiled()
         entry = self.make_entry(bound, _runner(done.executable), [done.result])
         g.entries[signature(padded, g._weights)] = entry
         self.compiled[size] = Bucket(size, entry, done)

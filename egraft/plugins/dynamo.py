@@ -188,14 +188,15 @@ class DynamoGraph:
         if dynamic and cfg.dynamic != "per_size":
             self._buckets = self._buckets or Buckets(self, Entry, mismatch)
             if self._buckets.plan is not None:
-                return self._buckets.entry(key, args)
+                entry = self._buckets.entry(key, args)
+                if entry is not None:
+                    return entry
         if dynamic:  # said once, before the first compile, so a caller knows what each new size costs
             self._warn(f"Dynamo marked sizes of {', '.join(dynamic[:4])}{' ...' if len(dynamic) > 4 else ''} "
                        f"dynamic; egraft compiles each new size on its own (up to max_shapes={cfg.max_shapes}, "
-                       "then PyTorch). In generation with a dynamic KV cache a size changes every decode step, so "
-                       "each step until then is a compile: pass options={\"max_shapes\": 1} to bound that; a "
-                       "static cache (cache_implementation=\"static\") keeps one shape but updates the cache in "
-                       "place, which egraft does not compile yet (that graph runs in PyTorch)")
+                       "then PyTorch)" + (f", because {self._buckets.refused}" if self._buckets is not None
+                                          and self._buckets.refused else " (the dynamic=\"per_size\" option)")
+                       + "; in transformers' generate, cache_implementation=\"static\" keeps one shape per step")
         if key not in self.entries and len(self.entries) >= cfg.max_shapes:
             message = (f"compiled for {cfg.max_shapes} input shapes (the max_shapes option); "
                        "further shapes run in PyTorch")
