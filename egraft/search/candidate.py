@@ -140,12 +140,9 @@ def repeatable(graph: Graph, ex, inputs: list):
     return call
 
 
-def time_calls(ex, inputs, device: str, backend: str, repeats: int, graph: Graph | None = None):
-    """Time `ex(*inputs)`: ``do_bench`` on CUDA (it picks its own repeats), else `repeats` calls after one warm-up.
-
-    With `graph` (the program `ex` computes), its state inputs are restored before each call (:func:`repeatable`).
-    """
-    fn = repeatable(graph, ex, inputs) if graph is not None else (lambda: ex(*inputs))
+def time_calls(fn, device: str, backend: str, repeats: int):
+    """Time `fn()` (``ex(*inputs)``, :func:`repeatable`): ``do_bench`` on CUDA (it picks its own repeats), else
+    `repeats` calls after one warm-up."""
     if parse(device).kind == "cuda":
         return time_call(fn, device)
     return time_call(fn, device, jax=backend == "jax", warmup=1, repeats=repeats)
@@ -285,15 +282,16 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None, *, cap_s
     if second and second[0] > cap_s:  # validated, and one call is evidence enough that it loses
         return Outcome(key, "timed", second[0], 0.0, est, message="one call only: slower than the cap",
                        compile_s=compile_s)
-    tin = torch_inputs(own_state(task.reference, task.inputs[0]))
+    # one snapshot of the state for every timed call: each starts from the state the inputs were drawn with
+    call = repeatable(task.reference, ex, torch_inputs(own_state(task.reference, task.inputs[0])))
     try:
         t1 = _time.perf_counter()
-        repeatable(task.reference, ex, tin)()
+        call()
         first = max(_time.perf_counter() - t1, 1e-7)
         if first > cap_s:  # far slower than the best so far: one call is evidence enough that it loses
             return Outcome(key, "timed", first, 0.0, est, message="one call only: slower than the cap",
                            compile_s=compile_s)
-        t = time_calls(ex, tin, task.device, cand.backend, int(min(30, max(5, TARGET_S / first))), task.reference)
+        t = time_calls(call, task.device, cand.backend, int(min(30, max(5, TARGET_S / first))))
     except Exception as e:  # noqa: BLE001
         return Outcome(key, "failed", math.inf, estimate_s=est, message=f"timing raised {e}", compile_s=compile_s)
     return Outcome(key, "timed", t.median, t.spread, est, compile_s=compile_s)

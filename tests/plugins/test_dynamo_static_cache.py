@@ -169,6 +169,28 @@ def test_inputs_written_in_place_and_equal_to_eager(backend_name):
         assert chosen == "jax" and entry.run.copies == 3 * 2
 
 
+def test_measured_search_times_each_call_from_the_drawn_state():
+    """The counter at the cache's last row: a timed call that started from the state an earlier call left
+    would write past the cache (index out of range); the search restores the drawn state before each."""
+    seed = fresh_seed()
+    torch.manual_seed(seed)
+    model = CacheStep().eval()
+    backend, graphs = _capture({"budget": {"seconds": None, "trials": 4, "population": 2}, "fitness": "measured",
+                                "limits": {"iterations": 2}})
+    x, cache, _ = _step_inputs(seed)
+    count = torch.tensor(cache.shape[1] - 1)
+    mine, ref = (cache.clone(), count.clone()), (cache.clone(), count.clone())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            got, want = torch.compile(model, backend=backend)(x, *mine), model(x, *ref)
+    assert fallback_messages(caught) == [] and sum(g.compiles for g in graphs) == 1
+    assert rel_err(got.numpy(), want.numpy()) < 1e-5 and rel_err(mine[0].numpy(), ref[0].numpy()) < 1e-5
+    assert int(mine[1]) == int(ref[1]) == cache.shape[1]
+    (entry,) = graphs[0].entries.values()
+    assert entry.results[0].fitness == "measured" and entry.results[0].time_s > 0
+
+
 class BufferStep(nn.Module):
     def __init__(self):
         super().__init__()
