@@ -67,9 +67,15 @@ def registered() -> dict[str, Backend]:
     return dict(BACKENDS)
 
 
-def candidates(backend: str, device: str) -> list[str]:
+def candidates(backend: str, device: str, state_in_place: bool = False) -> list[str]:
     """The backends to choose among on `device`, best first: `backend` itself when named (checked to run
-    there), or for ``"auto"`` every registered one with a priority on the device's kind, highest first."""
+    there), or for ``"auto"`` every registered one with a priority on the device's kind, highest first.
+
+    `state_in_place`: for ``"auto"``, only the backends whose executables write a torch tensor passed as
+    state in place (``Backend.state_in_place``: torch, Triton), when one runs on the device; a caller that
+    holds the state tensors (the torch.compile backend, whose graphs update a KV cache) would otherwise copy
+    each new state value into them on every call.  Where none does, every candidate stays (the copy is
+    correct, only slower)."""
     kind = device_kind(device)
     if backend != "auto":
         b = get_backend(backend)
@@ -81,6 +87,8 @@ def candidates(backend: str, device: str) -> list[str]:
         why = "".join(f"; {n}: {r}" for n, r in sorted(_UNAVAILABLE.items()))
         raise BackendError(f"no registered backend runs on {device!r} here{why}: install jax (or torch), "
                            "or register a backend for it")
+    if state_in_place and any(b.state_in_place for b in ranked):
+        ranked = [b for b in ranked if b.state_in_place]
     return [b.name for b in sorted(ranked, key=lambda b: (-b.priority(kind), b.name))]
 
 

@@ -7,7 +7,8 @@ and rule table (keyed by op name), its tunable knobs (``knobs(graph)``: name
 -> list of choices, the first being the default) and which of them are
 *late* (a long compile: tried once, on the search's winner), whether its
 kernels can recompute a shared value (the search's materialise-or-recompute
-bits), its kernel plan (:class:`KernelPlan`, what the cost model prices) and
+bits), whether it writes a torch tensor passed as state in place
+(``state_in_place``), its kernel plan (:class:`KernelPlan`, what the cost model prices) and
 the modules that save (``writer``) and load (``loader``) its artifacts.
 Backends register their record in ``BACKENDS`` when their module is imported;
 ``egraft.backends`` derives ``auto``, the device checks and the candidate
@@ -64,6 +65,9 @@ class Backend:
     plan: Callable[[Graph, dict], KernelPlan]  # (graph, every knob chosen) -> the kernels one call runs
     late_knobs: Mapping[str, Any] = field(default_factory=dict)  # knob -> the value tried once, on the winner
     recomputes: bool = False  # its kernels can recompute a value shared by several consumers inside each
+    # its executables hand back each torch tensor passed as state, updated in place (the Executable contract's
+    # torch case); False: a new value comes back (JAX), which a caller holding the tensor must copy into it
+    state_in_place: bool = False
     writer: str | None = None  # module with write(executable, directory, **options) -> artifact.WrittenProgram
     loader: str | None = None  # module with load(directory, manifest, weights, device) and files(manifest)
 

@@ -18,8 +18,8 @@
 Outputs are the exported outputs with a tensor value, in export order (the
 state updates first, then the model's own outputs).  The tracer lowers
 state as ``Input`` nodes of role ``state``; :func:`require_pure` is the one
-refusal for a caller that cannot hand state back yet (the ``torch.compile``
-backend, whose Dynamo graphs egraft does not write back into).
+refusal for a caller that cannot hand state back (the ``torch.compile``
+backend's padded buckets and split pieces).
 """
 
 from __future__ import annotations
@@ -116,15 +116,18 @@ def _user_names(ep) -> list[str]:
 def require_pure(sig: Signature) -> None:
     """UnsupportedOpError naming each in-place update, for a caller that cannot write state back.
 
-    ``egraft.trace`` and ``egraft.compile`` take state (role ``state``); the
-    ``torch.compile`` backend does not yet, and calls this.
+    ``egraft.trace`` and ``egraft.compile`` take state (role ``state``), and
+    so does the ``torch.compile`` backend for a whole graph that writes its
+    inputs; its padded buckets and split pieces cannot hand state back and
+    call this.
     """
     if not sig.aliases:
         return
     what = ", ".join(f"{'input' if sig[name].source is not None else 'buffer'} '{name}'" for _, name in sig.aliases)
     raise UnsupportedOpError(
         f"in-place update of {what} inside a torch.compile graph", None,
-        "the torch.compile backend does not write state back yet (PyTorch runs this graph); "
+        "the torch.compile backend writes state back only for a whole graph of fixed shapes (PyTorch runs this "
+        "one); "
         "egraft.compile(model) compiles models that update buffers or inputs in place")
 
 

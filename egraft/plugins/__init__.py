@@ -6,9 +6,12 @@
   Its parts: :mod:`.binding` (a Dynamo graph as a module with its weights
   bound), :mod:`.exported` (export, then the one pipeline,
   ``egraft.search.pipeline``), :mod:`.partition` (the lowerable pieces of a
-  graph that egraft cannot take whole), :mod:`.serialize` (a compiled graph
-  in torch's AOT compile cache, which vLLM's mode 2 saves), :mod:`.stats`
-  (what the backend did, as counts, also in a file per process).
+  graph that egraft cannot take whole), :mod:`.state` (a graph that writes
+  into its inputs, a static KV cache: compiled with them as state, written
+  back in place), :mod:`.buckets` (a dynamic size padded to a few sizes),
+  :mod:`.serialize` (a compiled graph in torch's AOT compile cache, which
+  vLLM's mode 2 saves), :mod:`.stats` (what the backend did, as counts, also
+  in a file per process).
 * :mod:`.vllm` — ``register()``, the ``vllm.general_plugins`` hook: the
   backend name for vLLM's compilation config and saved artifacts as torch
   custom ops.

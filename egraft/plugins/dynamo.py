@@ -21,11 +21,15 @@ per input signature:
 4. a program that disagrees with PyTorch warns and runs the graph in
    PyTorch, never returns wrong numbers.
 
-A graph that cannot be exported, mutates state, or cannot be split runs in
-PyTorch, with one warning saying why; so does a signature whose search cannot
-start because the graph's own program fails its check on the first inputs
-(:meth:`DynamoGraph._unsearchable`).  Any other error (a bad option, a broken
-backend) is raised.  Dynamic shapes: SymInts arrive as ints at call time;
+A graph that writes into its inputs (a static KV cache updated in place)
+is compiled with those inputs as ``state``, and the new values are left in
+the caller's tensors, in place (:mod:`.state`).  A graph that cannot be
+exported, writes into a module buffer, or cannot be split (a graph with
+state is never split) runs in PyTorch, with one warning saying why; so does
+a signature whose search cannot start because the graph's own program fails
+its check on the first inputs (:meth:`DynamoGraph._unsearchable`).  Any
+other error (a bad option, a broken backend) is raised.  Dynamic shapes:
+SymInts arrive as ints at call time;
 a size whose rows egraft proves independent is padded to a few bucket
 sizes, each compiled once (:mod:`.buckets`); a graph whose size cannot be
 bucketed runs in PyTorch with one warning, or with ``dynamic="per_size"``
@@ -52,11 +56,14 @@ from .buckets import Buckets
 from .exported import compile_exported, device_of, export
 from . import serialize, stats
 from .partition import CannotSplit, split_compile
+from .state import compile_stateful, mutated_positions
 
 WHERE = "the egraft torch.compile backend"
 # A torch.compile call blocks the first forward pass, so the default search is short (the search cache makes
 # the next compile of the same graph return at once); the device is the inputs' own; no progress bar.
-DEFAULTS = {"budget": "10s", "device": None, "progress": False}
+# A graph that writes into its inputs (a static KV cache) is searched over the backends that write the caller's
+# tensors in place (.state).
+DEFAULTS = {"budget": "10s", "device": None, "progress": False, "state_in_place": True}
 
 _GRAPH_IDS = itertools.count(1)
 log = logging.getLogger("egraft.plugins")
@@ -207,18 +214,23 @@ class DynamoGraph:
         bound = Bound(self.gm, args, self._weights, self._names)
         user = bound.user_args(args)
         cfg = cfg.with_(device=device_of(args, cfg))
-        try:  # export runs on fake tensors: a graph that mutates state is refused before it runs for real
-            ep = export(bound, user)
+        try:  # export runs on fake tensors: a write into a module buffer is refused before it runs for real
+            ep = export(bound, user, inputs_state=True)
         except (TraceError, InputError) as e:
             return self._eager(key, _first_line(e))
         except UnsupportedOpError as e:
             return self._eager(key, e.op)
-        with torch.no_grad():
-            want = bound(*user)  # the output structure, and the reference for a split graph's check
+        mutated = mutated_positions(ep)  # inputs the graph writes into (a static KV cache): state (.state)
+        with torch.no_grad():  # the output structure, and the reference for a split graph's check (state: on clones)
+            want = bound(*[u.clone() if k in mutated else u for k, u in enumerate(user)])
         self.compiles += 1
         try:
-            done = compile_exported(ep, cfg, user, bound, label=self.label)
-            entry = Entry(bound, _runner(done.executable), [done.result])
+            if mutated:
+                run, done = compile_stateful(ep, cfg, user, bound, self.label)
+            else:
+                done = compile_exported(ep, cfg, user, bound, label=self.label)
+                run = _runner(done.executable)
+            entry = Entry(bound, run, [done.result])
             stats.compiled()
             log.info("egraft: %s compiled whole for inputs %s", self.label, _shapes(user))
         except ValidationError as e:
@@ -227,6 +239,9 @@ class DynamoGraph:
         except SearchError as e:
             return self._unsearchable(key, e)
         except UnsupportedOpError as first:
+            if mutated:  # the pieces of a split graph are pure: none could hand the state back
+                return self._eager(key, f"it uses {first.op}, which egraft cannot lower, and it writes into its "
+                                        "inputs, which a graph split between egraft and PyTorch cannot do")
             try:
                 split = split_compile(ep, user, cfg)
             except SearchError as e:

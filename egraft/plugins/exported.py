@@ -18,6 +18,7 @@ from typing import Sequence
 
 import torch
 
+from ..errors import UnsupportedOpError
 from ..frontend import export_program, lower_program, program_signature, require_pure
 from ..ir.evaluate import to_numpy
 from ..measure import like
@@ -27,17 +28,31 @@ from ..search.pipeline import CompiledSignature, compile_like, compile_signature
 log = logging.getLogger("egraft.plugins")
 
 
-def export(module: torch.nn.Module, user_args: Sequence[torch.Tensor]) -> torch.export.ExportedProgram:
+def export(module: torch.nn.Module, user_args: Sequence[torch.Tensor],
+           inputs_state: bool = False) -> torch.export.ExportedProgram:
     """``torch.export`` + core ATen; a graph that updates state in place is refused (UnsupportedOpError).
 
-    A Dynamo graph that mutates a buffer or an input (a KV cache written in
-    place) has no pure-function form egraft could bind weights for; the
-    caller runs such a graph in PyTorch.
+    With `inputs_state`, a graph that writes into its user inputs (a static
+    KV cache, ``keys.index_copy_(...)``, ``cumulative_length.add_(n)``) is
+    taken: those inputs become ``state`` (:mod:`.state` writes the new values
+    back into the caller's tensors).  A write into a bound weight (a module
+    buffer Dynamo lifted) is always refused, and so is any state without
+    `inputs_state` (a split graph's pieces, the padded buckets of a dynamic
+    size): the caller runs such a graph in PyTorch.
     """
     # detached: a tensor Dynamo's caller marked dynamic (torch._dynamo.mark_dynamic, as vLLM does) carries the
     # mark as a python attribute, and torch.export would try to keep that size symbolic; egraft exports one size
     ep = export_program(module, tuple(a.detach() for a in user_args))
-    require_pure(program_signature(ep))
+    sig = program_signature(ep)
+    if inputs_state:
+        buffers = [name for _, name in sig.aliases if sig[name].source is None]
+        if buffers:
+            raise UnsupportedOpError(f"in-place update of the module buffer(s) {', '.join(buffers)} inside a "
+                                     "torch.compile graph", None,
+                                     "the torch.compile backend writes back into the graph's inputs (a static "
+                                     "KV cache), not into module buffers: egraft.compile(model) compiles those")
+    else:
+        require_pure(sig)
     return ep
 
 

@@ -113,11 +113,39 @@ def torch_inputs(xs):
     return [to_torch(x, copy=False) for x in xs]
 
 
-def time_calls(ex, inputs, device: str, backend: str, repeats: int):
-    """Time `ex(*inputs)`: ``do_bench`` on CUDA (it picks its own repeats), else `repeats` calls after one warm-up."""
+def own_state(graph: Graph, xs: Sequence) -> list:
+    """`xs` with the state inputs (the last ``len(graph.state_ids)``) copied: a call updates state in place
+    (``backends.base.Executable``), so each candidate's check gets its own and the shared sets stay as drawn."""
+    n = len(graph.state_ids)
+    if not n:
+        return list(xs)
+    return list(xs[:len(xs) - n]) + [x.clone() if hasattr(x, "detach") else np.array(x, copy=True)
+                                     for x in xs[len(xs) - n:]]
+
+
+def repeatable(graph: Graph, ex, inputs: list):
+    """``lambda: ex(*inputs)``; with state, the state is put back before each call (a step counter or a cache
+    position kept in state would otherwise move on every timed call, out of the cache's range)."""
+    n = len(graph.state_ids)
+    if not n:
+        return lambda: ex(*inputs)
+    states = inputs[len(inputs) - n:]
+    saved = [x.clone() for x in states]
+
+    def call():
+        for x, v in zip(states, saved):
+            x.copy_(v)
+        return ex(*inputs)
+
+    return call
+
+
+def time_calls(fn, device: str, backend: str, repeats: int):
+    """Time `fn()` (``ex(*inputs)``, :func:`repeatable`): ``do_bench`` on CUDA (it picks its own repeats), else
+    `repeats` calls after one warm-up."""
     if parse(device).kind == "cuda":
-        return time_call(lambda: ex(*inputs), device)
-    return time_call(lambda: ex(*inputs), device, jax=backend == "jax", warmup=1, repeats=repeats)
+        return time_call(fn, device)
+    return time_call(fn, device, jax=backend == "jax", warmup=1, repeats=repeats)
 
 
 def check(task: Task, run) -> str:
@@ -225,6 +253,7 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None, *, cap_s
     second: list[float] = []  # the second checking call, timed: the first one warmed the executable up
 
     def run(xs, k):
+        xs = own_state(task.reference, xs)
         if k == 0:
             t1 = _time.perf_counter()
             out = ex(*torch_inputs(xs))
@@ -253,15 +282,16 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None, *, cap_s
     if second and second[0] > cap_s:  # validated, and one call is evidence enough that it loses
         return Outcome(key, "timed", second[0], 0.0, est, message="one call only: slower than the cap",
                        compile_s=compile_s)
-    tin = torch_inputs(task.inputs[0])
+    # one snapshot of the state for every timed call: each starts from the state the inputs were drawn with
+    call = repeatable(task.reference, ex, torch_inputs(own_state(task.reference, task.inputs[0])))
     try:
         t1 = _time.perf_counter()
-        ex(*tin)
+        call()
         first = max(_time.perf_counter() - t1, 1e-7)
         if first > cap_s:  # far slower than the best so far: one call is evidence enough that it loses
             return Outcome(key, "timed", first, 0.0, est, message="one call only: slower than the cap",
                            compile_s=compile_s)
-        t = time_calls(ex, tin, task.device, cand.backend, int(min(30, max(5, TARGET_S / first))))
+        t = time_calls(call, task.device, cand.backend, int(min(30, max(5, TARGET_S / first))))
     except Exception as e:  # noqa: BLE001
         return Outcome(key, "failed", math.inf, estimate_s=est, message=f"timing raised {e}", compile_s=compile_s)
     return Outcome(key, "timed", t.median, t.spread, est, compile_s=compile_s)

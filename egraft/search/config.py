@@ -114,6 +114,9 @@ class CompileConfig:
                 (up to ``max_shapes``)
     progress    None (a progress bar on a terminal), True or False
     reuse_layers  search each distinct repeated block once and reuse its winner (False: one whole-graph search)
+    state_in_place  for a graph with state and backend ``"auto"``, search only the backends that write the
+                caller's state tensors in place (``egraft.backends.candidates``; the Dynamo backend's default,
+                so a static KV cache is not copied on every decode step)
     """
 
     device: str | None = "cpu"
@@ -129,6 +132,7 @@ class CompileConfig:
     dynamic: Any = "buckets"
     progress: bool | None = None
     reuse_layers: bool = True
+    state_in_place: bool = False
 
     # --- parsing -------------------------------------------------------------------------------
 
@@ -175,6 +179,8 @@ class CompileConfig:
             raise InputError(f"{where}: dynamic must be 'buckets', 'per_size' or a list of sizes, got {dynamic!r}")
         if self.progress not in (None, True, False):
             raise InputError(f"{where}: progress must be True, False or None, got {self.progress!r}")
+        if not isinstance(self.state_in_place, bool):
+            raise InputError(f"{where}: state_in_place must be True or False, got {self.state_in_place!r}")
         if not isinstance(self.reuse_layers, bool):
             raise InputError(f"{where}: reuse_layers must be True or False, got {self.reuse_layers!r}")
         budget = self.budget
@@ -241,6 +247,7 @@ class CompileConfig:
             "limits": None if limits is None else asdict(limits),
             "seed": self.seed,
             "reuse_layers": self.reuse_layers,
+            **({"state_in_place": True} if self.state_in_place else {}),  # absent when off: older keys still hit
         }
 
 

@@ -63,10 +63,11 @@ LATE_KNOB_BUDGET_S = 50.0  # late knobs need this budget: an Inductor compile ta
 SCREEN = 1.5  # a seed the search measured this many times slower than the winner is not timed again
 
 
-def candidate_backends(backend: str, device: str) -> list[str]:
-    """The backends the search may pick on `device`: `backend` when named, every one that runs there for auto."""
+def candidate_backends(backend: str, device: str, state_in_place: bool = False) -> list[str]:
+    """The backends the search may pick on `device`: `backend` when named, every one that runs there for auto
+    (with `state_in_place`, those that write state in place where there are any: ``backends.candidates``)."""
     try:
-        return candidates(backend, device)
+        return candidates(backend, device, state_in_place)
     except BackendError as e:
         raise SearchError(str(e)) from None
 
@@ -98,7 +99,7 @@ def search(graph: Graph, config: CompileConfig | None = None, *, saturation=None
         raise SearchError(f"cannot measure on {dev!r}: it is not on this machine; use fitness='model' "
                           "to search by the cost model's estimates")
     config = config.with_(device=dev, fitness=fitness)
-    backends = candidate_backends(config.backend, dev)
+    backends = candidate_backends(config.backend, dev, config.state_in_place and bool(graph.state_ids))
     store = (default_cache() if config.cache is True else config.cache) if config.cache else None
     key = stored.key(graph, config)
     prior = stored.lookup(store, key, graph, t0) if store is not None else None

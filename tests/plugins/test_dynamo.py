@@ -164,20 +164,21 @@ def test_graph_with_nothing_egraft_can_take_runs_in_pytorch():
     assert "runs in PyTorch" in message and "aten.erfinv.default" in message
 
 
-def test_state_mutation_runs_in_pytorch_and_mutates_once_per_call():
+def test_state_mutation_is_compiled_and_mutates_once_per_call():
+    """The buffer Dynamo passes in is written as state, in place, once per call (tests/plugins/test_dynamo_static_cache.py)."""
     torch.manual_seed(fresh_seed())
     model, twin = Counter().eval(), Counter().eval()
     twin.load_state_dict(model.state_dict())
-    compiled = torch.compile(model, backend="egraft", options=FAST)
+    backend, graphs = _capture(FAST)
+    compiled = torch.compile(model, backend=backend)
     x = torch.randn(2, 4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with torch.no_grad():
             for _ in range(2):
-                assert torch.allclose(compiled(x), twin(x), rtol=1e-6, atol=0)
+                assert torch.allclose(compiled(x), twin(x), rtol=1e-6, atol=1e-6)
     assert model.calls.item() == twin.calls.item() == 2.0
-    (message,) = fallback_messages(caught)
-    assert "in-place update" in message
+    assert fallback_messages(caught) == [] and sum(g.compiles for g in graphs) == 1
 
 
 def test_an_input_dtype_egraft_lacks_runs_in_pytorch():

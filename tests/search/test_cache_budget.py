@@ -61,6 +61,7 @@ def test_rules_limits_seed_and_the_rest_of_the_identity_each_change_the_key():
         "device": base.with_(device="cuda"),
         "backend": base.with_(backend="jax"),
         "reuse_layers": base.with_(reuse_layers=False),
+        "state_in_place": base.with_(state_in_place=True),
     }
     digests = {name: stored.key(g, cfg).digest for name, cfg in variants.items()}
     assert stored.key(g, base).digest not in digests.values(), digests

@@ -24,7 +24,7 @@ def rule_table():
 
 # mode=inductor is a late knob: each new value is a compile of many seconds on one core, tried once on the winner
 BACKEND = register(Backend(name="torch", devices={"cpu": 10, "cuda": 10}, lower=lower, knobs=knobs,
-                           rule_table=rule_table, plan=plan, late_knobs={"mode": "inductor"},
+                           rule_table=rule_table, plan=plan, late_knobs={"mode": "inductor"}, state_in_place=True,
                            writer="egraft.backends.torch.export", loader="egraft.runtime.torch_loader"))
 
 __all__ = ["BACKEND", "KNOBS", "RULES", "TorchExecutable", "knobs", "lower", "rule_table"]

@@ -128,7 +128,7 @@ def lower(graph: Graph, device: str, knobs: dict):
 
 # on cpu only in Triton's interpreter (a test and debugging aid): run there when named, never picked by auto
 BACKEND = register(Backend(name="triton", devices={"cuda": 30, "cpu": None}, lower=lower, knobs=knobs,
-                           rule_table=lambda: RULES, plan=plan, recomputes=True,
+                           rule_table=lambda: RULES, plan=plan, recomputes=True, state_in_place=True,
                            writer="egraft.backends.triton.export", loader="egraft.runtime.triton_loader"))
 
 __all__ = ["BACKEND", "RULES", "build", "generate_kernels", "interpreter_active", "knobs", "lower", "plan"]
