@@ -47,6 +47,27 @@ def is_weight(node: torch.fx.Node, value: Any) -> bool:
     return bool(is_from_unspecialized_param_buffer_source(source))
 
 
+def written_in_place(gm: torch.fx.GraphModule) -> set[str]:
+    """The placeholders the graph writes into in place (``buf.add_(1)``, ``cache.index_copy_(...)``, ``x[i] = v``):
+    state the caller keeps, never a weight to bind (``plugins.state`` writes their new values back)."""
+    out = set()
+    for n in gm.graph.nodes:
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        if n.op in ("call_method", "call_function") and name.endswith("_") and not name.endswith("__") \
+                or name in ("setitem", "__setitem__"):
+            first = n.args[0] if n.args else None
+            while isinstance(first, torch.fx.Node) and first.op != "placeholder" and first.args \
+                    and isinstance(first.args[0], torch.fx.Node) and first.target in _VIEWS:
+                first = first.args[0]  # a write through a view writes its base
+            if isinstance(first, torch.fx.Node) and first.op == "placeholder":
+                out.add(first.name)
+    return out
+
+
+_VIEWS = ("view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "expand", "narrow", "select",
+          "__getitem__", "contiguous")
+
+
 def placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "placeholder"]
 

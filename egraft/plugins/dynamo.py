@@ -51,7 +51,7 @@ from ..errors import InputError, SearchError, TraceError, UnsupportedOpError, Va
 from ..ir import dtypes
 from ..measure import outputs, tolerance
 from ..search.config import CompileConfig
-from .binding import Bound, is_weight, placeholders, signature
+from .binding import Bound, is_weight, placeholders, signature, written_in_place
 from .buckets import Buckets
 from .exported import compile_exported, device_of, export
 from . import serialize, stats
@@ -130,8 +130,9 @@ class DynamoGraph:
 
     def __call__(self, *args):
         if self._weights is None:
+            written = written_in_place(self.gm)  # written in place: the caller's state, never a bound weight
             self._weights = frozenset(i for i, (n, a) in enumerate(zip(self._names, args))
-                                      if isinstance(a, torch.Tensor)
+                                      if isinstance(a, torch.Tensor) and n.name not in written
                                       and (is_weight(n, a) or n.name in self._weight_names))
         key = signature(args, self._weights)
         entry = self.entries.get(key)
