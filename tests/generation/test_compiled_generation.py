@@ -140,18 +140,37 @@ print(json.dumps({"total": total, "stages": {t: p.stages for t, p in g.programs.
 """
 
 
-def test_a_second_process_compiles_from_the_search_cache_in_under_5_s_beyond_tracing(compiled_of, search_cache):
-    first = compiled_of("gpt2", "auto")[1].generation  # fills this run's cache
+@pytest.fixture(scope="module")
+def second(compiled_of, search_cache):
+    """The first compile (in this process, filling this run's cache), then the same compile in a new process."""
+    first = compiled_of("gpt2", "auto")[1].generation
     got = run_python(SECOND_COMPILE % (MAX_BATCH, MAX_LENGTH, CHUNKS), env={"EGRAFT_CACHE_DIR": str(search_cache.root)},
                      path=str(ROOT / "tests" / "generation"))
+    return first, got
+
+
+def test_a_second_process_reads_the_search_cache(second):
+    first, got = second
     assert got["from_cache"]
-    assert got["describe"]["programs"] == len(CHUNKS) and got["describe"]["backends"] == first.describe()["backends"]
+    assert got["describe"]["programs"] == len(CHUNKS) and got["describe"]["searches"] == 1
+    assert got["describe"]["backends"] == first.describe()["backends"]
+    assert got["stages"]["1"]["saturate"] == 0.0  # no saturation, no search: the cached winner was lowered
+    beyond = got["total"] - sum(s["trace"] for s in got["stages"].values())
+    first_beyond = sum(first.compile_s.values()) - sum(p.stages["trace"] for p in first.programs.values())
+    assert beyond < first_beyond / 2, (beyond, first_beyond)
+
+
+def test_a_second_process_compiles_in_under_5_s_beyond_tracing(second):
+    """The acceptance bound.  What is left beyond tracing is mostly XLA compiling each ladder program again (the
+    search cache holds the search's result, not executables): ~0.7-1.8 s per program on this shared machine."""
+    first, got = second
     trace = sum(s["trace"] for s in got["stages"].values())
     beyond = got["total"] - trace
-    first_s = sum(first.compile_s.values())
+    lower = sum(s.get("lower", 0.0) for s in got["stages"].values())
     print(f"\nsecond process: compile {got['total']:.2f} s, tracing {trace:.2f} s, beyond tracing {beyond:.2f} s "
-          f"(first compile {first_s:.2f} s); stages {got['stages']}")
-    assert beyond < 5.0, (f"a cached compile took {beyond:.2f} s beyond tracing (the first: {first_s:.2f} s)",
+          f"(of which lowering {lower:.2f} s; first compile {sum(first.compile_s.values()):.2f} s); "
+          f"stages {got['stages']}")
+    assert beyond < 5.0, (f"a cached compile took {beyond:.2f} s beyond tracing, {lower:.2f} s of it lowering",
                           got["stages"])
 
 

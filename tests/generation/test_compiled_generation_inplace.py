@@ -49,7 +49,8 @@ def _recording(g, wrap=None):
             return p(*args) if wrap is None else wrap(p(*args))
         return call
 
-    return StepPrograms(g.spec, {t: program(p) for t, p in g.step_programs.programs.items()}), seen
+    steps = g.step_programs if hasattr(g, "step_programs") else g.programs  # a Generation, a GenerationArtifact
+    return StepPrograms(g.spec, {t: program(p) for t, p in steps.programs.items()}), seen
 
 
 def _pointers_of_every_call(seen: list, calls: int) -> None:
@@ -131,3 +132,24 @@ def test_the_checks_fail_on_a_copying_or_keeping_program(long):
     with pytest.raises(AssertionError, match="RSS grew"):
         _rss_growth(g, lambda: generate(programs, g.state, ids, None, **KW))
     assert len(kept) == PROMPT + STEPS - 1
+
+
+def test_a_loaded_artifact_stays_in_place_too(long, tmp_path, request):
+    """egraft.load of the saved generation: the same tokens, the same buffers at every call, flat RSS."""
+    import egraft
+    from egraft.api.generation_artifact import save_generation
+
+    backend, g, ids, want, _ = long
+    if backend == "jax":  # a known bug, outside generation: strict, so the fix turns this into a failure to remove
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "runtime/jax_loader.load compiles a loaded program without donate_argnums for its state inputs and "
+            "builds its JaxRunner without state_outputs, so every step of a loaded JAX generation copies the "
+            "caches into new buffers")))
+
+    art = egraft.load(save_generation(g, str(tmp_path / "gen"), model="tiny llama"))
+    assert torch.equal(art.generate(ids, **KW), want)  # (the warm-up: the caches become the program's own)
+    programs, seen = _recording(art)
+    out = []
+    _rss_growth(art, lambda: out.append(generate(programs, art.state, ids, None, **KW)))
+    assert torch.equal(out[0], want)
+    _pointers_of_every_call(seen, PROMPT + STEPS - 1)
