@@ -84,7 +84,7 @@ def test_saved_artifacts_give_the_same_tokens_in_a_fresh_light_process(compiled_
     """cm.save(dir), then egraft.load(dir).generate in a new interpreter: transformers' tokens, and that process
     imports none of transformers, egglog, deap."""
     jobs, want = {}, {}
-    for family, backend in CASES:
+    for family, backend in CASES[:2]:  # both families (a loaded torch artifact: test_compiled_generation_inplace)
         model, cm = compiled_of(family, backend)
         directory = cm.save(tmp_path / f"{family}-{backend}")
         cases = [left_padded(PROMPTS[n], seed=sum(PROMPTS[n])) for n in sorted(PROMPTS)]
@@ -130,12 +130,12 @@ torch.set_num_threads(1)
 import egraft
 from compiled_helpers import tiny
 model = tiny("gpt2")
-t = time.perf_counter()
+t, cpu = time.perf_counter(), time.process_time()
 cm = egraft.compile(model, device="cpu", backend="auto", budget="1s", max_batch=%d, max_length=%d, chunks=%r,
                     progress=False)
-total = time.perf_counter() - t
+total, cpu = time.perf_counter() - t, time.process_time() - cpu
 g = cm.generation
-print(json.dumps({"total": total, "stages": {t: p.stages for t, p in g.programs.items()},
+print(json.dumps({"total": total, "cpu": cpu, "stages": {t: p.stages for t, p in g.programs.items()},
                   "from_cache": g.programs[1].result.from_cache, "describe": g.describe()}))
 """
 
@@ -168,7 +168,8 @@ def test_a_second_process_compiles_in_under_5_s_beyond_tracing(second):
     beyond = got["total"] - trace
     lower = sum(s.get("lower", 0.0) for s in got["stages"].values())
     print(f"\nsecond process: compile {got['total']:.2f} s, tracing {trace:.2f} s, beyond tracing {beyond:.2f} s "
-          f"(of which lowering {lower:.2f} s; first compile {sum(first.compile_s.values()):.2f} s); "
+          f"(of which lowering {lower:.2f} s; first compile {sum(first.compile_s.values()):.2f} s); CPU time of the "
+          f"whole compile {got['cpu']:.2f} s; "
           f"stages {got['stages']}")
     assert beyond < 5.0, (f"a cached compile took {beyond:.2f} s beyond tracing, {lower:.2f} s of it lowering",
                           got["stages"])
