@@ -282,5 +282,5 @@ def generate(programs: StepPrograms, state: MutableSequence[torch.Tensor] | None
     return torch.cat([input_ids.to(dev), torch.stack(new, dim=1).to(input_ids.dtype)], dim=1)
 
 
-__all__ = ["Engine", "Program", "StateSpec", "StepPrograms", "StepSpec", "check_state", "generate", "is_jax_array", "new_state",
-           "prompt_rows"]
+__all__ = ["Engine", "Program", "StateSpec", "StepPrograms", "StepSpec", "check_state", "generate", "is_jax_array",
+           "new_state", "prompt_rows"]
