@@ -93,21 +93,22 @@ def check_state(spec: StepSpec, state: Sequence[torch.Tensor], device=None) -> N
         raise InputError(f"the step takes {len(spec.state)} state tensor(s) "
                          f"({', '.join(s.name for s in spec.state[:4])}, ...), got {len(state)}")
     for s, x in zip(spec.state, state):
-        # a torch tensor, or the device array a compiled program returned as the new state (JAX keeps it on the
-        # device between calls; backends.base.Executable)
-        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        if not isinstance(x, torch.Tensor) and not is_jax_array(x):
             raise InputError(f"state {s.name!r} must be a torch.Tensor, got {type(x).__name__}")
-        if not isinstance(x, torch.Tensor):
-            if tuple(x.shape) != s.shape or str(x.dtype) != s.dtype:
-                raise InputError(f"state {s.name!r} is {list(x.shape)}:{x.dtype}, but the step was built for "
-                                 f"{list(s.shape)}:{s.dtype}")
-            continue
+        if is_jax_array(x) and x.is_deleted():
+            raise InputError(f"state {s.name!r} is a jax array that a call consumed (donated) and no new value "
+                             "replaced: make fresh caches with new_state(spec)")
         if tuple(x.shape) != s.shape or str(x.dtype).removeprefix("torch.") != s.dtype:
             raise InputError(f"state {s.name!r} is {list(x.shape)}:{str(x.dtype).removeprefix('torch.')}, but the "
                              f"step was built for {list(s.shape)}:{s.dtype}: make it with new_state(spec) or "
                              "rebuild the step for this size")
-        if device is not None and x.device != device:
+        if device is not None and isinstance(x, torch.Tensor) and x.device != device:
             raise InputError(f"state {s.name!r} is on {x.device}, the step's other tensors on {device}")
+
+
+def is_jax_array(x) -> bool:
+    """A jax array (a JAX step keeps its caches as jax arrays between calls); jax itself is not imported."""
+    return type(x).__module__.startswith(("jax", "jaxlib")) and hasattr(x, "is_deleted")
 
 
 def new_state(spec: StepSpec, device="cpu") -> list[torch.Tensor]:
@@ -281,5 +282,5 @@ def generate(programs: StepPrograms, state: MutableSequence[torch.Tensor] | None
     return torch.cat([input_ids.to(dev), torch.stack(new, dim=1).to(input_ids.dtype)], dim=1)
 
 
-__all__ = ["Engine", "Program", "StateSpec", "StepPrograms", "StepSpec", "check_state", "generate", "new_state",
-           "prompt_rows"]
+__all__ = ["Engine", "Program", "StateSpec", "StepPrograms", "StepSpec", "check_state", "generate", "is_jax_array",
+           "new_state", "prompt_rows"]

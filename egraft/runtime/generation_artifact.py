@@ -79,18 +79,38 @@ def artifact_program(art, spec: gen.StepSpec, where: str):
         raise ArtifactError(f"{where}: a step returns the logits besides its caches, this one {len(own)} outputs")
     logit = own[0]
     runner = art.runner
-    if art.backend == "jax":
-        # the caches live on the device between calls: numpy (zero-copy views) in for the step's own inputs,
-        # the state as the jax arrays the last call returned (donated, so each step writes into its buffer)
-        import torch
+    if type(runner).__name__ == "JaxRunner" and runner.on_cpu and runner.state_outputs:
+        return _jax_program(runner, order, logit)
+    run = runner.run_torch
 
-        def program(input_ids, position_ids, slot_mask, *state):
-            outs = runner.run_numpy([input_ids.numpy(), position_ids.numpy(), slot_mask.numpy(), *state])
-            return torch.from_numpy(outs[logit]), [outs[k] for k in order]
-    else:  # torch and Triton update the state tensors in place and return them
-        def program(input_ids, position_ids, slot_mask, *state):
-            outs = runner.run_torch([input_ids, position_ids, slot_mask, *state])
-            return outs[logit], [outs[k] for k in order]
+    def program(input_ids, position_ids, slot_mask, *state):
+        outs = run([input_ids, position_ids, slot_mask, *state])
+        return outs[logit], [outs[k] for k in order]
+
+    return program
+
+
+def _jax_program(runner, order: list[int], logit: int):
+    """A JAX step keeping the caches as jax arrays, donated to each call (updated in place, no copy per step).
+
+    torch caches (the fresh ones made at load) go in once as zero-copy numpy
+    views, which the call copies into its own buffers; the jax arrays it
+    returns are the caches from then on (the Engine keeps them).  The runner's
+    ``run_numpy`` takes checked inputs: the Engine builds the token, position
+    and mask inputs to the spec, and ``check_state`` checked the caches.
+    """
+    import numpy as np
+    import torch
+
+    from ..ir.tensors import view_numpy
+
+    def as_input(x):
+        return view_numpy(x.detach().cpu()) if isinstance(x, torch.Tensor) else x
+
+    def program(input_ids, position_ids, slot_mask, *state):
+        outs = runner.run_numpy([input_ids.cpu().numpy(), position_ids.cpu().numpy(), slot_mask.cpu().numpy(),
+                                 *map(as_input, state)])
+        return torch.from_numpy(np.array(outs[logit])), [outs[k] for k in order]
 
     return program
 

@@ -23,3 +23,30 @@ def built(request) -> Built:
     if request.param not in _BUILT:
         _BUILT[request.param] = Built(request.param)
     return _BUILT[request.param]
+
+
+# --- compiled generation (tests/generation/test_compiled_*.py) ---------------------------------------------------
+# package scope, not session: the package's one-thread fixture is set up before them, so they compile on one thread
+
+@pytest.fixture(scope="package")
+def search_cache(tmp_path_factory):
+    """One search cache for this run's compiles, in a temporary directory (never the user's)."""
+    from egraft.search.cache import Cache
+
+    return Cache(tmp_path_factory.mktemp("egraft-search-cache"))
+
+
+_COMPILED: dict = {}
+
+
+@pytest.fixture(scope="package")
+def compiled_of(search_cache):
+    """compiled_of(family, backend) -> (model, CompiledModel): each compiled once per run, on the ladder CHUNKS."""
+    from compiled_helpers import compile_tiny
+
+    def get(family: str, backend: str):
+        if (family, backend) not in _COMPILED:
+            _COMPILED[family, backend] = compile_tiny(family, backend, search_cache)
+        return _COMPILED[family, backend]
+
+    return get
