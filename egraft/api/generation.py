@@ -128,6 +128,13 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
                          "max_batch and max_length compile generation for transformers' *ForCausalLM models; "
                          "compile other models without them")
     step = step_module(model, max_batch, max_length, DEFAULT_CHUNKS if chunks is None else tuple(chunks))
+    if config.cache:  # XLA's own disk cache too: a second process then finds the compiled programs, not only the search
+        try:
+            from ..search.evaluators import enable_xla_cache, xla_cache_dir
+
+            enable_xla_cache(xla_cache_dir())
+        except ImportError:  # no jax here: nothing of XLA to cache
+            pass
     programs: dict[int, Program] = {}
     times: dict[int, float] = {}
     first = None
