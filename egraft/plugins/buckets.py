@@ -212,8 +212,10 @@ class Padded:
 
 
 class SplitGraph(str):
-    """The refusal of a graph egraft can only compile split: its sizes are compiled one by one instead
-    (``DynamoGraph._build``'s per-size path, up to ``max_shapes``), as before buckets existed."""
+    """The refusal of a graph egraft can only compile split (`op` does not lower): the graph is not padded
+    whole; its pieces are (:class:`egraft.plugins.partition.PieceBuckets`, each piece proven on its own)."""
+
+    op: str = ""
 
 
 class Buckets:
@@ -228,7 +230,7 @@ class Buckets:
 
     def entry(self, key, args):
         """The entry for a call of signature `key`: a bucket's program (padded), PyTorch with one warning, or
-        None for a graph that compiles only split (:class:`SplitGraph`: the caller compiles the size itself)."""
+        None for a graph that compiles only split (:class:`SplitGraph`: the caller pads its pieces instead)."""
         g, cfg = self.graph, self.graph.config
         if isinstance(self.refused, SplitGraph):
             return None
@@ -282,7 +284,9 @@ class Buckets:
         except (TraceError, InputError) as e:
             return str(e).strip().splitlines()[0]
         except UnsupportedOpError as e:
-            return SplitGraph(f"it uses {e.op}, which egraft cannot lower (a split graph is not padded)")
+            refusal = SplitGraph(f"it uses {e.op}, which egraft cannot lower")
+            refusal.op = e.op
+            return refusal
 
     def _prove(self, bound: Bound, graph) -> str:
         """Why the rows of `graph` (traced at one size) may meet, or '' when they are proven apart."""
