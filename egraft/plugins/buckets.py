@@ -26,9 +26,12 @@ What is padded is read from the FX graph (:func:`plan`): the one symbol of
 the graph's symbolic sizes, each tensor input's axis of it, the ``SymInt``
 arguments equal to it, and each output's axis of it.  A graph with several
 symbols, a size used as a value (``x * n``, ``arange(n, n + 1)``: the padded
-size would leak into real rows), a size output, an op egraft cannot lower
-or a proof that fails is not bucketed: the caller runs it in PyTorch with
-one warning that says why (or compiles each size, ``dynamic="per_size"``).
+size would leak into real rows), a size output or a proof that fails is not
+bucketed: the caller runs it in PyTorch with one warning that says why (or
+compiles each size, ``dynamic="per_size"``).  A graph with an op egraft
+cannot lower (:class:`SplitGraph`) is not padded whole: its egraft pieces are,
+each proven on its own, while the ops left to PyTorch run at the real size
+(:class:`egraft.plugins.partition.PieceBuckets`).
 """
 
 from __future__ import annotations

@@ -29,7 +29,10 @@ backend) is raised.  Dynamic shapes: SymInts arrive as ints at call time;
 a size whose rows egraft proves independent is padded to a few bucket
 sizes, each compiled once (:mod:`.buckets`); a graph whose size cannot be
 bucketed runs in PyTorch with one warning, or with ``dynamic="per_size"``
-each signature is compiled on its own, up to ``max_shapes`` per graph.
+each signature is compiled on its own, up to ``max_shapes`` per graph.  A
+dynamic graph that compiles only split has its pieces padded instead
+(:class:`.partition.PieceBuckets`): each new size is partitioned again, the
+PyTorch parts run at the real size, each piece runs a bucket's program.
 Outputs carry no autograd history (egraft compiles inference).
 """
 

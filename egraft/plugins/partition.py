@@ -15,6 +15,12 @@ A rule may still refuse a node with particular arguments
 (``UnsupportedOpError`` from the piece's lowering): that op is then taken out
 of the supported set everywhere and the program is partitioned again, so
 every round removes one op and the loop ends.
+
+A dynamic size (:class:`PieceBuckets`): each new size is partitioned again
+(the PyTorch parts run at the real size, never padded), and each piece runs
+the program compiled for the bucket size, its inputs padded, when
+:func:`egraft.ir.rows.row_axes` proves that piece's rows apart; otherwise
+that piece is compiled for the size itself.
 """
 
 from __future__ import annotations
@@ -343,7 +349,10 @@ class PieceBuckets:
         sub = getattr(fused, str(call.target))
         if _ops(sub) != ops:
             return f"{size} rows cut the graph into other pieces"
-        shapes = [None if j in weights else tuple(a.meta["val"].shape) for j, a in enumerate(call.args)]
+        vals = [None if j in weights else getattr(a, "meta", {}).get("val") for j, a in enumerate(call.args)]
+        if any(j not in weights and not isinstance(v, torch.Tensor) for j, v in enumerate(vals)):
+            return f"an argument of the piece has no traced shape at {size} rows"
+        shapes = [None if v is None else tuple(v.shape) for v in vals]
         axes = self._axes(args, shapes, size)
         if isinstance(axes, str):
             return axes
