@@ -40,7 +40,7 @@ from ..ir.rows import row_axes
 from ..frontend.tracer import source_line
 from ..ir.tensors import ir_dtypes
 from ..search.config import CompileConfig
-from .binding import Bound, placeholders
+from .binding import Bound, _version, placeholders
 from .buckets import bucket
 from .exported import compile_exported, compile_graph, export
 
@@ -292,6 +292,7 @@ class PieceBuckets:
         self.args: Sequence[Any] = ()
         self._fused: dict[tuple, Any] = {}  # (size, refused ops) -> the graph partitioned at it, or why not
         self.probed: dict[int, tuple | str] = {}  # piece index -> its output row axes at a probe size, or why not
+        self._weights: list = []  # the graph's weights and their versions, when the slots were compiled
 
     def at(self, n: int, args: Sequence[Any]) -> "PieceBuckets":
         """Ready for a call of `n` rows (the DynamoGraph's arguments `args`); raises CannotSplit past max_shapes."""
@@ -299,6 +300,11 @@ class PieceBuckets:
         size = bucket(n, cfg.dynamic)
         if size is None:
             raise CannotSplit(f"size {n} is above every bucket size of the dynamic option {list(cfg.dynamic)}")
+        weights = [(args[i], _version(args[i])) for i in sorted(self.graph._weights)]
+        if len(weights) != len(self._weights) or any(a is not b or v != w for (a, v), (b, w) in
+                                                     zip(weights, self._weights)):
+            self.__init__(self.graph, self.plan, self.mismatch)  # weights replaced or updated: compile afresh
+            self._weights = weights
         sizes = {s for s, _ in self.slots}
         if size not in sizes and len(sizes) >= cfg.max_shapes:
             raise CannotSplit(f"its pieces were compiled for {cfg.max_shapes} bucket sizes (the max_shapes option)")

@@ -5,7 +5,7 @@ tokens ``[n, d]``, a custom op egraft cannot lower (vLLM's attention), then
 another lowerable piece.  What is checked, for sizes 2..11 marked dynamic:
 every output equals eager PyTorch; each piece is searched once (later
 buckets reuse its winner), one compile per bucket touched (not per size);
-the custom op sees exactly the real rows; a piece whose rows meet (a mean
+the custom op sees exactly the real rows; weights updated in place are seen; a piece whose rows meet (a mean
 over the tokens) is compiled per size, not padded, and stays correct.
 """
 
@@ -128,3 +128,16 @@ def test_a_piece_whose_rows_meet_is_compiled_per_size(monkeypatch):
     assert 0 not in pieces.per_size, "the MLP + RMSNorm piece is still padded"
     assert graph.compiles == len(sizes), "the mixing piece compiles at every size"
     assert any("compiled for each size" in m and "rows meet" in m for m in messages)
+
+
+def test_updated_weights_are_seen_by_padded_pieces():
+    torch.manual_seed(fresh_seed())
+    model = Layer().eval()
+    compiled, graphs = _compile(model, {**FAST, "cache": False})
+    _run(compiled, model, [2, 3, 5])
+    with torch.no_grad():
+        model.b.weight.mul_(-1.5)  # in place: the bucket programs compiled with the old weights are dropped
+        model.c.bias.add_(1.0)
+    _run(compiled, model, [3, 6])
+    (graph,) = graphs
+    assert sorted({s for s, _ in graph._pieces.slots}) == [4, 8]
