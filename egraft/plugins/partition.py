@@ -297,6 +297,8 @@ class PieceBuckets:
     def at(self, n: int, args: Sequence[Any]) -> "PieceBuckets":
         """Ready for a call of `n` rows (the DynamoGraph's arguments `args`); raises CannotSplit past max_shapes."""
         cfg = self.graph.config
+        if not self.plan.uniform(args):
+            raise CannotSplit("its dynamic sizes differ in this call, so they cannot be padded together")
         size = bucket(n, cfg.dynamic)
         if size is None:
             raise CannotSplit(f"size {n} is above every bucket size of the dynamic option {list(cfg.dynamic)}")

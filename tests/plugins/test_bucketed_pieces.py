@@ -37,6 +37,19 @@ def _(x):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("egraft_test::rowwise_at", mutates_args=())
+def rowwise_at(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """vLLM's attention stand-in with positions: its fake gives Dynamo no relation of pos's size to x's."""
+    SEEN.append(tuple(x.shape))
+    assert pos.shape[0] == x.shape[0]
+    return torch.special.erfinv(torch.tanh(x + pos[:, None].float() * 0.01) * 0.9)
+
+
+@rowwise_at.register_fake
+def _(x, pos):
+    return torch.empty_like(x)
+
+
 class Layer(nn.Module):
     """MLP + RMSNorm (piece 1), the custom op, a linear + residual (piece 2; `mix`: minus its mean over tokens)."""
 
@@ -141,3 +154,33 @@ def test_updated_weights_are_seen_by_padded_pieces():
     _run(compiled, model, [3, 6])
     (graph,) = graphs
     assert sorted({s for s, _ in graph._pieces.slots}) == [4, 8]
+
+
+class WithPositions(Layer):
+    def forward(self, x, pos):
+        h = x + self.b(nn.functional.silu(self.a(x)))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        return self.c(rowwise_at(h, pos)) + x
+
+
+def test_two_size_symbols_equal_at_every_call_are_padded_together(monkeypatch):
+    """vLLM's graph: token ids and positions each get a symbol (s72, s80); the pieces pad both."""
+    torch.manual_seed(fresh_seed())
+    model = WithPositions().eval()
+    compiled, graphs = _compile(model, {**FAST, "cache": False})
+    searches = _count_searches(monkeypatch)
+    g = torch.Generator().manual_seed(fresh_seed())
+    for n in (2, 3, 5, 6):
+        x, pos = torch.randn(n, 8, generator=g), torch.randint(0, 100, (n,), generator=g)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch._dynamo.mark_dynamic(pos, 0)
+        with torch.no_grad():
+            want = model(x, pos)
+            SEEN.clear()
+            got = compiled(x, pos)
+        assert SEEN and all(s == (n, 8) for s in SEEN)
+        assert rel_err(got.numpy(), want.numpy()) < 1e-5, n
+    (graph,) = graphs
+    assert isinstance(graph._buckets.plan.symbol, frozenset), "two symbols, as in vLLM's graph"
+    assert sorted({s for s, _ in graph._pieces.slots}) == [2, 4, 8] and len(searches) == 2
+    assert not graph._pieces.per_size and graph.compiles == 3
