@@ -232,7 +232,7 @@ def _cut(t: torch.Tensor, ax: int | None, n: int) -> torch.Tensor:
 class _Slot:
     """One piece compiled at one bucket size: its program, the shapes it was compiled for, its proofs."""
 
-    ops: tuple
+    ops: tuple  # its op sequence and argument dtypes (what must match to reuse it)
     shapes: list  # per piece argument: its shape at the bucket size (None: a weight)
     graph: Any  # the piece's IR graph at the bucket size
     bound: Bound
@@ -355,7 +355,7 @@ class PieceBuckets:
             return found
         fused, call = found
         sub = getattr(fused, str(call.target))
-        if _ops(sub) != ops:
+        if _ops(sub) != ops[0]:
             return f"{size} rows cut the graph into other pieces"
         vals = [None if j in weights else getattr(a, "meta", {}).get("val") for j, a in enumerate(call.args)]
         if any(j not in weights and not isinstance(v, torch.Tensor) for j, v in enumerate(vals)):
@@ -415,19 +415,20 @@ class PieceBuckets:
         if not all(isinstance(a, torch.Tensor) for a in args):
             raise CannotSplit(f"{label} takes a python value computed outside it")
         sub = getattr(fused, str(node.target))
-        ops = _ops(sub)
+        ops = (_ops(sub), tuple(str(a.dtype) for a in args))  # a piece is its ops on its dtypes
         weights = {i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and a.op == "get_attr"}
         bound_n = Bound(sub, args, weights, placeholders(sub))
         with torch.no_grad():
             want = list(bound_n(*bound_n.user_args(args)))  # the piece in PyTorch at n: the reference
         if self.size == self.n:  # a bucket size itself: its program is the bucket's (proven when padded to)
             slot = self.slots.get((self.size, k))
-            if not isinstance(slot, _Slot) or slot.ops != ops:
+            if not isinstance(slot, _Slot) or slot.ops != ops or self._axes(args, slot.shapes, self.size) != {}:
                 slot = self._finish(*self._lower(sub, args, weights), config, f"{label} (bucket {self.size})", k, ops)
                 self.slots[(self.size, k)] = slot
             return _Piece(slot.bound, slot.done.executable), slot.done.result
         slot = self._slot(k, ops, args, weights, config, label)
-        axes = self._axes(args, slot.shapes, self.size) if isinstance(slot, _Slot) else slot
+        axes = slot if isinstance(slot, str) else self._axes(args, slot.shapes, self.size) if slot.ops == ops else \
+            "its dtypes differ from the bucket program's"
         out = self._proof(slot, axes, k, ops, args, weights) if not isinstance(axes, str) else axes
         if not isinstance(out, str):
             padded = _Padded(slot, self.size, self.n, axes, out, bound_n)
