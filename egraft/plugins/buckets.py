@@ -26,9 +26,12 @@ What is padded is read from the FX graph (:func:`plan`): the one symbol of
 the graph's symbolic sizes, each tensor input's axis of it, the ``SymInt``
 arguments equal to it, and each output's axis of it.  A graph with several
 symbols, a size used as a value (``x * n``, ``arange(n, n + 1)``: the padded
-size would leak into real rows), a size output, an op egraft cannot lower
-or a proof that fails is not bucketed: the caller runs it in PyTorch with
-one warning that says why (or compiles each size, ``dynamic="per_size"``).
+size would leak into real rows), a size output or a proof that fails is not
+bucketed: the caller runs it in PyTorch with one warning that says why (or
+compiles each size, ``dynamic="per_size"``).  A graph with an op egraft
+cannot lower (:class:`SplitGraph`) is not padded whole: its egraft pieces are,
+each proven on its own, while the ops left to PyTorch run at the real size
+(:class:`egraft.plugins.partition.PieceBuckets`).
 """
 
 from __future__ import annotations
@@ -85,6 +88,11 @@ class Plan:
             return int(args[pos].shape[ax])
         return int(args[self.ints[0]])
 
+    def uniform(self, args: Sequence[Any]) -> bool:
+        """Whether every varying size of `args` is the same (one symbol; several equal at this call)."""
+        n = self.size(args)
+        return all(int(args[p].shape[a]) == n for p, a in self.tensors) and all(int(args[p]) == n for p in self.ints)
+
     def pad(self, args: Sequence[Any], n: int, size: int) -> list:
         """`args` with every tensor padded from `n` to `size` rows by copies of its last row (or cut to `size`);
         the size arguments set to `size`."""
@@ -139,8 +147,14 @@ def _as_value(user: torch.fx.Node, size: torch.fx.Node) -> bool:
     return False
 
 
-def plan(gm: torch.fx.GraphModule, names: Sequence[torch.fx.Node], weights: frozenset[int]) -> Plan | str | None:
-    """The :class:`Plan` of a dynamic graph, or why its size cannot be bucketed (None: no size varies)."""
+def plan(gm: torch.fx.GraphModule, names: Sequence[torch.fx.Node], weights: frozenset[int],
+         several: bool = False) -> Plan | str | None:
+    """The :class:`Plan` of a dynamic graph, or why its size cannot be bucketed (None: no size varies).
+
+    `several`: sizes of several symbols are padded together, all to the same bucket (vLLM's graph has
+    one symbol for its token ids and one for its positions, equal at every call: :meth:`Plan.uniform`);
+    only for a split graph's pieces, each proven on its own (the plan then has no output axes).
+    """
     symbols, tensors, ints = set(), [], []
     for pos, node in enumerate(names):
         syms = _symbols(_value(node))
@@ -157,17 +171,19 @@ def plan(gm: torch.fx.GraphModule, names: Sequence[torch.fx.Node], weights: froz
             tensors.append((pos, found))
     if not symbols:
         return None  # every symbolic size is a known number: one signature, compiled as a static graph
-    if len(symbols) != 1:
+    if len(symbols) != 1 and not several:
         return f"{len(symbols)} sizes vary ({', '.join(sorted(map(str, symbols)))}); only one can be padded"
     if any(len(found) > 1 for _, found in tensors):
         return "an input has the varying size on several axes"
     tensors = [(pos, found[0]) for pos, found in tensors]
-    (sym,) = symbols
+    sym = next(iter(symbols)) if len(symbols) == 1 else frozenset(symbols)
     for node in gm.graph.nodes:
         if isinstance(_value(node), torch.SymInt):
             for user in node.users:
                 if _as_value(user, node):
                     return f"a size is used as a number in {user.format_node()[:120]}"
+    if len(symbols) > 1:
+        return Plan(sym, tuple(tensors), tuple(ints), ()) if tensors else "no tensor input has the varying size"
     out = next(n for n in gm.graph.nodes if n.op == "output")
     axes = []
     for leaf in pytree.tree_leaves(out.args[0]):
@@ -212,8 +228,10 @@ class Padded:
 
 
 class SplitGraph(str):
-    """The refusal of a graph egraft can only compile split: its sizes are compiled one by one instead
-    (``DynamoGraph._build``'s per-size path, up to ``max_shapes``), as before buckets existed."""
+    """The refusal of a graph egraft can only compile split (`op` does not lower): the graph is not padded
+    whole; its pieces are (:class:`egraft.plugins.partition.PieceBuckets`, each piece proven on its own)."""
+
+    op: str = ""
 
 
 class Buckets:
@@ -223,15 +241,23 @@ class Buckets:
         self.graph, self.make_entry, self.mismatch = graph, make_entry, mismatch
         self.plan = plan(graph.gm, graph._names, graph._weights)
         self.refused = self.plan if isinstance(self.plan, str) else ""
+        # several sizes cannot be padded whole, but a split graph's pieces can (each proven apart)
+        self.several = plan(graph.gm, graph._names, graph._weights, several=True) if self.refused else None
         self.compiled: dict[int, Bucket] = {}
         self.probed: str | None = None  # the proof at a probe size (None: not needed yet)
 
     def entry(self, key, args):
         """The entry for a call of signature `key`: a bucket's program (padded), PyTorch with one warning, or
-        None for a graph that compiles only split (:class:`SplitGraph`: the caller compiles the size itself)."""
+        None for a graph that compiles only split (:class:`SplitGraph`: the caller pads its pieces instead)."""
         g, cfg = self.graph, self.graph.config
         if isinstance(self.refused, SplitGraph):
             return None
+        if self.refused and isinstance(self.several, Plan):  # once: does it compile only split?
+            several, self.several = self.several, None
+            traced = self._trace(list(args))
+            if isinstance(traced, SplitGraph):
+                self.plan, self.refused = several, traced
+                return None
         if self.refused:
             return self._eager(key, self.refused)
         n = self.plan.size(args)
@@ -282,7 +308,9 @@ class Buckets:
         except (TraceError, InputError) as e:
             return str(e).strip().splitlines()[0]
         except UnsupportedOpError as e:
-            return SplitGraph(f"it uses {e.op}, which egraft cannot lower (a split graph is not padded)")
+            refusal = SplitGraph(f"it uses {e.op}, which egraft cannot lower")
+            refusal.op = e.op
+            return refusal
 
     def _prove(self, bound: Bound, graph) -> str:
         """Why the rows of `graph` (traced at one size) may meet, or '' when they are proven apart."""

@@ -33,7 +33,10 @@ SymInts arrive as ints at call time;
 a size whose rows egraft proves independent is padded to a few bucket
 sizes, each compiled once (:mod:`.buckets`); a graph whose size cannot be
 bucketed runs in PyTorch with one warning, or with ``dynamic="per_size"``
-each signature is compiled on its own, up to ``max_shapes`` per graph.
+each signature is compiled on its own, up to ``max_shapes`` per graph.  A
+dynamic graph that compiles only split has its pieces padded instead
+(:class:`.partition.PieceBuckets`): each new size is partitioned again, the
+PyTorch parts run at the real size, each piece runs a bucket's program.
 Outputs carry no autograd history (egraft compiles inference).
 """
 
@@ -55,7 +58,7 @@ from .binding import Bound, is_weight, placeholders, signature, written_in_place
 from .buckets import Buckets
 from .exported import compile_exported, device_of, export
 from . import serialize, stats
-from .partition import CannotSplit, split_compile
+from .partition import CannotSplit, PieceBuckets, split_compile
 from .state import compile_stateful, mutated_positions
 
 WHERE = "the egraft torch.compile backend"
@@ -125,6 +128,7 @@ class DynamoGraph:
         self._weights: frozenset[int] | None = None  # positions of the parameters and buffers, found on 1st call
         self._warned: set[str] = set()
         self._buckets: Buckets | None = None  # the bucket runner of a graph with a dynamic size
+        self._pieces: PieceBuckets | None = None  # the pieces of a dynamic graph that compiles only split
         self.compiles = 0  # programs egraft compiled for this graph (signatures, buckets; a split graph's: one)
         stats.graph_received(bool(self._dynamic_dims()))
 
@@ -199,6 +203,12 @@ class DynamoGraph:
                 entry = self._buckets.entry(key, args)
                 if entry is not None:
                     return entry
+                # a graph that compiles only split (the one way Buckets.entry gives None): its pieces are padded
+                self._pieces = self._pieces or PieceBuckets(self, self._buckets.plan, mismatch)
+                try:
+                    return self._build_split(key, args, self._pieces.at(self._buckets.plan.size(args), args))
+                except CannotSplit as e:
+                    return self._eager(key, str(e))
         if dynamic:  # said once, before the first compile, so a caller knows what each new size costs
             self._warn(f"Dynamo marked sizes of {', '.join(dynamic[:4])}{' ...' if len(dynamic) > 4 else ''} "
                        f"dynamic; egraft compiles each new size on its own (up to max_shapes={cfg.max_shapes}, "
@@ -212,9 +222,14 @@ class DynamoGraph:
                 stats.eager("max_shapes reached")  # once per graph; its calls are counted as PyTorch's
             self._warn(message)
             return Entry(None, None)
+        return self._build_split(key, args)
+
+    def _build_split(self, key, args, pieces: PieceBuckets | None = None) -> Entry:
+        """Export and compile one signature: whole, else split (`pieces`: straight to a split whose pieces are
+        padded to bucket sizes, :class:`.partition.PieceBuckets`)."""
         bound = Bound(self.gm, args, self._weights, self._names)
         user = bound.user_args(args)
-        cfg = cfg.with_(device=device_of(args, cfg))
+        cfg = self.config.with_(device=device_of(args, self.config))
         try:  # export runs on fake tensors: a write into a module buffer is refused before it runs for real
             ep = export(bound, user, inputs_state=True)
         except (TraceError, InputError) as e:
@@ -224,8 +239,10 @@ class DynamoGraph:
         mutated = mutated_positions(ep)  # inputs the graph writes into (a static KV cache): state (.state)
         with torch.no_grad():  # the output structure, and the reference for a split graph's check (state: on clones)
             want = bound(*[u.clone() if k in mutated else u for k, u in enumerate(user)])
-        self.compiles += 1
         try:
+            if pieces is not None:
+                raise UnsupportedOpError(self._buckets.refused.op)  # known not to lower whole: no second try
+            self.compiles += 1
             if mutated:
                 run, done = compile_stateful(ep, cfg, user, bound, self.label)
             else:
@@ -244,7 +261,7 @@ class DynamoGraph:
                 return self._eager(key, f"it uses {first.op}, which egraft cannot lower, and it writes into its "
                                         "inputs, which a graph split between egraft and PyTorch cannot do")
             try:
-                split = split_compile(ep, user, cfg)
+                split = split_compile(ep, user, cfg, pieces=pieces)
             except SearchError as e:
                 return self._unsearchable(key, e)
             except CannotSplit as e:
@@ -255,18 +272,30 @@ class DynamoGraph:
             ops = "; ".join(f"{op}" + (f" (at {src})" if src else "") for op, src in split.fallback_ops.items())
             self._warn(f"operators egraft cannot lower run in PyTorch: {ops}; "
                        f"the rest of the graph ({len(split.results)} piece(s)) is compiled by egraft")
+            if pieces is not None:
+                self._warn_pieces(pieces)
             entry = Entry(bound, split, split.results, split.fallback_ops)
-            if cfg.validate:
+            if self.config.validate:
                 with torch.no_grad():
                     problem = mismatch(entry.run(*user), want)
                 if problem:
                     return self._eager(key, f"its compiled program does not match PyTorch on the first inputs "
                                             f"({problem}); please report this as an egraft bug")
-            stats.split(len(split.results), split.fallback_ops)
-            log.info("egraft: %s compiled in %d piece(s) for inputs %s; %d op(s) run in PyTorch", self.label,
-                     len(split.results), _shapes(user), len(split.fallback_ops))
+            new = len(split.results) if pieces is None else pieces.compiled
+            self.compiles += pieces is not None and new > 0
+            stats.split(new, split.fallback_ops) if new else stats.split_reused()
+            log.info("egraft: %s compiled in %d piece(s) for inputs %s (%d new); %d op(s) run in PyTorch",
+                     self.label, len(split.results), _shapes(user), new, len(split.fallback_ops))
         self.entries[key] = entry
         return entry
+
+    def _warn_pieces(self, pieces: PieceBuckets) -> None:
+        self._warn(f"Dynamo marked a size dynamic and the graph compiles only split ({self._buckets.refused}): "
+                   "each egraft piece runs the program of a bucket size, its inputs padded; the ops left to "
+                   "PyTorch run at the real size")
+        for k, why in pieces.per_size.items():
+            self._warn(f"piece {k + 1} is compiled for each size (up to max_shapes={self.config.max_shapes}), "
+                       f"not padded: {why[0]}")
 
 
 serialize.register(DynamoGraph)

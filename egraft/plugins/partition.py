@@ -15,6 +15,12 @@ A rule may still refuse a node with particular arguments
 (``UnsupportedOpError`` from the piece's lowering): that op is then taken out
 of the supported set everywhere and the program is partitioned again, so
 every round removes one op and the loop ends.
+
+A dynamic size (:class:`PieceBuckets`): each new size is partitioned again
+(the PyTorch parts run at the real size, never padded), and each piece runs
+the program compiled for the bucket size, its inputs padded, when
+:func:`egraft.ir.rows.row_axes` proves that piece's rows apart; otherwise
+that piece is compiled for the size itself.
 """
 
 from __future__ import annotations
@@ -28,12 +34,15 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..errors import UnsupportedOpError
+from ..frontend import lower_program
 from ..frontend.lowering import lookup, op_name
+from ..ir.rows import row_axes
 from ..frontend.tracer import source_line
 from ..ir.tensors import ir_dtypes
 from ..search.config import CompileConfig
-from .binding import Bound, placeholders
-from .exported import compile_exported, export
+from .binding import Bound, _version, placeholders
+from .buckets import bucket
+from .exported import compile_exported, compile_graph, export
 
 PREFIX = "egraft_piece_"
 # ops a piece is not worth compiling for when they are its only companions of one real op
@@ -155,34 +164,286 @@ def _compile_piece(parent: torch.fx.GraphModule, node: torch.fx.Node, args: Sequ
     return _Piece(bound, done.executable), done.result
 
 
-def split_compile(ep: torch.export.ExportedProgram, user_args: Sequence[torch.Tensor], config: CompileConfig) -> Split:
+def _partition(ep: torch.export.ExportedProgram, refused: set[str]):
+    """The fused program of ``ep`` (a fresh copy), its piece calls in order, and the support it was cut by."""
+    gm = ep.module(check_guards=False)
+    support = _Support(refused)
+    partitioner = CapabilityBasedPartitioner(gm, support, non_compute_ops=NON_COMPUTE)
+    parts = partitioner.propose_partitions()
+    if not parts:
+        raise CannotSplit("no piece of the graph is left for egraft")
+    fused = partitioner.fuse_partitions(parts, prefix=PREFIX)
+    calls = [n for n in fused.graph.nodes if n.op == "call_module" and str(n.target).startswith(PREFIX)]
+    return fused, calls, support
+
+
+def split_compile(ep: torch.export.ExportedProgram, user_args: Sequence[torch.Tensor], config: CompileConfig,
+                  pieces=None) -> Split:
     """Compile the lowerable pieces of ``ep`` with egraft (`config` for its device; the pieces share its budget).
 
+    `pieces`: a :class:`PieceBuckets` that compiles (or reuses) each piece instead of a
+    search per piece (a dynamic size; its ``refused`` ops carry over between sizes).
     Raises :class:`CannotSplit` if no piece remains.
     """
-    refused: set[str] = set()
+    refused: set[str] = pieces.refused if pieces is not None else set()
     while True:
-        gm = ep.module(check_guards=False)  # a fresh copy each round
-        support = _Support(refused)
-        partitioner = CapabilityBasedPartitioner(gm, support, non_compute_ops=NON_COMPUTE)
-        parts = partitioner.propose_partitions()
-        if not parts:
-            raise CannotSplit("no piece of the graph is left for egraft")
-        fused = partitioner.fuse_partitions(parts, prefix=PREFIX)
-        calls = [n for n in fused.graph.nodes if n.op == "call_module" and str(n.target).startswith(PREFIX)]
+        fused, calls, support = _partition(ep, refused)
         recorder = _Recorder(fused)
         with torch.no_grad():
             recorder.run(*user_args)
         try:
             share = config.with_(budget=config.budget.share(1.0 / len(calls)))
-            pieces = [_compile_piece(fused, n, recorder.seen[str(n.target)], share, f"piece {k + 1}/{len(calls)}")
-                      for k, n in enumerate(calls)]
+            if pieces is not None:
+                built = [pieces.piece(fused, n, k, recorder.seen[str(n.target)], share, f"piece {k + 1}/{len(calls)}")
+                         for k, n in enumerate(calls)]
+            else:
+                built = [_compile_piece(fused, n, recorder.seen[str(n.target)], share, f"piece {k + 1}/{len(calls)}")
+                         for k, n in enumerate(calls)]
         except UnsupportedOpError as e:
             op = e.op.split(" ")[0]
             if op in refused or not any(op_name(n.target) == op for n in ep.graph.nodes if n.op == "call_function"):
                 raise CannotSplit(f"{e.op} could not be isolated from the rest of the graph") from e
             refused.add(op)
             continue
-        for n, (piece, _) in zip(calls, pieces):
+        for n, (piece, _) in zip(calls, built):
             setattr(fused, str(n.target), piece)
-        return Split(fused, _fallback_ops(fused, support), [res for _, res in pieces])
+        return Split(fused, _fallback_ops(fused, support), [res for _, res in built])
+
+
+# ---- a split graph with a dynamic size: each piece padded to a bucket size ---------------------------------
+
+
+def _ops(sub: torch.fx.GraphModule) -> tuple:
+    """A piece's identity across sizes: its op sequence (the partitioner cuts every size the same way)."""
+    return tuple(str(n.target) for n in sub.graph.nodes if n.op == "call_function")
+
+
+def _pad(t: torch.Tensor, ax: int, n: int, size: int) -> torch.Tensor:
+    """`t` padded from `n` to `size` rows along `ax` with copies of its last real row (real values only)."""
+    last = t.narrow(ax, n - 1, 1)
+    return torch.cat([t, last.expand(*[size - n if d == ax else -1 for d in range(t.dim())])], ax)
+
+
+def _cut(t: torch.Tensor, ax: int | None, n: int) -> torch.Tensor:
+    return t if ax is None else t.narrow(ax, 0, n).contiguous()
+
+
+@dataclass
+class _Slot:
+    """One piece compiled at one bucket size: its program, the shapes it was compiled for, its proofs."""
+
+    ops: tuple  # its op sequence and argument dtypes (what must match to reuse it)
+    shapes: list  # per piece argument: its shape at the bucket size (None: a weight)
+    graph: Any  # the piece's IR graph at the bucket size
+    bound: Bound
+    done: Any  # its CompiledSignature
+    proofs: dict = field(default_factory=dict)  # varying input axes -> output row axes, or why rows meet
+
+    def prove(self, axes: dict[int, int]) -> tuple | str:
+        key = tuple(sorted(axes.items()))
+        if key not in self.proofs:
+            varying = {spec.name: axes[p] for spec, p in zip(self.graph.signature.call_inputs,
+                                                             self.bound.user_positions) if p in axes}
+            rows = row_axes(self.graph, varying)
+            self.proofs[key] = tuple(rows.axes) if rows.independent else f"its rows meet at {rows.reason}"
+        return self.proofs[key]
+
+
+class _Padded(torch.nn.Module):
+    """A piece called with `n` rows run on a bucket's program: inputs padded, outputs cut back to `n`."""
+
+    def __init__(self, slot: _Slot, size: int, n: int, axes: dict[int, int], out_axes: tuple, bound_n: Bound):
+        super().__init__()
+        self.slot, self.size, self.n, self.axes, self.out_axes, self.bound_n = slot, size, n, axes, out_axes, bound_n
+
+    def flat(self, args) -> list[torch.Tensor]:
+        padded = [_pad(a, self.axes[j], self.n, self.size) if j in self.axes else a for j, a in enumerate(args)]
+        outs = self.slot.done.executable.run_torch(self.slot.bound.user_args(padded))
+        return [_cut(o, ax, self.n) for o, ax in zip(outs, self.out_axes)]
+
+    def forward(self, *args):
+        return self.bound_n.rebuild(self.flat(args))
+
+
+class PieceBuckets:
+    """The pieces of one dynamic split DynamoGraph, compiled per bucket size (or per size where rows meet).
+
+    For a call of `n` rows, piece ``k`` of the program partitioned at `n` runs
+    the piece ``k`` compiled at the bucket ``N >= n`` when the two are the
+    same ops, its inputs differ from the bucket's on one axis each (``n``
+    against ``N``: the varying axis, read from the two sizes), and
+    :func:`egraft.ir.rows.row_axes` proves the bucket piece's rows apart;
+    the PyTorch parts between pieces run at `n` as they are.  Each new size
+    checks each padded piece against the piece run in PyTorch (`mismatch`)
+    before use.  A piece that fails any of that is compiled at `n` itself
+    (its reason in `per_size`).  The first compile of piece ``k`` is
+    searched; every later one (other buckets, other sizes) reuses its winner
+    (``compile_like``).
+    """
+
+    def __init__(self, graph, plan, mismatch):
+        self.graph, self.plan, self.mismatch = graph, plan, mismatch
+        self.refused: set[str] = set()
+        self.slots: dict[tuple[int, int], _Slot | str] = {}  # (bucket size, piece index) -> slot or why not
+        self.first: dict[int, Any] = {}  # piece index -> its first CompiledSignature (the winner reused)
+        self.per_size: dict[int, list[str]] = {}  # piece index -> why each per-size compile was needed
+        self.compiled = 0  # pieces compiled (lowered and checked) at this call's size
+        self.n = self.size = 0
+        self.args: Sequence[Any] = ()
+        self._fused: dict[tuple, Any] = {}  # (size, refused ops) -> the graph partitioned at it, or why not
+        self.probed: dict[int, tuple | str] = {}  # piece index -> its output row axes at a probe size, or why not
+        self._weights: list = []  # the graph's weights and their versions, when the slots were compiled
+
+    def at(self, n: int, args: Sequence[Any]) -> "PieceBuckets":
+        """Ready for a call of `n` rows (the DynamoGraph's arguments `args`); raises CannotSplit past max_shapes."""
+        cfg = self.graph.config
+        if not self.plan.uniform(args):
+            raise CannotSplit("its dynamic sizes differ in this call, so they cannot be padded together")
+        size = bucket(n, cfg.dynamic)
+        if size is None:
+            raise CannotSplit(f"size {n} is above every bucket size of the dynamic option {list(cfg.dynamic)}")
+        weights = [(args[i], _version(args[i])) for i in sorted(self.graph._weights)]
+        if len(weights) != len(self._weights) or any(a is not b or v != w for (a, v), (b, w) in
+                                                     zip(weights, self._weights)):
+            self.__init__(self.graph, self.plan, self.mismatch)  # weights replaced or updated: compile afresh
+            self._weights = weights
+        sizes = {s for s, _ in self.slots}
+        if size not in sizes and len(sizes) >= cfg.max_shapes:
+            raise CannotSplit(f"its pieces were compiled for {cfg.max_shapes} bucket sizes (the max_shapes option)")
+        self.n, self.size, self.args, self.compiled = n, size, args, 0
+        return self
+
+    def _calls_at(self, size: int, k: int):
+        """Piece `k`'s call node in the graph exported (on fake tensors only) at `size` rows, or why not."""
+        key = (size, frozenset(self.refused))
+        if key not in self._fused:
+            g = self.graph
+            padded = [a.detach() if isinstance(a, torch.Tensor) and i not in g._weights else a
+                      for i, a in enumerate(self.plan.pad(self.args, self.n, size))]
+            try:
+                bound = Bound(g.gm, padded, g._weights, g._names)
+                self._fused[key] = _partition(export(bound, bound.user_args(padded)), set(self.refused))
+            except Exception as e:  # noqa: BLE001 - any failure to trace at the bucket size: compile per size
+                self._fused[key] = f"the graph does not trace at {size} rows ({str(e).strip().splitlines()[0][:120]})"
+        got = self._fused[key]
+        if isinstance(got, str):
+            return got
+        fused, calls, _ = got
+        return (fused, calls[k]) if k < len(calls) else f"the graph is cut into other pieces at {size} rows"
+
+    def _axes(self, args, shapes, size: int) -> dict[int, int] | str:
+        """Per argument of a piece, the one axis where its `n`-row shape differs from the one at `size` rows."""
+        axes = {}
+        for j, (a, s) in enumerate(zip(args, shapes)):
+            if s is None:
+                continue
+            diff = [d for d, (x, y) in enumerate(zip(a.shape, s)) if x != y]
+            if len(a.shape) != len(s) or len(diff) > 1 or any(a.shape[d] != self.n or s[d] != size for d in diff):
+                return f"its argument {j} has shape {tuple(a.shape)} at {self.n} rows, {tuple(s)} at {size}"
+            axes.update({j: d for d in diff})
+        return axes
+
+    def _lower(self, sub, args, weights):
+        bound = Bound(sub, args, weights, placeholders(sub))
+        user = bound.user_args(args)
+        return bound, user, lower_program(export(bound, user))
+
+    def _lower_at(self, size: int, k: int, ops: tuple, args, weights):
+        """Piece `k` traced at `size` rows (its arguments padded from `n`): its parts and its proof, or why not."""
+        found = self._calls_at(size, k)
+        if isinstance(found, str):
+            return found
+        fused, call = found
+        sub = getattr(fused, str(call.target))
+        if _ops(sub) != ops[0]:
+            return f"{size} rows cut the graph into other pieces"
+        vals = [None if j in weights else getattr(a, "meta", {}).get("val") for j, a in enumerate(call.args)]
+        if any(j not in weights and not isinstance(v, torch.Tensor) for j, v in enumerate(vals)):
+            return f"an argument of the piece has no traced shape at {size} rows"
+        shapes = [None if v is None else tuple(v.shape) for v in vals]
+        axes = self._axes(args, shapes, size)
+        if isinstance(axes, str):
+            return axes
+        padded = [_pad(a, axes[j], self.n, size) if j in axes else a for j, a in enumerate(args)]
+        bound, user, graph = self._lower(sub, padded, weights)
+        slot = _Slot(ops, shapes, graph, bound, None)
+        return slot, user, slot.prove(axes)
+
+    def _probe(self, k: int, ops: tuple, args, weights) -> tuple | str:
+        """Piece `k` proven at a size no fixed size of the graph has (once): a bucket size equal to a model
+        dimension (8, 16, 64) can make a broadcast over that dimension pass for the rows', a false alarm."""
+        if k not in self.probed:
+            fixed = {int(d) for node in self.graph.gm.graph.nodes
+                     for v in [node.meta.get("example_value", node.meta.get("val"))]
+                     if isinstance(v, torch.Tensor) for d in v.shape if not isinstance(d, torch.SymInt)}
+            size = next(p for p in range(self.n + 1, 10 ** 6) if p not in fixed and p != self.size)
+            got = self._lower_at(size, k, ops, args, weights)
+            self.probed[k] = got if isinstance(got, str) else got[2]
+        return self.probed[k]
+
+    def _proof(self, slot: _Slot, axes, k, ops, args, weights) -> tuple | str:
+        rows = slot.prove(axes)
+        return rows if not isinstance(rows, str) or isinstance(self._probe(k, ops, args, weights), str) \
+            else self._probe(k, ops, args, weights)
+
+    def _finish(self, bound, user, graph, config, label, k, ops, shapes=None):
+        with torch.no_grad():
+            bound(*user)  # records the output structure on real tensors (export ran it on fake ones)
+        done = compile_graph(graph, config, user, bound, label, prior=self.first.get(k))
+        self.first.setdefault(k, done)
+        self.compiled += 1
+        shapes = shapes or [None if i in bound.weight_positions else tuple(a.shape)
+                            for i, a in enumerate(bound.full_args(user))]
+        return _Slot(ops, shapes, graph, bound, done)
+
+    def _slot(self, k, ops, args, weights, config, label) -> _Slot | str:
+        """Piece `k` compiled at the bucket size (once), or why it cannot be."""
+        slot = self.slots.get((self.size, k))
+        if slot is None:
+            got = self._lower_at(self.size, k, ops, args, weights)
+            if not isinstance(got, str):
+                low, user, rows = got
+                if isinstance(rows, str) and not isinstance(self._probe(k, ops, args, weights), str):
+                    rows = ""  # proven at the probe size: the refusal at the bucket size was a coincidence
+                got = rows if isinstance(rows, str) and rows else self._finish(
+                    low.bound, user, low.graph, config, f"{label} (bucket {self.size})", k, ops, low.shapes)
+            slot = self.slots[(self.size, k)] = got
+        return slot
+
+    def piece(self, fused, node, k: int, args: Sequence[Any], config: CompileConfig, label: str):
+        """Piece `k` of `fused` (the program partitioned at this call's size) as a module, and its SearchResult."""
+        if not all(isinstance(a, torch.Tensor) for a in args):
+            raise CannotSplit(f"{label} takes a python value computed outside it")
+        sub = getattr(fused, str(node.target))
+        ops = (_ops(sub), tuple(str(a.dtype) for a in args))  # a piece is its ops on its dtypes
+        weights = {i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and a.op == "get_attr"}
+        bound_n = Bound(sub, args, weights, placeholders(sub))
+        with torch.no_grad():
+            want = list(bound_n(*bound_n.user_args(args)))  # the piece in PyTorch at n: the reference
+        if self.size == self.n:  # a bucket size itself: its program is the bucket's (proven when padded to)
+            slot = self.slots.get((self.size, k))
+            if not isinstance(slot, _Slot) or slot.ops != ops or self._axes(args, slot.shapes, self.size) != {}:
+                slot = self._finish(*self._lower(sub, args, weights), config, f"{label} (bucket {self.size})", k, ops)
+                self.slots[(self.size, k)] = slot
+            return _Piece(slot.bound, slot.done.executable), slot.done.result
+        slot = self._slot(k, ops, args, weights, config, label)
+        axes = slot if isinstance(slot, str) else self._axes(args, slot.shapes, self.size) if slot.ops == ops else \
+            "its dtypes differ from the bucket program's"
+        out = self._proof(slot, axes, k, ops, args, weights) if not isinstance(axes, str) else axes
+        if not isinstance(out, str):
+            padded = _Padded(slot, self.size, self.n, axes, out, bound_n)
+            with torch.no_grad():
+                got = padded.flat(args)
+            if [tuple(g.shape) for g in got] != [tuple(w.shape) for w in want]:
+                out = "its outputs cut to the real rows do not have the shapes of the piece's"
+            else:
+                out = self.mismatch(got, want)
+                out = f"padded, it does not match PyTorch ({out})" if out else padded
+        if not isinstance(out, str):
+            return out, slot.done.result
+        reasons = self.per_size.setdefault(k, [])
+        if len(reasons) >= self.graph.config.max_shapes:
+            raise CannotSplit(f"{label} was compiled for {len(reasons)} sizes (the max_shapes option) because {out}")
+        reasons.append(out)
+        own = self._finish(*self._lower(sub, args, weights), config, f"{label} ({self.n} rows)", k, ops)
+        return _Piece(own.bound, own.done.executable), own.done.result

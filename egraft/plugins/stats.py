@@ -19,6 +19,8 @@ The counts:
 * ``compiled``: input signatures egraft compiled as one whole program;
 * ``split``: signatures compiled in pieces around ops left to PyTorch, and
   ``pieces``: the pieces egraft compiled for them;
+* ``split_reused``: signatures of a split graph with a dynamic size whose pieces all run programs
+  compiled for other sizes (padded to a bucket size; nothing compiled);
 * ``eager``: signatures that run wholly in PyTorch, by reason in ``eager_reasons``;
 * ``fallback_ops``: the ops split graphs left to PyTorch, with how many signatures left each;
 * ``calls``: graph calls run by egraft programs (``egraft``) and wholly in PyTorch (``pytorch``);
@@ -46,7 +48,8 @@ _AT_EXIT = [False]
 
 
 def _empty() -> dict:
-    return {"graphs": 0, "symbolic_graphs": 0, "compiled": 0, "split": 0, "pieces": 0, "eager": 0,
+    return {"graphs": 0, "symbolic_graphs": 0, "compiled": 0, "split": 0, "pieces": 0, "split_reused": 0,
+            "eager": 0,
             "eager_reasons": {}, "fallback_ops": {}, "calls": {"egraft": 0, "pytorch": 0},
             "serialized": 0, "deserialized": 0}
 
@@ -82,6 +85,10 @@ def split(pieces: int, fallback_ops) -> None:
         for op in fallback_ops:
             _COUNTS["fallback_ops"][str(op)] = _COUNTS["fallback_ops"].get(str(op), 0) + 1
     _write(force=True)
+
+
+def split_reused() -> None:
+    _bump("split_reused")
 
 
 def eager(reason: str) -> None:
