@@ -78,7 +78,7 @@ def test_counts_of_compiled_split_and_eager_graphs(tmp_path, monkeypatch):
     assert s["compiled"] >= 1 and s["split"] >= 1 and s["pieces"] >= 2, s
     assert any("aten.erfinv" in op for op in s["fallback_ops"]), s["fallback_ops"]
     assert s["eager"] >= 1 and any("in-place update" in r for r in s["eager_reasons"]), s["eager_reasons"]
-    assert s["graphs"] >= 3 and s["calls"]["egraft"] >= 4 and s["calls"]["pytorch"] >= 2, s
+    assert s["graphs"] >= 3 and s["calls"]["egraft"] >= 4 and s["calls"]["pytorch"] >= 1, s
     # the file this process wrote (the next write is forced by the last compile event) is the same counts
     merged = stats.read_files(str(tmp_path / "stats-{pid}.json"))
     assert merged["pids"] == [os.getpid()]
