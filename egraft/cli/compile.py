@@ -78,7 +78,7 @@ def generation_flags(args) -> dict:
 
 
 def cmd_compile(args) -> int:
-    from ..runtime.generation_artifact import is_generation
+    from ..runtime.manifest import is_generation
     from ..runtime.manifest import is_artifact
 
     out = args.output

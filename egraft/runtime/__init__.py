@@ -27,8 +27,7 @@ from ..errors import ArtifactError
 from . import outputs
 from .device import parse
 from .artifact import Artifact, TensorSpec
-from .generation_artifact import GenerationArtifact, is_generation, load_generation
-from .manifest import FORMAT, FORMAT_VERSION, read_manifest, read_verified
+from .manifest import FORMAT, FORMAT_VERSION, is_generation, read_manifest, read_verified
 from .weights import WEIGHTS_FILE, check_weights, parse_weights
 
 # compatibility: artifacts written before the manifest named its loader (target["loader"]) hold one of
@@ -63,7 +62,7 @@ def loader_of(manifest: dict, directory: str = "") -> ModuleType:
     return mod
 
 
-def load(directory: str | os.PathLike, device: str = "cpu") -> Artifact | GenerationArtifact:
+def load(directory: str | os.PathLike, device: str = "cpu") -> "Artifact | GenerationArtifact":
     """The artifact in `directory`, ready to call on `device` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"tpu"``).
 
     A directory holding a saved generation (``generation.json``) loads as a
@@ -72,7 +71,9 @@ def load(directory: str | os.PathLike, device: str = "cpu") -> Artifact | Genera
     directory = os.fspath(directory)
     device = str(device)
     device_kind(device)
-    if is_generation(directory):  # a causal LM's step programs and caches (runtime.generation_artifact)
+    if is_generation(directory):  # a causal LM's step programs and caches (runtime.generation_artifact: torch)
+        from .generation_artifact import load_generation
+
         return load_generation(directory, device, load)
     m = read_manifest(directory, files=False)
     outputs.check(m["output_tree"])
@@ -90,5 +91,13 @@ def load(directory: str | os.PathLike, device: str = "cpu") -> Artifact | Genera
     return Artifact(directory, m, device, runner)
 
 
-__all__ = ["Artifact", "GenerationArtifact", "FORMAT", "FORMAT_VERSION", "LEGACY_LOADERS", "TensorSpec", "load", "loader_of", "outputs",
+__all__ = ["Artifact", "FORMAT", "FORMAT_VERSION", "LEGACY_LOADERS", "TensorSpec", "load", "loader_of", "outputs",
            "read_manifest"]
+
+
+def __getattr__(name):  # GenerationArtifact imports torch: only when asked for
+    if name == "GenerationArtifact":
+        from .generation_artifact import GenerationArtifact
+
+        return GenerationArtifact
+    raise AttributeError(name)

@@ -25,15 +25,11 @@ import threading
 
 from ..errors import ArtifactError
 from . import generation as gen
+from .manifest import GENERATION_FILE, is_generation
 from .sampling import Sampling
 
-GENERATION_FILE = "generation.json"
 FORMAT = "egraft-generation"
 FORMAT_VERSION = 1
-
-
-def is_generation(directory: str) -> bool:
-    return os.path.isfile(os.path.join(os.fspath(directory), GENERATION_FILE))
 
 
 def spec_to_dict(spec: gen.StepSpec) -> dict:

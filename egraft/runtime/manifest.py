@@ -126,6 +126,14 @@ def write_manifest(directory: str, manifest: dict) -> dict:
     return m
 
 
+GENERATION_FILE = "generation.json"  # a saved generation's index (runtime.generation_artifact reads it)
+
+
+def is_generation(directory: str) -> bool:
+    """Whether `directory` holds a saved generation (its step artifacts under it), not one artifact."""
+    return os.path.isfile(os.path.join(os.fspath(directory), GENERATION_FILE))
+
+
 def is_artifact(directory: str) -> bool:
     """Whether `directory` holds an egraft manifest (of any version): what a save may overwrite."""
     try:
