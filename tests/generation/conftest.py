@@ -9,8 +9,8 @@ from gen_helpers import FAMILIES, Built
 _BUILT: dict = {}
 
 
-@pytest.fixture(autouse=True, scope="package")
-def _one_thread():
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():  # per module: tests/generation is no package, and a wider scope outlived it
     """Tiny models run on one thread: on a shared CPU, torch's thread pool makes each step 10-50x slower."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -31,8 +31,10 @@ def test_fresh_process_loads_and_calls_without_the_compiler(saved):
     ins = random_args(g, np.random.default_rng(fresh_seed()))
     np.savez(os.path.join(os.path.dirname(d), "ins.npz"), *ins)
     other = "torch" if ex.backend == "jax" else "jax"  # a JAX artifact needs no torch, a torch one no JAX
+    # bitwise equal needs equal intra-op thread counts: the child runs with this process's (a torch artifact)
+    threads = f"import torch; torch.set_num_threads({torch.get_num_threads()})\n" if ex.backend == "torch" else ""
     code = (
-        "import sys, numpy as np\n"
+        "import sys, numpy as np\n" + threads +
         "import egraft.runtime\n"
         f"art = egraft.runtime.load({d!r})\n"
         f"z = np.load({os.path.join(os.path.dirname(d), 'ins.npz')!r})\n"
@@ -58,8 +60,11 @@ def test_threads_share_one_artifact(saved):
     results: dict = {}
     errors: list = []
 
+    main_threads = torch.get_num_threads()
+
     def worker(t):
         rng = np.random.default_rng([seed, t])
+        torch.set_num_threads(main_threads)  # OpenMP's count is per thread: bitwise equal needs the main thread's
         try:
             for k in range(20):
                 ins = random_args(g, rng)
