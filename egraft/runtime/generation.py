@@ -200,6 +200,16 @@ class Engine:
         return self.run(1, ids, active.to(torch.int64))
 
 
+def check_request(spec: StepSpec, prompt_length: int, max_new_tokens) -> None:
+    """InputError unless `max_new_tokens` is an int >= 1 and the prompt plus it fits the step's max_length."""
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InputError(f"max_new_tokens={max_new_tokens!r}: it must be an int >= 1")
+    if prompt_length + max_new_tokens > spec.max_length:
+        raise InputError(f"a prompt of {prompt_length} tokens + max_new_tokens={max_new_tokens} is "
+                         f"{prompt_length + max_new_tokens} tokens, over the step's max_length={spec.max_length}: "
+                         "shorten the request or rebuild the step with a larger max_length")
+
+
 def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, s: Sampling) -> list[int]:
     """Each row's count of real tokens of a left-padded batch; transformers' mask inference when none is given."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2 or input_ids.dtype not in (torch.int64,
@@ -252,12 +262,7 @@ def generate(programs: StepPrograms, state: MutableSequence[torch.Tensor] | None
     if batch > spec.max_batch:
         raise InputError(f"a batch of {batch} rows is over the step's max_batch={spec.max_batch}: "
                          "split the batch or rebuild the step with a larger max_batch")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise InputError(f"max_new_tokens={max_new_tokens!r}: it must be an int >= 1")
-    if max(n) + max_new_tokens > spec.max_length:
-        raise InputError(f"a prompt of {max(n)} tokens + max_new_tokens={max_new_tokens} is "
-                         f"{max(n) + max_new_tokens} tokens, over the step's max_length={spec.max_length}: "
-                         "shorten the request or rebuild the step with a larger max_length")
+    check_request(spec, max(n), max_new_tokens)
     engine = Engine(programs, state, None if state else input_ids.device)
     dev = engine.device
     ids = input_ids.to(device=dev, dtype=torch.int64)

@@ -32,7 +32,7 @@ from typing import MutableSequence
 import torch
 
 from ..errors import InputError
-from .generation import Engine, StepPrograms
+from .generation import Engine, StepPrograms, check_request
 from .sampling import UNSET, Sampling, choose
 
 
@@ -80,12 +80,7 @@ class Session:
             p = p[0]
         if p.ndim != 1 or p.dtype not in (torch.int64, torch.int32) or not len(p):
             raise InputError(f"a prompt is a non-empty 1-D tensor of token ids, got {p.dtype} {list(p.shape)}")
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise InputError(f"max_new_tokens={max_new_tokens!r}: it must be an int >= 1")
-        if len(p) + max_new_tokens > spec.max_length:
-            raise InputError(f"a prompt of {len(p)} tokens + max_new_tokens={max_new_tokens} is "
-                             f"{len(p) + max_new_tokens} tokens, over the step's max_length={spec.max_length}: "
-                             "shorten the request or rebuild the step with a larger max_length")
+        check_request(spec, len(p), max_new_tokens)
         if seed is not None and generator is not None:
             raise InputError("pass seed= or generator=, not both")
         if seed is not None:
