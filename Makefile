@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test test-vllm vllm-venv demo bench-trace bench-saturation bench-cpu bench-search bench-calls bench-generate coverage fuzz-long fuzz-10k
+.PHONY: install test test-vllm vllm-venv demo results results-quick bench-trace bench-saturation bench-cpu bench-search bench-calls bench-generate coverage fuzz-long fuzz-10k
 
 # torch first, only if missing: `pip install torch==2.13.0` finds the CPU
 # wheel already on disk on our machines; any other torch spec would pull a
@@ -20,6 +20,16 @@ demo: install
 	$(PYTHON) examples/demo.py
 
 # --- by hand: benchmarks, coverage, long fuzzers ---------------------------------
+# every benchmark under one protocol, then docs/results.md, docs/results.json, the plots in docs/results/
+# and the README's headline block (bench/suite.py). Full run: 1-2 hours on 2 cores; quick: under 10 minutes.
+# DEVICE=cuda: the Triton backend against eager, Inductor and Inductor max-autotune (needs an NVIDIA GPU).
+DEVICE ?= cpu
+results: install
+	$(PYTHON) -m bench --device $(DEVICE)
+
+results-quick: install
+	$(PYTHON) -m bench --quick --device $(DEVICE)
+
 bench-trace: install
 	$(PYTHON) bench/trace_time.py
 

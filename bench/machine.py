@@ -1,0 +1,151 @@
+"""What the results page states about the machine: CPU, cores, memory, read bandwidth, peak FLOP/s, versions.
+
+The bandwidth and the peak are measured, never read from a datasheet, each
+in a process of its own pinned the way the benchmarks pin theirs
+(``egraft.measure.fix_threads``: 1 thread on one core, 2 on both), since a
+CPU's clock and its share of the memory bus depend on how many cores are
+busy:
+
+* read bandwidth: a numpy sum over a 256 MiB float32 array split over the
+  pinned threads (``bench/generate_worker.py bandwidth``: the same number
+  the generation benchmark's decode bound divides by), median and spread
+  of the repeats;
+* peak float32 FLOP/s: ``egraft.measure.calibrate.calibrate_cpu`` (numpy's
+  BLAS on square matrices, best of repeats: a peak is the best observed),
+  the number the search's roofline uses;
+* on ``--device cuda``: the GPU's name and the datasheet peak egraft uses
+  for it (``egraft.measure.specs.cuda_spec``), since a GPU's are published.
+
+    python3 bench/machine.py --threads 1 --out FILE     # one pinned measurement (what the suite runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+LIBRARIES = ("torch", "jax", "jaxlib", "triton", "numpy", "egglog", "deap", "transformers", "matplotlib")
+
+
+def versions() -> dict:
+    """Installed versions of the libraries the benchmarks use (None where one is missing), without importing them."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    out["egraft"] = git_commit()
+    return out
+
+
+def git_commit() -> str:
+    """This checkout's short commit, with "+uncommitted" when its tracked files differ from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return head + ("+uncommitted" if dirty.strip() else "")
+
+
+def host() -> dict:
+    """CPU model, logical cores, memory and OS of this machine."""
+    cpu, mem = "unknown CPU", None
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+        with open("/proc/meminfo") as f:
+            mem = int(next(ln.split()[1] for ln in f if ln.startswith("MemTotal"))) / 2 ** 20
+    except (OSError, StopIteration, ValueError):
+        pass
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "cores_allowed": cores,
+            "memory_gib": round(mem, 1) if mem else None, "os": f"{platform.system()} {platform.release()}"}
+
+
+def _measure(threads: int, repeats: int, calibrate_s: float) -> dict:
+    """In this process, pinned to `threads` cores: read bandwidth (median, spread) and calibrated peak FLOP/s."""
+    sys.path.insert(0, HERE)
+    import generate_worker  # pins to `threads` cores before numpy's threads start
+
+    bw = generate_worker.bandwidth(argparse.Namespace(threads=threads, repeats=repeats))
+    from egraft.measure import summarize
+    from egraft.measure.calibrate import calibrate_cpu
+
+    rates = summarize([bw["bytes"] / s for s in bw["seconds"]])
+    spec = calibrate_cpu(seconds=calibrate_s)
+    return {"threads": threads, "cores": bw["cores"],
+            "read_bandwidth": {"median": rates.median, "spread": rates.spread, "n": rates.n,
+                               "samples": list(rates.samples), "unit": "B/s",
+                               "how": "numpy sum over a 256 MiB float32 array"},
+            "peak_flops_float32": spec.flops["float32"], "copy_bandwidth": spec.bandwidth,
+            "peak_how": "egraft.measure.calibrate.calibrate_cpu (best of repeats)"}
+
+
+def measure(threads: int, repeats: int = 9, calibrate_s: float = 2.0, timeout: float = 300) -> dict:
+    """:func:`_measure` in a fresh pinned process (so the pinning never leaks into the caller)."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "machine.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--repeats", str(repeats),
+               "--calibrate-s", str(calibrate_s), "--out", out]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+        if p.returncode != 0 or not os.path.exists(out):
+            last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"measuring the machine on {threads} core(s) failed (exit {p.returncode}): {last}")
+        with open(out) as f:
+            return json.load(f)
+
+
+def gpu() -> dict | None:
+    """The CUDA device torch sees, with the peak egraft's roofline uses for it; None when there is none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from egraft.measure.specs import cuda_spec
+
+    spec = cuda_spec(0)
+    return {"name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count(),
+            "peak_flops": dict(spec.flops) if spec else None, "bandwidth": spec.bandwidth if spec else None,
+            "peak_how": spec.source if spec else "no datasheet entry for this GPU"}
+
+
+def describe(threads: list[int], device: str = "cpu", repeats: int = 9, calibrate_s: float = 2.0) -> dict:
+    """Everything the page's header says about this machine, measured now."""
+    out = {"date": datetime.date.today().isoformat(), "host": host(), "versions": versions(),
+           "per_threads": {str(t): measure(t, repeats, calibrate_s) for t in threads}}
+    if device == "cuda":
+        out["gpu"] = gpu()
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--calibrate-s", type=float, default=2.0)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    res = _measure(a.threads, a.repeats, a.calibrate_s)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
