@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test test-vllm vllm-venv demo results results-quick bench-trace bench-saturation bench-cpu bench-search bench-calls bench-generate coverage fuzz-long fuzz-10k
+.PHONY: install test test-vllm vllm-venv demo results results-quick bench-trace bench-saturation bench-cpu bench-search bench-calls bench-generate bench-depth coverage fuzz-long fuzz-10k
 
 # torch first, only if missing: `pip install torch==2.13.0` finds the CPU
 # wheel already on disk on our machines; any other torch spec would pull a
@@ -35,6 +35,11 @@ bench-trace: install
 
 bench-saturation: install
 	$(PYTHON) bench/saturation.py --reps 3
+
+# compile time by phase (trace, saturate, search, lower, validate) against depth: GPT-2 stacks of 1-24 layers
+# (hidden 768, seq 128), a 10 s search each, a fresh process per compile, one core; with linear and power fits
+bench-depth: install
+	$(PYTHON) bench/compile_depth.py --threads 1
 
 bench-cpu: install
 	$(PYTHON) bench/cpu_backends.py --threads 1
