@@ -173,15 +173,15 @@ def depth_lines(sec: dict) -> list[str]:
     rows = sorted(sec.get("rows", []), key=lambda r: r["layers"])
     if not rows:
         return lines + ["No rows.", ""]
-    phases = list(rows[0]["phases"])
-    lines += _table(["layers", "IR nodes"] + phases + ["total"],
+    phases = [p for p in rows[0]["phases"] if any(r["phases"].get(p) for r in rows)]  # a phase never timed: left out
+    lines += _table(["layers", "IR nodes"] + phases + ["total", "the winner's lowering (not in total)"],
                     [[r["layers"], r.get("ir_nodes", "-")] + [fmt_s(r["phases"].get(p)) for p in phases]
-                     + [fmt_s(r["total_s"])] for r in rows])
+                     + [fmt_s(r["total_s"]), fmt_s(r.get("winner_lower_s"))] for r in rows])
     fits = sec.get("fits") or {}
     txt = []
     for name, f in fits.items():
-        p = f.get("power")
-        if p:
+        p = f.get("power") or {}
+        if ingest.finite(p.get("k")):
             txt.append(f"{name} grows as L^{p['k']:.2f} (R² {p['r2']:.2f})")
     if txt:
         lines += ["Fitted growth (least squares on log time against log layers): " + "; ".join(txt) + ".", ""]

@@ -144,7 +144,7 @@ def compile_depth(res: dict, path: str) -> str | None:
         return None
     rows = sorted(sec["rows"], key=lambda r: r["layers"])
     layers = [r["layers"] for r in rows]
-    phases = [p for p in rows[0]["phases"]]
+    phases = [p for p in rows[0]["phases"] if any(r["phases"].get(p) for r in rows)]
     fig = _figure(9, 4.5)
     ax = fig.add_subplot(1, 1, 1)
     bottom = [0.0] * len(rows)
@@ -155,7 +155,7 @@ def compile_depth(res: dict, path: str) -> str | None:
         bottom = [b + y for b, y in zip(bottom, ys)]
     ax.plot(xs, [r["total_s"] for r in rows], "ko", label="total")
     fit = (sec.get("fits") or {}).get("total", {}).get("power")
-    if fit:
+    if fit and fit.get("k") is not None:
         ax.plot(xs, [fit["c"] * L ** fit["k"] for L in layers], "k--", linewidth=1,
                 label=f"fit: total = {fit['c']:.3g} s x L^{fit['k']:.2f} (R² {fit['r2']:.2f})")
     ax.set_xticks(xs)
