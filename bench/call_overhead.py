@@ -26,7 +26,13 @@ time of a variant is the median over ``--repeats`` rounds (spread: p10-p90).
 Pins the process to one core, one torch thread and single-threaded XLA
 (flags set before jax is imported).
 
-    python3 bench/call_overhead.py [--repeats 200] [--calls 200] [--core 1]
+``--quick`` takes 30 rounds of 50 calls.  ``--out FILE`` writes
+bench/envelope.py's envelope, then ``variants`` (name: a timing of seconds
+per call, one sample per round), ``overheads`` (``what`` a wrapper adds:
+``variant``'s median minus ``baseline``'s, in ``seconds``), ``shape``,
+``graph`` and ``settings`` (rounds, calls, core).
+
+    python3 bench/call_overhead.py [--repeats 200] [--calls 200] [--core 1] [--quick] [--out FILE]
 """
 
 from __future__ import annotations
@@ -34,16 +40,40 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import envelope  # noqa: E402
+
+# (what it measures, variant, baseline): what a wrapper adds per call over the floor below it
+OVERHEADS = (
+    ("the egraft executable over bare jit, numpy in", "egraft executable, numpy", "bare jit, numpy in"),
+    ("the egraft executable over bare jit with its output read back, numpy in", "egraft executable, numpy",
+     "bare jit, numpy in, np.asarray"),
+    ("the egraft executable over bare jit's cheapest torch crossing", "egraft executable, torch",
+     "bare jit, torch in/out"),
+    ("CompiledModel's call over its own executable", "CompiledModel, torch", "CompiledModel's executable, torch"),
+    ("a loaded artifact over the CompiledModel's executable, torch in", "egraft.load artifact, torch",
+     "CompiledModel's executable, torch"),
+    ("a loaded artifact over the egraft executable, numpy in", "egraft.load artifact, numpy",
+     "egraft executable, numpy"),
+    ("a loaded torch-backend artifact over its executable", "torch-backend artifact, torch",
+     "torch-backend executable, torch"),
+)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", "--rounds", dest="repeats", type=int, default=200,
-                    help="interleaved rounds: timed samples per variant")
-    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--repeats", "--rounds", dest="repeats", type=int, default=None,
+                    help="interleaved rounds: timed samples per variant (default 200; --quick: 30)")
+    ap.add_argument("--calls", type=int, default=None, help="calls per round (default 200; --quick: 50)")
     ap.add_argument("--core", type=int, default=None, help="CPU to pin to (default: the first allowed)")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and calls: a check that the benchmark works")
+    ap.add_argument("--out", default=None, help="write the results to this JSON file")
     args = ap.parse_args()
+    envelope.fill(args, quick={"repeats": 30, "calls": 50}, full={"repeats": 200, "calls": 200})
 
     core = args.core if args.core is not None else min(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {core})
@@ -180,25 +210,31 @@ def main():
                 out = fn()
             if sync is not None:
                 sync(out)
-            times[name].append((clock() - t0) / n * 1e6)
+            times[name].append((clock() - t0) / n)
 
     print(f"jax {jax.__version__}, torch {torch.__version__}, core {core}, "
           f"{args.repeats} rounds x {args.calls} calls, graph x*y {shape} float32")
     print(f"{'variant':34s} {'median us':>10s} {'p10':>8s} {'p90':>8s}")
     med = {}
     for name, ts in times.items():
-        ts = sorted(ts)
+        ts = sorted(t * 1e6 for t in ts)
         p10, p90 = ts[len(ts) // 10], ts[(len(ts) * 9) // 10]
         med[name] = statistics.median(ts)
         print(f"{name:34s} {med[name]:10.2f} {p10:8.2f} {p90:8.2f}")
-    for ex_name, floor in (("egraft executable, numpy", "bare jit, numpy in"),
-                           ("egraft executable, numpy", "bare jit, numpy in, np.asarray"),
-                           ("egraft executable, torch", "bare jit, torch in/out"),
-                           ("CompiledModel, torch", "CompiledModel's executable, torch"),
-                           ("egraft.load artifact, torch", "CompiledModel's executable, torch"),
-                           ("egraft.load artifact, numpy", "egraft executable, numpy"),
-                           ("torch-backend artifact, torch", "torch-backend executable, torch")):
+    for _, ex_name, floor in OVERHEADS:
         print(f"{ex_name} - {floor}: {med[ex_name] - med[floor]:+.2f} us (medians)")
+    if args.out:
+        record = envelope.envelope("call_overhead", "call_overhead.py", sys.argv[1:], quick=args.quick,
+                                   device="cpu", threads=1)
+        record.update({
+            "settings": {"rounds": args.repeats, "calls": args.calls, "core": core},
+            "shape": list(shape), "graph": "x * y of two float32 inputs, lowered by egraft.backends.lower(g, 'jax')",
+            "variants": {name: envelope.timing(ts) for name, ts in times.items()},
+            "overheads": [{"what": what, "variant": v, "baseline": b,
+                           "seconds": statistics.median(times[v]) - statistics.median(times[b])}
+                          for what, v, b in OVERHEADS],
+        })
+        envelope.write(args.out, record)
 
 
 if __name__ == "__main__":
