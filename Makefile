@@ -47,7 +47,7 @@ bench-cpu: install
 # the search vs direct / greedy / torch eager / torch.compile, one pinned core (THREADS=2 for both cores)
 THREADS ?= 1
 bench-search: install
-	$(PYTHON) bench/search.py --threads $(THREADS) --budget 40 --gpt2-compile --out bench/results/search-$(THREADS)thread.json
+	$(PYTHON) bench/search.py --threads $(THREADS) --budget 40 --gpt2-compile
 
 # per-call overhead of an executable (and of CompiledModel and a loaded artifact) against bare jax.jit and torch eager
 bench-calls: install

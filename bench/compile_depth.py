@@ -70,12 +70,9 @@ no power law when some time is 0).  Prints a Markdown table and the fits;
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -86,13 +83,14 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)  # this checkout's egraft, in this process and (through PYTHONPATH) the compiles'
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import envelope  # noqa: E402
 FULL = {"layers": [1, 2, 4, 8, 12, 24], "hidden": 768, "heads": 12, "seq": 128, "budget": 10.0}
 QUICK = {"layers": [1, 2, 4, 8], "hidden": 256, "heads": 4, "seq": 64, "budget": 4.0}
 BATCH = 1
 PIPELINE = ("trace", "saturate", "search", "lower", "validate")  # egraft.api.report.STAGES, in its order
 PHASES = PIPELINE + ("other",)
 REP_KEYS = ("phases", "total_s", "total_cpu_s", "search_stages", "winner_lower_s", "process_s")  # a rep's record
-VERSIONS = ("torch", "jax", "jaxlib", "numpy", "egglog", "deap", "triton", "transformers")
 CHILD_TIMEOUT_S = 3 * 3600  # one compile; a 24-layer GPT-2-small compile takes minutes on one core
 
 
@@ -134,24 +132,6 @@ def fit_growth(layers, seconds) -> dict:
     (logc, k), *_ = np.linalg.lstsq(P, y, rcond=None)
     out["power"] = {"c": float(math.exp(logc)), "k": float(k), "r2": _r2(y, P @ np.array([logc, k]))}
     return out
-
-
-# --- the envelope (the common header of a benchmark's JSON) ----------------------------------------
-
-def envelope(argv, quick: bool, threads: int, cores) -> dict:
-    """The header every benchmark record starts with: what ran, when, where, with which libraries."""
-    from importlib import metadata
-
-    def version(name):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
-
-    return {"bench": "compile_depth", "date": datetime.date.today().isoformat(),
-            "command": " ".join(["python3", "bench/compile_depth.py", *map(shlex.quote, argv)]),
-            "quick": bool(quick), "device": "cpu", "threads": int(threads), "cores": [int(c) for c in cores],
-            "versions": {"python": platform.python_version(), **{n: version(n) for n in VERSIONS}}}
 
 
 # --- one compile (in its own process) ---------------------------------------------------------------
@@ -338,7 +318,8 @@ def main(argv=None) -> int:
     backends = rows[0].pop("backends")
     for r in rows[1:]:
         r.pop("backends")
-    doc = {**envelope(argv, a.quick, a.threads, cores),
+    doc = {**envelope.envelope("compile_depth", "compile_depth.py", argv, quick=a.quick, device="cpu",
+                               threads=a.threads),
            "model": {"name": "gpt2_stack", "layers": [r["layers"] for r in rows], "hidden": a.hidden,
                      "heads": a.heads, "head_dim": a.hidden // a.heads, "mlp_ratio": 4, "batch": BATCH,
                      "seq": a.seq, "input": f"float32 hidden states [{BATCH}, {a.seq}, {a.hidden}]",

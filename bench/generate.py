@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
 import shlex
@@ -309,8 +308,9 @@ def parse(argv=None):
     ap.add_argument("--bw-repeats", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per system process")
     ap.add_argument("--vllm-venv", default=default_venv(), help="vLLM's virtual environment (default: %(default)s)")
-    ap.add_argument("--out", default=None, help="the JSON file (default bench/results/generate-<date>.json; "
-                                                "--quick: in the temporary directory); the workers' log beside it")
+    ap.add_argument("--out", default=None, help="the JSON file (default: generate-<date>.json in the temporary "
+                                                "directory; python -m bench keeps it under docs/results/raw/); "
+                                                "the workers' log beside it")
     a = ap.parse_args(argv)
     quick = dict(models=["llama-tiny"], threads=[1], prompts=[16], batches=[1], new_tokens=8, rounds=3, bw_repeats=5)
     full = dict(models=list(FULL_MODELS), threads=[1, 2], prompts=[16, 128, 512], batches=[1, 4], new_tokens=64,
@@ -325,8 +325,7 @@ def parse(argv=None):
     a.max_length = -(-(max(a.prompts) + a.new_tokens) // 128) * 128  # 512 + 64 -> 640
     date = datetime.date.today().isoformat()
     if a.out is None:
-        a.out = (os.path.join(tempfile.gettempdir(), f"generate-quick-{date}.json") if a.quick else
-                 os.path.join(HERE, "results", f"generate-{date}.json"))
+        a.out = os.path.join(tempfile.gettempdir(), f"generate{'-quick' if a.quick else ''}-{date}.json")
     return a
 
 

@@ -32,20 +32,19 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-LIBRARIES = ("torch", "jax", "jaxlib", "triton", "numpy", "egglog", "deap", "transformers", "matplotlib")
-
+sys.path.insert(0, HERE)
 
 def versions() -> dict:
-    """Installed versions of the libraries the benchmarks use (None where one is missing), without importing them."""
+    """The benchmarks' library versions (bench/envelope.py), matplotlib's, and this checkout's commit."""
     from importlib import metadata
 
-    out = {"python": platform.python_version()}
-    for name in LIBRARIES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
+    import envelope
+
+    out = envelope.versions()
+    try:
+        out["matplotlib"] = metadata.version("matplotlib")
+    except metadata.PackageNotFoundError:
+        out["matplotlib"] = None
     out["egraft"] = git_commit()
     return out
 
@@ -79,7 +78,6 @@ def host() -> dict:
 
 def _measure(threads: int, repeats: int, calibrate_s: float) -> dict:
     """In this process, pinned to `threads` cores: read bandwidth (median, spread) and calibrated peak FLOP/s."""
-    sys.path.insert(0, HERE)
     import generate_worker  # pins to `threads` cores before numpy's threads start
 
     bw = generate_worker.bandwidth(argparse.Namespace(threads=threads, repeats=repeats))

@@ -38,7 +38,7 @@ program), ``flops`` and ``bytes`` (the cost model's count for one call of the
 input graph, lowered directly) and the ratios of the table.
 
     python3 bench/search.py [--threads 1] [--size mid|bench] [--budget 40] [--rounds 9] [--only NAME ...]
-                            [--device cpu|cuda] [--quick] [--gpt2-compile] [--out bench/results/search.json]
+                            [--device cpu|cuda] [--quick] [--gpt2-compile] [--out FILE]
 """
 
 from __future__ import annotations

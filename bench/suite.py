@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -127,14 +128,14 @@ def _run(step: Step, raw_dir: str, log_dir: str) -> dict:
     log = os.path.join(log_dir, f"{step.name}.log")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     t0 = time.perf_counter()
-    tmp = out + ".partial"
+    tmp = os.path.join(log_dir, f"{step.name}.json")  # moved in when complete; a benchmark's own logs stay there
     with open(log, "w") as f:
         p = subprocess.run(step.command(tmp), stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     wall = time.perf_counter() - t0
     try:
         with open(tmp) as f:
             res = json.load(f)
-        os.replace(tmp, out)
+        shutil.move(tmp, out)
     except (OSError, ValueError):
         with open(log) as f:
             tail = [ln for ln in f.read().strip().splitlines() if ln.strip()][-1:] or ["no output"]
