@@ -10,9 +10,9 @@ busy:
   pinned threads (``bench/generate_worker.py bandwidth``: the same number
   the generation benchmark's decode bound divides by), median and spread
   of the repeats;
-* peak float32 FLOP/s: ``egraft.measure.calibrate.calibrate_cpu`` (numpy's
-  BLAS on square matrices, best of repeats: a peak is the best observed),
-  the number the search's roofline uses;
+* peak float32 FLOP/s: ``egraft.measure.calibrate.calibrate_cpu`` (square
+  GEMMs through numpy's BLAS and XLA's dot, the faster, best of repeats: a
+  peak is the best observed), the number the search's roofline uses;
 * on ``--device cuda``: the GPU's name and the datasheet peak egraft uses
   for it (``egraft.measure.specs.cuda_spec``), since a GPU's are published.
 
@@ -91,7 +91,7 @@ def _measure(threads: int, repeats: int, calibrate_s: float) -> dict:
                                "samples": list(rates.samples), "unit": "B/s",
                                "how": "numpy sum over a 256 MiB float32 array"},
             "peak_flops_float32": spec.flops["float32"], "copy_bandwidth": spec.bandwidth,
-            "peak_how": "egraft.measure.calibrate.calibrate_cpu (best of repeats)"}
+            "peak_how": spec.source}
 
 
 def measure(threads: int, repeats: int = 9, calibrate_s: float = 2.0, timeout: float = 300) -> dict:

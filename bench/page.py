@@ -25,6 +25,13 @@ def _pct(x) -> str:
     return f"±{x:.0%}".replace("%", " %") if ingest.finite(x) else ""
 
 
+def share(x) -> str:
+    """A share of the bound; above 100 % it says the bound was not a floor (never hidden)."""
+    if not ingest.finite(x):
+        return "-"
+    return f"{x:.0%}" + (" (above the bound: it is not a floor here)" if x > 1.05 else "")
+
+
 def fmt_s(t) -> str:
     """A timing record or seconds as text with units, and its spread when it has one."""
     if t is None:
@@ -61,7 +68,7 @@ def machine_lines(res: dict) -> list[str]:
         bw = x["read_bandwidth"]
         lines.append(f"- **{t} thread(s)** on core(s) {x['cores']}: read bandwidth {bw['median'] / 1e9:.1f} GB/s "
                      f"{_pct(bw['spread'])} (numpy sum over 256 MiB, median of repeats), calibrated peak float32 "
-                     f"{x['peak_flops_float32'] / 1e9:.0f} GFLOP/s (BLAS GEMM, best of repeats)")
+                     f"{x['peak_flops_float32'] / 1e9:.0f} GFLOP/s (the faster GEMM of numpy's BLAS and XLA, best of repeats)")
     if m.get("gpu"):
         g = m["gpu"]
         lines.append(f"- **GPU:** {g['name']} (peaks from {g.get('peak_how')})")
@@ -77,9 +84,8 @@ def verdict_lines(res: dict) -> list[str]:
         return ["No comparison with a peer was measured in this run.", ""]
     rows = []
     for v in vs:
-        share = v.get("roofline_share")
         rows.append([v.get("workload", v["what"]), v.get("metric", "forward"), v.get("best_peer", "-"), v["text"],
-                     f"{share:.0%}" if ingest.finite(share) else "-"])
+                     share(v.get("roofline_share"))])
     ahead = sum(v.get("standing") == "ahead" for v in vs)
     behind = sum(v.get("standing") == "behind" for v in vs)
     open_ = len(vs) - ahead - behind
@@ -108,7 +114,7 @@ def search_lines(step: str, sec: dict, res: dict) -> list[str]:
                          f"{ingest.ratio_text(o['ratio'])} [{o['interval'][0]:.2f}-{o['interval'][1]:.2f}]"
                          if o["conclusive"] else f"n.c. ({_pct(o['spread'])})")
         cells += [r.get("backend") or "-", f"{r['search_s']:.1f}" if ingest.finite(r.get("search_s")) else "-",
-                  f"{r['roofline_share']:.0%}" if ingest.finite(r.get("roofline_share")) else "-"]
+                  share(r.get("roofline_share"))]
         rows.append(cells)
     lines += ["Speed-up over torch eager (>1: faster) with its ~95 % interval; `n.c.`: not concluded (intervals "
               "overlap or a spread above 50 %; the variant's own spread shown). Variants timed interleaved in "
@@ -271,8 +277,7 @@ def readme_block(res: dict) -> str:
         key = v["workload"].rsplit(", prompt", 1)[0]
         first_prompt.setdefault(key, v)
     pick += list(first_prompt.values())
-    rows = [[v["workload"], v.get("best_peer", "-"), v["text"],
-             f"{v['roofline_share']:.0%}" if ingest.finite(v.get("roofline_share")) else "-"] for v in pick]
+    rows = [[v["workload"], v.get("best_peer", "-"), v["text"], share(v.get("roofline_share"))] for v in pick]
     lines = [BEGIN, "",
              f"From [docs/results.md](docs/results.md) ({res['date']}, {res['mode']} run, `{res['command']}`): "
              "egraft against the fastest peer, through the one conclusion rule (a ratio only where the 95 % "

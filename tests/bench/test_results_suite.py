@@ -39,7 +39,7 @@ def _raw(rng) -> dict:
     machine = {"date": "2026-12-02", "command": "python -m bench --quick", "mode": "quick", "device": "cpu",
                "host": {"cpu": "Test CPU 9000", "logical_cores": 2, "memory_gib": 24.0, "os": "Linux"},
                "versions": {"python": "3.11", "torch": "2.13.0", "jax": "0.10.2", "egraft": "abc1234"},
-               "per_threads": {"1": {"threads": 1, "cores": [1], "peak_flops_float32": 1.1e11,
+               "per_threads": {"1": {"threads": 1, "cores": [1], "peak_flops_float32": 1.1e11, "peak_how": "test",
                                      "read_bandwidth": {"median": 2.0e10, "spread": 0.02, "n": 5,
                                                         "samples": [2e10] * 5}}}}
     fast = {v: _timing(m, rng) for v, m in (("eager", 2e-3), ("torch.compile", 1.9e-3), ("direct", 1.5e-3),
