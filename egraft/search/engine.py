@@ -173,7 +173,8 @@ class _Run:
         if saturation is None:
             from ..rewrites import saturate
 
-            saturation = saturate(graph, self.config.rule_specs(), self.config.limits)
+            # its own saturation: the search needs the snapshot alone, not egglog's e-graph (hundreds of MB)
+            saturation = saturate(graph, self.config.rule_specs(), self.config.limits).drop_egraph()
             t = self._stage("saturate", t)
         task = Task(graph, dev, self.fitness, self.config.seed, [list(x) for x in inputs] if inputs else [])
         t = self._stage("reference", t)
