@@ -123,14 +123,18 @@ def own_state(graph: Graph, xs: Sequence) -> list:
                                      for x in xs[len(xs) - n:]]
 
 
-def repeatable(graph: Graph, ex, inputs: list):
+def repeatable(graph: Graph, ex, inputs: list, saved: Sequence | None = None):
     """``lambda: ex(*inputs)``; with state, the state is put back before each call (a step counter or a cache
-    position kept in state would otherwise move on every timed call, out of the cache's range)."""
+    position kept in state would otherwise move on every timed call, out of the cache's range).
+
+    `saved`: the state's values to put back (tensors only read, e.g. views of a task's own input set, which
+    nothing writes; several contenders can share them); default: a copy of the state in `inputs`.
+    """
     n = len(graph.state_ids)
     if not n:
         return lambda: ex(*inputs)
     states = inputs[len(inputs) - n:]
-    saved = [x.clone() for x in states]
+    saved = [x.clone() for x in states] if saved is None else list(saved)
 
     def call():
         for x, v in zip(states, saved):
@@ -138,6 +142,14 @@ def repeatable(graph: Graph, ex, inputs: list):
         return ex(*inputs)
 
     return call
+
+
+def saved_state(task: Task) -> list:
+    """The state of the task's first input set as tensors over the task's own arrays (read, never written):
+    what :func:`repeatable` puts back before each timed call, without a copy of every state per candidate."""
+    n = len(task.reference.state_ids)
+    xs = task.inputs[0]
+    return torch_inputs(xs[len(xs) - n:]) if n else []
 
 
 def time_calls(fn, device: str, backend: str, repeats: int):
@@ -320,7 +332,8 @@ def _evaluate(task: Task, cand: Candidate, est: float | None, cap_s: float, memo
         return Outcome(key, "timed", second[0], 0.0, est, message="one call only: slower than the cap",
                        compile_s=compile_s)
     # one snapshot of the state for every timed call: each starts from the state the inputs were drawn with
-    call = repeatable(task.reference, ex, torch_inputs(own_state(task.reference, task.inputs[0])))
+    call = repeatable(task.reference, ex, torch_inputs(own_state(task.reference, task.inputs[0])),
+                      saved_state(task))
     try:
         t1 = _time.perf_counter()
         call()

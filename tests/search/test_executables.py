@@ -3,7 +3,9 @@
 Every candidate executable holds compiled code and its folded weights, so a
 memo that kept each one it lowered would hold one more copy per candidate;
 these tests show a judged candidate that is neither pinned nor the fastest
-so far is dropped at once.
+so far is dropped at once.  And a program with state (a KV cache) is timed
+from one snapshot of the task's state, shared by every contender, never a
+copy per contender.
 """
 
 from __future__ import annotations
@@ -77,3 +79,59 @@ def test_evaluate_one_leaves_only_the_fastest_in_the_memo():
     outs = [evaluate_one(Task(c.graph, "cpu", "measured"), c, memo=memo) for c in cands]
     assert all(o.status == "timed" for o in outs), [o.message for o in outs]
     assert memo.size() == 1 and memo.best_s == min(o.time_s for o in outs)
+
+
+def _counter():  # s <- s + x: each call moves the state on
+    b = GraphBuilder()
+    x = b.input("x", (64,), "float32")
+    s = b.input("s", (64,), "float32", role="state")
+    return b.build([s + x, s * 2.0], aliases={0: "s"})
+
+
+def test_timed_calls_start_from_the_task_s_state_without_a_copy_of_it_per_contender(monkeypatch):
+    import torch
+
+    from egraft.backends import lower
+    from egraft.search.candidate import repeatable, saved_state, torch_inputs
+
+    g = _counter()
+    task = Task(g, "cpu", "measured")
+    drawn = [np.array(x, copy=True) for x in task.inputs[0]]
+    saved = saved_state(task)
+    assert [t.data_ptr() for t in saved] == [task.inputs[0][1].ctypes.data]  # a view of the task's array
+    clones = []
+    real_clone = torch.Tensor.clone
+    monkeypatch.setattr(torch.Tensor, "clone", lambda t, *a, **k: clones.append(t) or real_clone(t, *a, **k))
+    ex = lower(g, "torch", "cpu", {})
+    tin = torch_inputs([np.array(x, copy=True) for x in task.inputs[0]])
+    calls = [repeatable(g, ex, tin, saved) for _ in range(3)]
+    for call in calls * 2:
+        out = call()
+        np.testing.assert_allclose(out[1].numpy(), drawn[1] * 2.0)  # every call starts from the drawn state
+    assert clones == []
+    out = evaluate_one(task, Candidate(g, "torch", knob_items({})), memo=Executables())
+    assert out.status == "timed", out.message
+    for x, want in zip(task.inputs[0], drawn):  # the task's input set is as drawn
+        np.testing.assert_array_equal(x, want)
+
+
+def test_the_final_comparison_snapshots_the_state_once_for_every_contender(monkeypatch):
+    import torch
+
+    from egraft.search import final
+
+    def program(order: int):
+        b = GraphBuilder()
+        x = b.input("x", (64,), "float32")
+        s = b.input("s", (64,), "float32", role="state")
+        new = [s + x, x + s, (s + x) * 1.0][order]
+        return b.build([new, s * 2.0], aliases={0: "s"})
+
+    task = Task(program(0), "cpu", "measured")
+    contenders = [final.Contender(f"c{k}", Candidate(program(k), "torch", knob_items({}))) for k in range(3)]
+    assert len({c.cand.key for c in contenders}) == 3
+    clones = []
+    real_clone = torch.Tensor.clone
+    monkeypatch.setattr(torch.Tensor, "clone", lambda t, *a, **k: clones.append(t.shape) or real_clone(t, *a, **k))
+    fin = final.run(task, contenders, Executables(), allowance_s=0.5)
+    assert len(fin.rows) == 3 and clones == []
