@@ -135,7 +135,7 @@ class SaturationResult(ScheduleResult):
         self.snapshot()
         if self.egraph is not None:
             self.egraph = None
-            _return_freed_pages()
+            return_freed_pages()
         return self
 
     def output_classes(self) -> list[int]:
@@ -147,7 +147,7 @@ class SaturationResult(ScheduleResult):
                 f"{self.classes} e-classes, {self.seconds:.2f} s")
 
 
-def _return_freed_pages() -> None:
+def return_freed_pages() -> None:
     """Hand the C heap's free pages back to the OS where the C library can (glibc); else do nothing."""
     import ctypes
     import ctypes.util
