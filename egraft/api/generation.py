@@ -122,6 +122,7 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
                        max_length: int, chunks: Sequence[int] | None = None) -> Generation:
     """Compile `model`'s step for every chunk size of its ladder (the module docstring)."""
     from ..frontend.causal_lm import DEFAULT_CHUNKS, step_module
+    from ..frontend.weights import WeightCopies
 
     if not callable(getattr(model, "get_output_embeddings", None)) or not hasattr(model, "config"):
         raise InputError(f"{type(model).__name__} is not a Hugging Face causal LM (no config / output embeddings): "
@@ -138,12 +139,13 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
     programs: dict[int, Program] = {}
     times: dict[int, float] = {}
     first = None
+    weights = WeightCopies()  # one copy of the model's weights, bound by every chunk size's program
     for t in step.spec.chunks:  # 1 first: the decode step is the one searched
         args = step.example_inputs(t)
         status(f"compiling the step for {t} token(s) per row"
                + (" (reusing the decode step's choices)" if first is not None else ""))
         t0 = time.perf_counter()
-        prog = build(step, args, {}, call_key(args, {}), config, status, reuse=first)
+        prog = build(step, args, {}, call_key(args, {}), config, status, reuse=first, weights=weights)
         times[t] = time.perf_counter() - t0
         programs[t] = prog
         first = first or prog

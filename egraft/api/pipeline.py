@@ -187,18 +187,21 @@ def check_call(model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
 # --- the stages -----------------------------------------------------------------------------------
 
 def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config: CompileConfig,
-          status: Callable[[str], None], reuse: Program | None = None) -> Program:
+          status: Callable[[str], None], reuse: Program | None = None, weights=None) -> Program:
     """Trace one signature, then compile it through the one pipeline (the module docstring).
 
     With `reuse` (another size of the same model, compiled before), the traced
     program is lowered with `reuse`'s backend and knobs and checked, with no
     search (``search.pipeline.compile_like``; it searches only when that fails).
+    `weights`: the :class:`~egraft.frontend.weights.WeightCopies` the trace
+    takes its weight arrays from (the same one for several sizes of a model:
+    their programs share one copy of its weights); default: this trace's own.
     """
     check_call(model, args, kwargs)
     name = signature_name(args, kwargs)
     t = _time.perf_counter()
     status(f"tracing {type(model).__name__} for {name}")
-    graph = trace(model, args, kwargs or None)
+    graph = trace(model, args, kwargs or None, weights)
     traced_s = _time.perf_counter() - t
     states = graph.signature.state
     written = [s.source for s in states if s.source is not None]

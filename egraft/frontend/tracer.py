@@ -53,9 +53,10 @@ from ..errors import EgraftError, InputError, IRError, TraceError, UnsupportedOp
 from ..ir import dtypes
 from ..ir.builder import GraphBuilder, Tensor
 from ..ir.graph import Graph
-from ..ir.tensors import ir_dtypes, to_numpy, torch_dtype
+from ..ir.tensors import ir_dtypes, torch_dtype
 from .lowering import UNSUPPORTED_HINTS, Ctx, Missing, lookup, op_name
 from .signature import input_specs
+from .weights import WeightCopies
 
 aten = torch.ops.aten
 
@@ -168,21 +169,21 @@ def source_line(node: torch.fx.Node) -> str | None:
     return f"{path}:{line} in {fn}: {code.strip()}"
 
 
-def _weight_array(t: torch.Tensor, name: str) -> np.ndarray:
-    t = t.detach().cpu()
+def _weight_array(t: torch.Tensor, name: str, copies: WeightCopies) -> np.ndarray:
     if t.dtype not in _TORCH_DTYPES:
         raise InputError(f"weight {name!r} has dtype {t.dtype}; egraft supports {', '.join(dtypes.DTYPES)}")
-    arr = np.array(to_numpy(t), copy=True)  # the graph must not change when the model's parameters do
-    arr.setflags(write=False)
-    return arr
+    return copies.get(t.detach())  # a copy: the graph must not change when the model's parameters do
 
 
-def lower_program(ep: torch.export.ExportedProgram) -> Graph:
+def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None = None) -> Graph:
     """Lower an exported (and decomposed) program to an IR graph, one ATen node at a time.
 
     The graph's signature is :func:`~egraft.frontend.signature.program_signature`'s (the input names and
-    the user's own names for them, the state inputs and their aliases).
+    the user's own names for them, the state inputs and their aliases).  `weights`: where the weight
+    copies come from (:class:`~egraft.frontend.weights.WeightCopies`; pass the same one to the traces of
+    one model's several sizes and they share their weight arrays); default: copies of this graph's own.
     """
+    copies = WeightCopies() if weights is None else weights
     from torch.export.graph_signature import InputKind, OutputKind
 
     sig, specs = input_specs(ep)
@@ -200,9 +201,9 @@ def lower_program(ep: torch.export.ExportedProgram) -> Graph:
             env[node] = b.input(s.name, s.shape, s.dtype, role="state")
         elif kind in (InputKind.PARAMETER, InputKind.BUFFER):
             value = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
-            env[node] = b.weight(spec.target, _weight_array(value, spec.target))
+            env[node] = b.weight(spec.target, _weight_array(value, spec.target, copies))
         elif kind == InputKind.CONSTANT_TENSOR:
-            env[node] = b.tensor_constant(_weight_array(ep.constants[spec.target], spec.target))
+            env[node] = b.tensor_constant(_weight_array(ep.constants[spec.target], spec.target, copies))
         elif node.name in specs:  # a tensor the caller passes
             s = specs[node.name]
             env[node] = b.input(s.name, s.shape, s.dtype, role=s.role)
@@ -312,13 +313,16 @@ def _check(name: str, source: str | None, result, meta):
     return result
 
 
-def trace(model, example_inputs: Sequence[Any], kwargs: dict | None = None) -> Graph:
+def trace(model, example_inputs: Sequence[Any], kwargs: dict | None = None,
+          weights: WeightCopies | None = None) -> Graph:
     """Lower ``model(*example_inputs, **kwargs)`` into an egraft IR graph with its weights bound.
 
     ``example_inputs`` are tensors (their shapes and dtypes are fixed in the
     graph); non-tensor ``kwargs`` (e.g. ``use_cache=False``) are baked in.
     Raises :class:`~egraft.errors.TraceError` when torch.export cannot capture
     the model and :class:`~egraft.errors.UnsupportedOpError` (naming the ATen
-    op and the model's source line) when an op has no lowering rule.
+    op and the model's source line) when an op has no lowering rule.  `weights`: as in
+    :func:`lower_program` (one :class:`~egraft.frontend.weights.WeightCopies` for several traces of one
+    model: its weights are copied once).
     """
-    return lower_program(export_program(model, example_inputs, kwargs))
+    return lower_program(export_program(model, example_inputs, kwargs), weights)

@@ -123,14 +123,18 @@ def own_state(graph: Graph, xs: Sequence) -> list:
                                      for x in xs[len(xs) - n:]]
 
 
-def repeatable(graph: Graph, ex, inputs: list):
+def repeatable(graph: Graph, ex, inputs: list, saved: Sequence | None = None):
     """``lambda: ex(*inputs)``; with state, the state is put back before each call (a step counter or a cache
-    position kept in state would otherwise move on every timed call, out of the cache's range)."""
+    position kept in state would otherwise move on every timed call, out of the cache's range).
+
+    `saved`: the state's values to put back (tensors only read, e.g. views of a task's own input set, which
+    nothing writes; several contenders can share them); default: a copy of the state in `inputs`.
+    """
     n = len(graph.state_ids)
     if not n:
         return lambda: ex(*inputs)
     states = inputs[len(inputs) - n:]
-    saved = [x.clone() for x in states]
+    saved = [x.clone() for x in states] if saved is None else list(saved)
 
     def call():
         for x, v in zip(states, saved):
@@ -138,6 +142,14 @@ def repeatable(graph: Graph, ex, inputs: list):
         return ex(*inputs)
 
     return call
+
+
+def saved_state(task: Task) -> list:
+    """The state of the task's first input set as tensors over the task's own arrays (read, never written):
+    what :func:`repeatable` puts back before each timed call, without a copy of every state per candidate."""
+    n = len(task.reference.state_ids)
+    xs = task.inputs[0]
+    return torch_inputs(xs[len(xs) - n:]) if n else []
 
 
 def time_calls(fn, device: str, backend: str, repeats: int):
@@ -176,16 +188,25 @@ class _OverCap(Exception):
         self.seconds = seconds
 
 
-KEEP_EXECUTABLES = 3  # the last few lowered candidates a memo keeps (a 12-layer XLA compile takes seconds)
+KEEP_EXECUTABLES = 3  # lowered candidates not yet judged, at most (a final comparison checks several, then times them)
 
 
 class Executables:
-    """Lowered candidates by (candidate, device, bound weights): the last few, plus any pinned ones.
+    """Lowered candidates by (candidate, device, bound weights): the pinned ones, the fastest timed, a few more.
 
     Each search (and each Ray actor) owns one; tasks stay plain values that
     travel without executables in them.  The structural key leaves weight
     values out, so the bound arrays' identities go in (each entry keeps its
     graph, so those arrays stay alive and their ids cannot be reused).
+
+    What is kept: the pinned candidates (the direct lowering, a search's
+    seeds: the final comparison times them again); the fastest candidate
+    timed so far (the search's likely winner, which the final comparison
+    times again); and up to ``keep`` lowered candidates not yet judged
+    (:meth:`judged`).  Once :func:`evaluate_one` has judged a candidate that
+    is neither pinned nor the fastest, its executable is dropped: each one
+    holds compiled code and its folded weights (tens of MB for a model; a
+    JAX program with its weights as constants, hundreds).
     """
 
     def __init__(self, keep: int = KEEP_EXECUTABLES):
@@ -193,6 +214,8 @@ class Executables:
         self.pinned: dict = {}
         self.recent: OrderedDict = OrderedDict()
         self.held: set[str] = set()  # candidate keys pinned whenever lowered (a search's seeds)
+        self.best: tuple | None = None  # (memo key, (graph, executable)): the fastest timed so far, unpinned
+        self.best_s = math.inf  # the fastest time judged so far, pinned candidates included
 
     def hold(self, keys) -> None:
         """Pin the candidates with these keys whenever they are lowered (the final comparison reuses them)."""
@@ -203,15 +226,21 @@ class Executables:
         self.pinned.clear()
         self.recent.clear()
         self.held.clear()
+        self.best, self.best_s = None, math.inf
+
+    def size(self) -> int:
+        """How many executables are kept now."""
+        return len(self.pinned) + len(self.recent) + (self.best is not None and self.best[0] not in self.recent)
 
     @staticmethod
     def _key(cand: Candidate, device: str) -> tuple:
         return cand.key, str(device), tuple(sorted((k, id(v)) for k, v in cand.graph.weights.items()))
 
     def get(self, cand: Candidate, device: str, pin: bool = False):
-        """`cand` lowered for `device`, from the memo when it was lowered lately (or pinned)."""
+        """`cand` lowered for `device`, from the memo when it is kept (pinned, the fastest, or not yet judged)."""
         key = self._key(cand, device)
-        hit = self.pinned.get(key) or self.recent.get(key)
+        hit = self.pinned.get(key) or self.recent.get(key) or (self.best[1] if self.best and self.best[0] == key
+                                                                else None)
         ex = hit[1] if hit else lower(cand.graph, cand.backend, device, dict(cand.knobs))
         if pin or cand.key in self.held:
             self.pinned[key] = (cand.graph, ex)
@@ -223,6 +252,16 @@ class Executables:
                 self.recent.popitem(last=False)
         return ex
 
+    def judged(self, cand: Candidate, device: str, outcome: "Outcome") -> None:
+        """After `cand`'s evaluation: keep its executable only if pinned, or timed as the fastest so far."""
+        key = self._key(cand, device)
+        entry = self.recent.pop(key, None)  # None: pinned (kept anyway), or not lowered
+        if outcome.status == "timed" and not outcome.message and outcome.time_s < self.best_s:
+            self.best_s = outcome.time_s
+            self.best = None if entry is None else (key, entry)  # the one it beat goes
+        elif entry is not None and outcome.status == "checked":
+            self.recent[key] = entry  # validated for a final comparison, which times it next
+
 
 def evaluate_one(task: Task, cand: Candidate, est: float | None = None, *, cap_s: float = math.inf,
                  memo: Executables | None = None, pin: bool = False, timed: bool = True) -> Outcome:
@@ -233,7 +272,17 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None, *, cap_s
     lowered candidates are kept (None: lowered afresh).  ``timed=False``
     validates only: the outcome is ``checked``, its time the second checking
     call's (a warm call: enough to size later timings, not to compare).
+    Once judged, the candidate's executable leaves `memo` unless it is kept
+    there (:meth:`Executables.judged`).
     """
+    out = _evaluate(task, cand, est, cap_s, memo, pin, timed)
+    if memo is not None:
+        memo.judged(cand, task.device, out)
+    return out
+
+
+def _evaluate(task: Task, cand: Candidate, est: float | None, cap_s: float, memo: Executables | None, pin: bool,
+              timed: bool) -> Outcome:
     key = cand.key
     est = bound(cand.graph, cand.backend, cand.knobs, task.device) if est is None else est
     if task.fitness == "model":
@@ -283,7 +332,8 @@ def evaluate_one(task: Task, cand: Candidate, est: float | None = None, *, cap_s
         return Outcome(key, "timed", second[0], 0.0, est, message="one call only: slower than the cap",
                        compile_s=compile_s)
     # one snapshot of the state for every timed call: each starts from the state the inputs were drawn with
-    call = repeatable(task.reference, ex, torch_inputs(own_state(task.reference, task.inputs[0])))
+    call = repeatable(task.reference, ex, torch_inputs(own_state(task.reference, task.inputs[0])),
+                      saved_state(task))
     try:
         t1 = _time.perf_counter()
         call()

@@ -122,6 +122,11 @@ def search(graph: Graph, config: CompileConfig | None = None, *, saturation=None
         memo.release()
         if own:
             evaluator.close()
+        # the candidates' executables and the reference outputs are garbage now: their pages go back to the OS
+        # (a model's KV caches in float64, per input set: GBs the C heap would otherwise keep resident)
+        from ..rewrites.session import return_freed_pages
+
+        return_freed_pages()
     if store is not None and not res.interrupted:
         stored.save(store, key, res)
     return res
@@ -173,7 +178,8 @@ class _Run:
         if saturation is None:
             from ..rewrites import saturate
 
-            saturation = saturate(graph, self.config.rule_specs(), self.config.limits)
+            # its own saturation: the search needs the snapshot alone, not egglog's e-graph (hundreds of MB)
+            saturation = saturate(graph, self.config.rule_specs(), self.config.limits).drop_egraph()
             t = self._stage("saturate", t)
         task = Task(graph, dev, self.fitness, self.config.seed, [list(x) for x in inputs] if inputs else [])
         t = self._stage("reference", t)

@@ -30,7 +30,8 @@ from typing import Any, Sequence
 
 from ..measure import compare, interleaved
 from ..measure.timing import COLLAPSE
-from .candidate import Candidate, Executables, Task, bound, evaluate_one, own_state, repeatable, torch_inputs
+from .candidate import (Candidate, Executables, Task, bound, evaluate_one, own_state, repeatable, saved_state,
+                        torch_inputs)
 
 ROUNDS = 5
 MAX_CALLS = 7  # per turn; fewer when the allowance is short (a 12-layer model: 0.1 s a call)
@@ -94,7 +95,8 @@ def run(task: Task, contenders: Sequence[Contender], memo: Executables, allowanc
     t = _time.perf_counter()
     exes = [memo.get(c.cand, task.device) for c in alive]
     tin = torch_inputs(own_state(task.reference, task.inputs[0]))
-    fns = {str(i): repeatable(task.reference, ex, tin) for i, ex in enumerate(exes)}
+    saved = saved_state(task)  # one snapshot of the state for every contender (a KV cache: hundreds of MB)
+    fns = {str(i): repeatable(task.reference, ex, tin, saved) for i, ex in enumerate(exes)}
     known = [c.checked_s for c in alive if c.checked_s and math.isfinite(c.checked_s)]
     per_turn = sum(known) + (len(alive) - len(known)) * max(known, default=0.0)
     timings = interleaved(fns, task.device, ROUNDS, calls_per_turn(allowance_s, per_turn),

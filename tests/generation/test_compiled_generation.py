@@ -123,6 +123,23 @@ def test_one_search_one_program_per_ladder_size_and_generate_compiles_nothing(co
     assert g.describe() == d and g.programs == programs
 
 
+def test_every_chunk_program_binds_one_copy_of_the_weights(compiled_of):
+    """The chunk sizes' programs share the model's weight arrays (one copy in memory, not one per chunk size)."""
+    import numpy as np
+
+    model, cm = compiled_of("llama", "auto")
+    graphs = {t: p.executable.graph for t, p in cm.generation.programs.items()}
+    names = set.intersection(*(set(n for n in g.weights if not n.startswith("__")) for g in graphs.values()))
+    params = {n for n, _ in model.named_parameters()}
+    assert {n.split(".", 1)[1] for n in names if n.split(".", 1)[-1] in params} == params  # the step's "lm."
+    first = graphs[1]
+    for t, g in graphs.items():
+        assert all(g.weights[n] is first.weights[n] for n in names), t
+    held = {id(w): w.nbytes for g in graphs.values() for w in g.weights.values()}
+    own = sum(np.asarray(first.weights[n]).nbytes for n in names)
+    assert sum(held.values()) < 1.5 * own  # folded values aside, the weights once
+
+
 SECOND_COMPILE = """
 import json, time
 import torch

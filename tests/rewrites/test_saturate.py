@@ -30,6 +30,33 @@ def test_no_rules_saturates_immediately():
     assert res.history[0].phase == "start"
 
 
+def test_drop_egraph_keeps_the_snapshot_and_lets_egglog_go():
+    g = _sum_chain(6)
+    res = saturate(g, rules=COMM_ASSOC, limits=Limits(iterations=2, repeated_layers=False))
+    assert res.egraph is not None
+    want = res.snapshot()
+    assert res.drop_egraph() is res and res.egraph is None
+    assert res.snapshot() is want and len(want.nodes) == res.nodes
+    assert res.drop_egraph().snapshot() is want  # a second drop changes nothing
+
+
+def test_the_search_drops_its_own_saturation_s_egraph(monkeypatch):
+    from egraft.search import Budget, search
+    from egraft.search import space
+
+    seen = []
+    real = space.Space.from_egraph.__func__
+
+    def from_egraph(cls, result):
+        seen.append(result.egraph)
+        return real(cls, result)
+
+    monkeypatch.setattr(space.Space, "from_egraph", classmethod(from_egraph))
+    search(program(lambda x: x.sin() * 2.0, (3,)), budget=Budget(trials=2), fitness="model", cache=False,
+           progress=False, limits=Limits(repeated_layers=False))
+    assert seen == [None]
+
+
 def test_node_limit_is_respected_within_one_bounded_step():
     g = _sum_chain()
     lim = Limits(nodes=300, match_limit=200, explosive_iterations=3, iterations=50, seconds=60, repeated_layers=False)

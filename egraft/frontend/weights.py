@@ -1,0 +1,69 @@
+"""The traced graph's weight arrays: one read-only host copy per parameter, shared by every trace that asks.
+
+A traced graph binds each parameter and buffer as a numpy array of its own
+(the graph must not change when the model's parameters later do), so the
+tracer copies them.  Two things keep that copy cheap:
+
+* **One copy per parameter, not per trace.**  A :class:`WeightCopies` hands
+  out the same array for the same tensor bytes (same storage, offset,
+  shape, strides, dtype, device and version counter, so an in-place update
+  of the parameter in between gets a fresh copy).  ``egraft.compile`` of a
+  causal LM traces one step program per chunk size; passing one
+  ``WeightCopies`` to each trace makes every chunk program bind the same
+  arrays (a model's weights once in memory, not once per chunk size).
+* **Aligned to** :data:`ALIGN` **bytes.**  The JAX backend places weights
+  with ``jax.device_put``; on the CPU, XLA aliases a read-only host array
+  instead of copying it when its data is 64-byte aligned (numpy's own
+  allocations are 16-byte aligned, so they were copied: one more copy of
+  the weights per JAX executable, each search candidate included).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.tensors import to_numpy
+
+ALIGN = 64  # bytes: XLA's CPU client aliases host buffers aligned to this instead of copying them
+
+
+def aligned_copy(arr: np.ndarray, align: int = ALIGN) -> np.ndarray:
+    """A read-only C-contiguous copy of `arr` whose data starts on an `align`-byte boundary."""
+    arr = np.asarray(arr)
+    nbytes = arr.size * arr.itemsize
+    raw = np.empty(nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    out = raw[start:start + nbytes].view(arr.dtype).reshape(arr.shape)
+    np.copyto(out, arr, casting="no")
+    out.setflags(write=False)
+    return out
+
+
+class WeightCopies:
+    """Read-only aligned numpy copies of tensors, one per distinct tensor contents (the module docstring).
+
+    The tensors are held with their copies, so a key's storage pointer is
+    never reused by another tensor while the copy is handed out.
+    """
+
+    def __init__(self):
+        self._copies: dict[tuple, tuple[object, np.ndarray]] = {}
+
+    @staticmethod
+    def _key(t) -> tuple:
+        return (str(t.device), t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+                tuple(t.stride()), t.dtype, t._version)
+
+    def __len__(self) -> int:
+        return len(self._copies)
+
+    def get(self, t) -> np.ndarray:
+        """The copy of tensor `t` (made on first use)."""
+        key = self._key(t)
+        hit = self._copies.get(key)
+        if hit is None:
+            hit = self._copies[key] = (t, aligned_copy(to_numpy(t)))
+        return hit[1]
+
+
+__all__ = ["ALIGN", "WeightCopies", "aligned_copy"]
