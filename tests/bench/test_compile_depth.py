@@ -23,6 +23,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 import compile_depth as cd  # noqa: E402
+import envelope  # noqa: E402
 
 
 def test_the_fit_recovers_a_straight_line():
@@ -80,7 +81,7 @@ def test_a_tiny_run_writes_the_record(tmp_path):
     assert doc["command"] == ("python3 bench/compile_depth.py --layers 1 2 --hidden 64 --heads 2 --seq 16 "
                               f"--budget 1 --out {out}")
     assert doc["threads"] == 1 and len(doc["cores"]) == 1
-    assert set(doc["versions"]) == {"python", *cd.VERSIONS} and doc["versions"]["torch"]
+    assert set(doc["versions"]) == {"python", *envelope.VERSIONS} and doc["versions"]["torch"]
     assert len(doc["date"]) == 10 and doc["date"][4] == doc["date"][7] == "-"
     assert (doc["model"]["hidden"], doc["model"]["heads"], doc["model"]["seq"]) == (64, 2, 16)
     assert doc["compile"]["budget_s"] == 1.0 and doc["compile"]["cache"] is False
