@@ -58,7 +58,10 @@ class WeightCopies:
         return len(self._copies)
 
     def get(self, t) -> np.ndarray:
-        """The copy of tensor `t` (made on first use)."""
+        """The copy of tensor `t` (made on first use; every time for an inference tensor, which has no version
+        counter to tell an in-place update from the same contents)."""
+        if getattr(t, "is_inference", lambda: False)():
+            return aligned_copy(to_numpy(t))
         key = self._key(t)
         hit = self._copies.get(key)
         if hit is None:

@@ -64,3 +64,16 @@ def test_the_jax_backend_uses_the_traced_weights_memory():
     host = {id(w): w.ctypes.data for w in g.weights.values()}
     placed = [w.unsafe_buffer_pointer() for w in ex.weights]
     assert set(host.values()) <= set(placed)  # each weight aliased, none copied
+
+
+def test_inference_tensors_get_a_copy_each_time():
+    """An inference tensor has no version counter: it is copied every time, never served from a stale copy."""
+    copies = WeightCopies()
+    with torch.inference_mode():
+        t = torch.randn(4, 3)
+        a = copies.get(t)
+        t.add_(1.0)  # an in-place update no version counter records
+        b = copies.get(t)
+    assert a is not b and len(copies) == 0
+    np.testing.assert_array_equal(b, t.numpy())
+    assert not np.array_equal(a, b)
