@@ -358,19 +358,28 @@ def main(argv=None) -> int:
                         runs.append(row)
                         print(f"[{model}, {threads} thread(s)] {system}: {row['status']} ({row['wall_s']:.0f} s)",
                               file=sys.stderr, flush=True)
+                        _write(a, info, bw, runs, commit, partial=True)  # an interrupted run keeps what it measured
         finally:
             for d in model_dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
-    info["versions"] = {r["system"]: r.get("versions", {}) for r in runs}
-    info["versions_line"] = _versions_line(runs, commit)
-    out = {"info": info, "bandwidth": bw, "models": {m: {**MODELS[m], **parameter_counts(m)} for m in a.models},
-           "runs": runs}
-    out["table"] = tables(out)
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1, default=str)
+    out = _write(a, info, bw, runs, commit, partial=False)
     print(out["table"])
     print(f"results: {a.out}; worker log: {log_path}", file=sys.stderr)
     return 0
+
+
+def _write(a, info, bw, runs, commit, partial: bool) -> dict:
+    """The results so far as JSON at ``a.out`` (``info.partial``: true until every run is in)."""
+    info = {**info, "partial": partial, "versions": {r["system"]: r.get("versions", {}) for r in runs},
+            "versions_line": _versions_line(runs, commit)}
+    out = {"info": info, "bandwidth": bw, "models": {m: {**MODELS[m], **parameter_counts(m)} for m in a.models},
+           "runs": runs}
+    out["table"] = tables(out)
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=1, default=str)
+    os.replace(tmp, a.out)
+    return out
 
 
 def _run_one(a, system, model, threads, vllm_python, model_dirs, log) -> dict:

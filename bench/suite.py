@@ -104,7 +104,8 @@ def plan(quick: bool, device: str, vllm_venv: str | None = None) -> list[Step]:
         Step("call_overhead", "call_overhead.py", q or ("--repeats", "100", "--calls", "200"),
              "per-call overhead against bare jax.jit and torch eager", 0.5 if quick else 2),
         Step("generate", "generate.py", _generate_args(quick, vllm_venv),
-             "greedy generation against HF eager, HF static + Inductor and vLLM", 3 if quick else 60),
+             "greedy generation against HF eager, HF static + Inductor and vLLM", 3 if quick else 60,
+             threads=1 if quick else 2),
     ]
     return steps
 
