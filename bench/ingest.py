@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from egraft.measure import compare, summarize
+import envelope
+from egraft.measure import compare
 
 SEARCH_STEPS = ("search-1t", "search-2t", "search-cuda")
 SEARCH_PEERS = ("eager", "torch.compile", "torch.compile max-autotune")
@@ -32,7 +33,7 @@ def _timing(t: dict | None):
     """A raw timing record ({median, spread, n, samples}) as an egraft Timing; None without samples."""
     if not t or not t.get("samples"):
         return None
-    return summarize(t["samples"])
+    return envelope.load_timing(t)
 
 
 class Ratios:
