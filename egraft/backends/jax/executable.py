@@ -56,6 +56,8 @@ KNOBS = {
     "precision": ["highest", "default"],
     # weights as jit arguments or as closed-over constants
     "weights": ["arguments", "constants"],
+    # products of at most panels.MAX_ROWS rows against a weight read it as panels of this many columns (0: off)
+    "panels": [64, 0],
 }
 
 

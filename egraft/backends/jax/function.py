@@ -25,7 +25,7 @@ from ...ir import Op, dtypes
 from ...ir.decompose import decompose
 from ...ir.graph import Graph
 from ...ir.ops import TensorValue
-from . import peephole, windows
+from . import panels, peephole, windows
 from .rules import RULES, STAT_ZERO, LowerCtx, realise_view
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -63,21 +63,31 @@ class Program:
         self.knobs = dict(knobs)
         self.x64 = needs_x64(graph) if x64 is None else x64
         self.ctx = LowerCtx(self.knobs, self.x64)
-        self.weight_names = tuple(graph.weight_names())
+        self.lowered, self.plans, self.panel_weights = plan(graph, self.knobs)
+        # the weights the program takes: those a computed node reads, then the panel forms (panels.py)
+        need = _needed(self.lowered, self.plans)
+        read = {n.attrs["name"] for i, n in enumerate(self.lowered.nodes)
+                if need[i] and n.op == Op.Input and n.attrs["role"] == "weight"}
+        self.weight_names = tuple(w for w in graph.weight_names() if w in read) + tuple(sorted(self.panel_weights))
 
     def fn(self, weights: Sequence, *inputs):
         """The pure function jit traces: weights in ``weight_names`` order, then the model's inputs."""
         self.ctx.stats.update(STAT_ZERO)
         env = dict(zip(self.weight_names, weights))
-        return tuple(emit(self.graph, list(inputs), env, self.ctx))
+        return tuple(emit(self.lowered, list(inputs), env, self.ctx, self.plans))
 
     def host_weights(self) -> list[np.ndarray]:
-        """Bound weight values converted to the dtypes the program holds them in."""
+        """Bound weight values converted to the dtypes the program holds them in (panel forms made here)."""
         out = []
         for name in self.weight_names:
-            if name not in self.graph.weights:
-                raise BackendError(f"weight {name!r} has no bound value; bind it with graph.with_weights(...)")
-            out.append(to_program_dtype(np.asarray(self.graph.weights[name]), self.x64, f"weight {name!r}"))
+            pw = self.panel_weights.get(name)
+            source = pw.source if pw else name
+            if source not in self.graph.weights:
+                raise BackendError(f"weight {source!r} has no bound value; bind it with graph.with_weights(...)")
+            value = np.asarray(self.graph.weights[source])
+            if pw:
+                value = panels.panel_form(value, pw)
+            out.append(to_program_dtype(value, self.x64, f"weight {name!r}"))
         return out
 
 
@@ -95,16 +105,30 @@ def _needed(graph: Graph, plans: dict) -> list[bool]:
     return graph.needed(lambda i: plans[i].deps() if i in plans else graph.nodes[i].inputs)
 
 
-def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
+def plan(graph: Graph, knobs: dict) -> tuple[Graph, dict, dict]:
+    """The graph the program lowers (idioms decomposed under ``idioms="primitive"``), its node plans, and the
+    panel weights those plans read (name -> :class:`.panels.PanelWeight`).
+
+    Plans replace a node (and the intermediates only it used) by one library
+    op: the peepholes (knob ``peephole``) and products read through a
+    weight's panels (knob ``panels``, :mod:`.panels`).
+    """
+    if knobs.get("idioms", "library") == "primitive":
+        graph = decompose(graph)
+    plans = peephole.find(graph, knobs.get("windows", True)) if knobs.get("peephole", True) else {}
+    panel_plans, panel_weights = panels.find(graph, int(knobs.get("panels", 0) or 0))
+    plans.update(panel_plans)
+    return graph, plans, panel_weights
+
+
+def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict | None = None) -> list:
     """Lower `graph` on traced values; returns its outputs.
 
-    Under the knob ``idioms="primitive"`` every idiom node is first rewritten
-    into its primitive form (:func:`egraft.ir.decompose.decompose`), which the
-    rules and peepholes below then lower like any primitive graph.
+    `plans` are :func:`plan`'s for this graph (None: made here from the
+    knobs, after which `graph` must already be the one :func:`plan` lowers).
     """
-    if ctx.knobs.get("idioms", "library") == "primitive":
-        graph = decompose(graph)
-    plans = peephole.find(graph, ctx.knobs.get("windows", True)) if ctx.knobs.get("peephole", True) else {}
+    if plans is None:
+        graph, plans, _ = plan(graph, ctx.knobs)
     need = _needed(graph, plans)
     pos = {nid: k for k, nid in enumerate(graph.input_ids)}
     vals: dict[int, object] = {}
@@ -119,7 +143,10 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx) -> list:
                 v = weights[n.attrs["name"]]
         elif i in plans:
             p = plans[i]
-            v = EMITTERS[type(p)](ctx, p, *[vals[j] for j in p.deps()], view)
+            if isinstance(p, panels.PanelPlan):  # its weight is the program's panel-form argument, not a node
+                v = panels.emit_panel_dot(ctx, p, vals[p.lhs], weights[p.name])
+            else:
+                v = EMITTERS[type(p)](ctx, p, *[vals[j] for j in p.deps()], view)
         else:
             v = RULES[n.op](ctx, n, *[vals[j] for j in n.inputs])
         want = ctx.jdt(n.dtype)
