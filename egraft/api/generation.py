@@ -8,7 +8,9 @@ feed prompts in chunks, exactly: no padding is stored or read).  The decode
 step is searched; every other chunk size is lowered with the decode step's
 winning backend and knobs and checked against eager PyTorch, with no search
 (``search.pipeline.compile_like``), so compile time follows the number of
-ladder sizes, not prompt lengths or batch sizes.  The generation loop is the
+ladder sizes, not prompt lengths or batch sizes.  So are the decode programs
+of the context buckets (``StepSpec.contexts``: a decode step over short
+sequences reads only a prefix of the cache).  The generation loop is the
 light runtime's (``runtime.generation``): per step it runs one program call,
 the sampler and the stopping test.
 """
@@ -86,19 +88,22 @@ class Generation:
     programs: dict[int, Program]  # chunk size -> the compiled program
     compile_s: dict[int, float]  # chunk size -> seconds to trace and compile it
     state: list = field(default_factory=list)
+    decoders: dict[int, Program] = field(default_factory=dict)  # context bucket -> its decode program
+    decoder_s: dict[int, float] = field(default_factory=dict)  # context bucket -> seconds to trace and compile it
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
         names = [s.name for s in self.spec.state]
         self.step_programs = gen.StepPrograms(
-            self.spec, {t: state_program(p.executable, names) for t, p in self.programs.items()})
+            self.spec, {t: state_program(p.executable, names) for t, p in self.programs.items()},
+            {c: state_program(p.executable, names) for c, p in self.decoders.items()})
         if not self.state:
             self.state = gen.new_state(self.spec)
 
     @property
     def searches(self) -> int:
         """How many of the programs ran a search (the others reused the first one's choices)."""
-        return sum(1 for p in self.programs.values() if p.searched)
+        return sum(1 for p in (*self.programs.values(), *self.decoders.values()) if p.searched)
 
     def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:
         """transformers' ``generate`` on the compiled steps (``runtime.generation.generate``); one at a time."""
@@ -113,13 +118,16 @@ class Generation:
 
     def describe(self) -> dict:
         return {"max_batch": self.spec.max_batch, "max_length": self.spec.max_length,
-                "chunks": list(self.spec.chunks), "programs": len(self.programs), "searches": self.searches,
+                "chunks": list(self.spec.chunks), "contexts": list(self.spec.contexts),
+                "programs": len(self.programs) + len(self.decoders), "searches": self.searches,
                 "compile_s": {str(t): round(s, 3) for t, s in self.compile_s.items()},
+                "decoder_compile_s": {str(c): round(s, 3) for c, s in self.decoder_s.items()},
                 "backends": {str(t): p.result.backend for t, p in self.programs.items()}}
 
 
 def compile_generation(model: torch.nn.Module, config, status: Callable[[str], None], *, max_batch: int,
-                       max_length: int, chunks: Sequence[int] | None = None) -> Generation:
+                       max_length: int, chunks: Sequence[int] | None = None,
+                       contexts: Sequence[int] | None = None) -> Generation:
     """Compile `model`'s step for every chunk size of its ladder (the module docstring)."""
     from ..frontend.causal_lm import DEFAULT_CHUNKS, step_module
     from ..frontend.weights import WeightCopies
@@ -128,7 +136,8 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
         raise InputError(f"{type(model).__name__} is not a Hugging Face causal LM (no config / output embeddings): "
                          "max_batch and max_length compile generation for transformers' *ForCausalLM models; "
                          "compile other models without them")
-    step = step_module(model, max_batch, max_length, DEFAULT_CHUNKS if chunks is None else tuple(chunks))
+    step = step_module(model, max_batch, max_length, DEFAULT_CHUNKS if chunks is None else tuple(chunks),
+                       None if contexts is None else tuple(contexts))
     if config.cache:  # XLA's own disk cache too: a second process then finds the compiled programs, not only the search
         try:
             from ..search.evaluators import enable_xla_cache, xla_cache_dir
@@ -149,7 +158,15 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
         times[t] = time.perf_counter() - t0
         programs[t] = prog
         first = first or prog
-    return Generation(step.spec, programs, times)
+    decoders: dict[int, Program] = {}
+    decoder_s: dict[int, float] = {}
+    for c in step.spec.contexts:
+        args = step.example_inputs(1, c)
+        status(f"compiling the decode step reading {c} cache slots (reusing the decode step's choices)")
+        t0 = time.perf_counter()
+        decoders[c] = build(step, args, {}, call_key(args, {}), config, status, reuse=first, weights=weights)
+        decoder_s[c] = time.perf_counter() - t0
+    return Generation(step.spec, programs, times, decoders=decoders, decoder_s=decoder_s)
 
 
 __all__ = ["Generation", "compile_generation", "state_program"]

@@ -39,8 +39,15 @@ def save_generation(generation, directory: str, *, model: str) -> str:
             save_artifact(prog.executable, os.path.join(stage, rel),
                           meta={"model": f"{model} step x{t}", "input_names": list(prog.input_names)})
             steps[str(t)] = rel
+        decoders = {}
+        for c, prog in sorted(generation.decoders.items()):
+            rel = f"decode_{c}"
+            save_artifact(prog.executable, os.path.join(stage, rel),
+                          meta={"model": f"{model} decode reading {c} slots", "input_names": list(prog.input_names)})
+            decoders[str(c)] = rel
         doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model,
-               "spec": spec_to_dict(generation.spec), "steps": steps, "compiled": generation.describe()}
+               "spec": spec_to_dict(generation.spec), "steps": steps, "decoders": decoders,
+               "compiled": generation.describe()}
         with open(os.path.join(stage, GENERATION_FILE), "w") as f:
             json.dump(doc, f, indent=1)
         if os.path.isdir(directory):

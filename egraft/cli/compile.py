@@ -63,18 +63,21 @@ def compile_model(args, model, inputs, **generation):
 def generation_flags(args) -> dict:
     """--generate's max_batch / max_length / chunks for egraft.compile ({} without --generate)."""
     if not getattr(args, "generate", False):
-        if args.max_batch is not None or args.max_length is not None or args.chunks is not None:
-            raise EgraftError("--max-batch, --max-length and --chunks describe generation: add --generate")
+        if any(v is not None for v in (args.max_batch, args.max_length, args.chunks, args.contexts)):
+            raise EgraftError("--max-batch, --max-length, --chunks and --contexts describe generation: add --generate")
         return {}
     if args.max_batch is None or args.max_length is None:
         raise EgraftError("--generate needs --max-batch N and --max-length N (the KV caches' rows and length)")
-    chunks = None
-    if args.chunks is not None:
+    sizes = {}
+    for flag, value, example in (("chunks", args.chunks, "1,4,16,64"), ("contexts", args.contexts, "128,256")):
+        if value is None:
+            sizes[flag] = None
+            continue
         try:
-            chunks = tuple(int(c) for c in args.chunks.split(","))
+            sizes[flag] = tuple(int(c) for c in value.split(",") if c.strip())
         except ValueError:
-            raise EgraftError(f"--chunks {args.chunks!r}: give chunk sizes as integers, e.g. 1,4,16,64") from None
-    return {"max_batch": args.max_batch, "max_length": args.max_length, "chunks": chunks}
+            raise EgraftError(f"--{flag} {value!r}: give sizes as integers, e.g. {example}") from None
+    return {"max_batch": args.max_batch, "max_length": args.max_length, **sizes}
 
 
 def cmd_compile(args) -> int:
@@ -94,7 +97,8 @@ def cmd_compile(args) -> int:
         model, _ = load_model(args.model, args.input, args.seed, args.int_high, need_inputs=False)
         cm = compile_model(args, model, None, **gen)
         d = cm.generation.describe()
-        print(f"generation: {d['programs']} step programs (chunk sizes {d['chunks']}), {d['searches']} searched, "
+        print(f"generation: {d['programs']} step programs (chunk sizes {d['chunks']}, decode context buckets "
+              f"{d['contexts']}), {d['searches']} searched, "
               f"the others reusing the decode step's choices; backends {sorted(set(d['backends'].values()))}; "
               f"compile seconds per chunk size {d['compile_s']}")
         path = cm.save(out)
@@ -142,6 +146,9 @@ def add_parsers(verb) -> None:
                    help="with --generate: the longest prompt + new tokens")
     p.add_argument("--chunks", default=None, metavar="LIST",
                    help="with --generate: prompt chunk sizes (default 1,4,16,64,256, capped by --max-length)")
+    p.add_argument("--contexts", default=None, metavar="LIST",
+                   help="with --generate: decode context buckets, the slots a decode step reads (default 128, 256, "
+                        "... below the cache's length; an empty string: none)")
     p.add_argument("--compare", choices=list(COMPARE), default="all",
                    help="what the result is measured against before the report: all (eager PyTorch and "
                         "torch.compile, the default), eager, or none")

@@ -34,6 +34,7 @@ from ..runtime.sampling import Sampling, eos_tuple
 from .tracer import export_program
 
 DEFAULT_CHUNKS = (1, 4, 16, 64, 256)
+FIRST_CONTEXT = 128  # the smallest decode context bucket; the default buckets double from it (default_contexts)
 
 # generation_config settings whose logits processors the light loop does not apply, with their neutral values
 _NEUTRAL = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
@@ -51,9 +52,9 @@ def _slot_layer_class():
     class SlotLayer(CacheLayerMixin):
         """One layer's K and V caches; ``update`` scatters the new tokens to their slots and returns the whole cache."""
 
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor):
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, context: int):
             super().__init__()
-            self.keys, self.values, self.slots = keys, values, slots
+            self.keys, self.values, self.slots, self.context = keys, values, slots, context
             self.is_initialized = True
 
         def lazy_initialization(self, key_states, value_states) -> None:
@@ -64,10 +65,11 @@ def _slot_layer_class():
             idx = self.slots[:, None, :, None].expand(b, h, t, d)
             self.keys.scatter_(2, idx, key_states.to(self.keys.dtype))
             self.values.scatter_(2, idx, value_states.to(self.values.dtype))
-            return self.keys, self.values
+            c = self.context  # the slots the call reads: a prefix of the cache (all of it unless a decode bucket)
+            return self.keys[:, :, :c], self.values[:, :, :c]
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            return self.keys.shape[2], 0
+            return self.context, 0
 
         def get_seq_length(self) -> int:
             raise InputError("the slot cache has no one sequence length (rows differ): pass position_ids")
@@ -128,7 +130,8 @@ def generation_defaults(model) -> Sampling:
 class StepModule(torch.nn.Module):
     """A causal LM's step over slot caches (see the module docstring); ``spec`` describes it for the runtime."""
 
-    def __init__(self, model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS):
+    def __init__(self, model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS,
+                 contexts: Sequence[int] | None = None):
         super().__init__()
         for name, v in (("max_batch", max_batch), ("max_length", max_length)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -149,8 +152,15 @@ class StepModule(torch.nn.Module):
                 self.register_buffer(name, torch.zeros(max_batch, heads, cache_len, dim, dtype=dtype, device=device))
                 specs.append(StateSpec(name, (max_batch, heads, cache_len, dim), str(dtype).removeprefix("torch.")))
         vocab = model.get_output_embeddings().weight.shape[0]
+        if contexts is None:
+            contexts = default_contexts(cache_len)
+        bad = [c for c in contexts if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c < cache_len]
+        if bad:
+            raise InputError(f"contexts={list(contexts)}: each decode context bucket must be an int in "
+                             f"[1, {cache_len}) (the cache holds {cache_len} slots: max_length + the largest chunk)")
         self.spec = StepSpec(max_batch=max_batch, max_length=max_length, chunks=tuple(ladder), vocab_size=vocab,
-                             state=tuple(specs), defaults=generation_defaults(model))
+                             state=tuple(specs), defaults=generation_defaults(model),
+                             contexts=tuple(sorted(set(contexts))))
         self._layer = _slot_layer_class()
         self.register_buffer("_slots", torch.arange(cache_len, device=device), persistent=False)
 
@@ -158,9 +168,12 @@ class StepModule(torch.nn.Module):
         from transformers.cache_utils import Cache
 
         names = [s.name for s in self.spec.state]
-        layers = [self._layer(getattr(self, k), getattr(self, v), position_ids) for k, v in zip(names[::2], names[1::2])]
+        context = slot_mask.shape[1]  # the slots this call reads (a decode bucket's prefix, or the whole cache)
+        layers = [self._layer(getattr(self, k), getattr(self, v), position_ids, context)
+                  for k, v in zip(names[::2], names[1::2])]
         cache = Cache(layers=layers)
-        allowed = (slot_mask != 0)[:, None, None, :] & (self._slots[None, None, None, :] <= position_ids[:, None, :, None])
+        slots = self._slots[:context]
+        allowed = (slot_mask != 0)[:, None, None, :] & (slots[None, None, None, :] <= position_ids[:, None, :, None])
         dtype = self.spec.state[0].dtype
         zero = torch.zeros((), dtype=getattr(torch, dtype), device=input_ids.device)
         mask = torch.where(allowed, zero, torch.finfo(zero.dtype).min)
@@ -172,21 +185,33 @@ class StepModule(torch.nn.Module):
         """The module's own cache buffers, in ``spec.state`` order."""
         return [getattr(self, s.name) for s in self.spec.state]
 
-    def example_inputs(self, chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(input_ids, position_ids, slot_mask) of the chunk-`chunk` call, for ``torch.export`` / compiling."""
+    def example_inputs(self, chunk: int, context: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids, position_ids, slot_mask) of the chunk-`chunk` call reading `context` slots (None: the whole
+        cache), for ``torch.export`` / compiling."""
         b, dev = self.spec.max_batch, self._slots.device
         ids = torch.zeros(b, chunk, dtype=torch.int64, device=dev)
         pos = torch.arange(chunk, device=dev)[None, :].expand(b, chunk).contiguous()
-        mask = self._slots[None, :].expand(b, -1) < chunk
+        mask = self._slots[None, :context].expand(b, -1) < chunk
         return ids, pos, mask
 
 
-def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS) -> StepModule:
+def default_contexts(cache_len: int) -> tuple[int, ...]:
+    """The decode context buckets below `cache_len`: FIRST_CONTEXT, doubling (896 slots -> 128, 256, 512)."""
+    out, c = [], FIRST_CONTEXT
+    while c < cache_len:
+        out.append(c)
+        c *= 2
+    return tuple(out)
+
+
+def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS,
+                contexts: Sequence[int] | None = None) -> StepModule:
     """`model` (a transformers causal LM, in eval mode) as a :class:`StepModule`; its ladder is `chunks` capped
-    by `max_length`, with 1 (decoding) always in it."""
+    by `max_length`, with 1 (decoding) always in it; `contexts` are its decode context buckets (None:
+    :func:`default_contexts`; ``()``: decode always reads the whole cache)."""
     if model.training:
         raise InputError("the model is in training mode (dropout would make each step random): call model.eval()")
-    return StepModule(model, max_batch, max_length, chunks)
+    return StepModule(model, max_batch, max_length, chunks, contexts)
 
 
 def eager_programs(step: StepModule) -> StepPrograms:
@@ -201,7 +226,7 @@ def eager_programs(step: StepModule) -> StepPrograms:
             logits = torch.func.functional_call(step, dict(zip(names, state)), (input_ids, position_ids, slot_mask))
         return logits, state
 
-    return StepPrograms(step.spec, {t: program for t in step.spec.chunks})
+    return StepPrograms(step.spec, {t: program for t in step.spec.chunks}, {c: program for c in step.spec.contexts})
 
 
 def export_step(step: StepModule, chunk: int) -> torch.export.ExportedProgram:
@@ -212,4 +237,5 @@ def export_step(step: StepModule, chunk: int) -> torch.export.ExportedProgram:
     return export_program(step, step.example_inputs(chunk))
 
 
-__all__ = ["DEFAULT_CHUNKS", "StepModule", "eager_programs", "export_step", "generation_defaults", "step_module"]
+__all__ = ["DEFAULT_CHUNKS", "FIRST_CONTEXT", "StepModule", "default_contexts", "eager_programs", "export_step",
+           "generation_defaults", "step_module"]

@@ -23,6 +23,15 @@ every read (``slot_mask`` is ``slot < length``) and overwritten later.  So a
 prompt is fed exactly, in chunks of the ladder taken largest first, and
 ``cache_len = max_length + max(chunks)`` keeps every filler write in range.
 There is one program per chunk size; decoding is the chunk of size 1.
+
+Decode context buckets (``StepSpec.contexts``): a decode step over short
+sequences need not read the whole cache.  The program of bucket ``C`` takes
+``slot_mask [max_batch, C]`` and reads slots ``0 .. C-1`` only (it still
+writes into the whole cache); a decode call whose rows all fit (each row's
+length after the call at most ``C``) runs the smallest such bucket, else the
+chunk-1 program over the whole cache.  A row's slots at or past ``C`` hold
+only filler then, which no call reads, so every bucket computes the same
+logits.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ class StepSpec:
     state: tuple[StateSpec, ...]
     defaults: Sampling = field(default_factory=Sampling)
     filler_token: int = 0
+    contexts: tuple[int, ...] = ()  # decode context buckets, ascending, each below cache_len (module docstring)
 
     @property
     def cache_len(self) -> int:
@@ -75,16 +85,31 @@ class StepSpec:
 
 @dataclass
 class StepPrograms:
-    """The step's spec and one program per chunk size of its ladder (eager torch, or egraft's compiled ones)."""
+    """The step's spec, one program per chunk size of its ladder (eager torch, or egraft's compiled ones), and
+    one decode program per context bucket (``decoders``: bucket -> program reading that many slots)."""
 
     spec: StepSpec
     programs: Mapping[int, Program]
+    decoders: Mapping[int, Program] = field(default_factory=dict)
 
     def __post_init__(self):
         missing = sorted(set(self.spec.chunks) - set(self.programs))
         if missing:
             raise InputError(f"no step program for chunk size(s) {missing}: the ladder {list(self.spec.chunks)} "
                              f"needs one program per size (given: {sorted(self.programs)})")
+        missing = sorted(set(self.spec.contexts) - set(self.decoders))
+        if missing:
+            raise InputError(f"no decode program for context bucket(s) {missing}: the step declares buckets "
+                             f"{list(self.spec.contexts)} (given: {sorted(self.decoders)})")
+
+    def for_call(self, t: int, needed: int) -> tuple[Program, int | None]:
+        """The program of a chunk-`t` call whose rows hold at most `needed` slots after it, and the slots it reads
+        (None: the whole cache)."""
+        if t == 1:
+            for c in self.spec.contexts:
+                if needed <= c:
+                    return self.decoders[c], c
+        return self.programs[t], None
 
 
 def check_state(spec: StepSpec, state: Sequence[torch.Tensor], device=None) -> None:
@@ -126,7 +151,7 @@ class Engine:
 
     def __init__(self, programs: StepPrograms, state: MutableSequence[torch.Tensor] | None = None, device=None):
         self.spec = spec = programs.spec
-        self.programs = programs.programs
+        self.steps, self.programs = programs, programs.programs
         if state is None:
             state = new_state(spec, device or "cpu")
         device = state[0].device if len(state) and isinstance(state[0], torch.Tensor) else torch.device(device or "cpu")
@@ -136,6 +161,13 @@ class Engine:
         self.lengths = torch.zeros(spec.max_batch, dtype=torch.int64, device=device)
         self._slots = torch.arange(spec.cache_len, device=device)
         self._cols = {t: torch.arange(t, device=device) for t in spec.chunks}
+
+    def _longest(self, new_lengths: torch.Tensor) -> int:
+        """The longest row after the call, which picks the decode context bucket (one read of a device value per
+        step when there are buckets, as the stopping test already makes)."""
+        if not self.spec.contexts:
+            return self.spec.cache_len
+        return int(new_lengths.max())
 
     def free(self, row: int | None = None) -> None:
         """Forget row `row`'s sequence (every row when None): its slots are masked out and written over."""
@@ -156,8 +188,9 @@ class Engine:
         new_lengths = lengths + fed
         # column j of a row fed k tokens: real token at slot n + (j - (t - k)) for j >= t - k, filler at n + j + k
         pos = lengths[:, None] + (self._cols[t][None, :] - (t - fed)[:, None]) % t
-        mask = self._slots[None, :] < new_lengths[:, None]
-        out = self.programs[t](input_ids, pos, mask, *self.state)
+        program, context = self.steps.for_call(t, self._longest(new_lengths))
+        mask = self._slots[None, :context] < new_lengths[:, None]
+        out = program(input_ids, pos, mask, *self.state)
         logits, new = (out, self.state) if isinstance(out, torch.Tensor) else out  # logits alone: updated in place
         if len(new) != len(self.state):
             raise InputError(f"the chunk-{t} step program returned {len(new)} state tensor(s), "

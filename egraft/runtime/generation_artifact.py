@@ -7,6 +7,8 @@ The directory ``CompiledModel.save`` writes for a model compiled with
     step_1/ step_4/ ...  one ordinary artifact per chunk size of the ladder; each manifest lists the
                          caches as inputs of role ``state``, each aliased by the output that holds its
                          new value (shape, dtype and aliasing are the manifest's)
+    decode_128/ ...      one per decode context bucket (``spec.contexts``): the decode step reading
+                         that many cache slots, the same kind of artifact
 
 ``egraft.load(dir)`` returns a :class:`GenerationArtifact` whose
 ``generate`` takes transformers' arguments and runs ``runtime.generation``:
@@ -14,7 +16,7 @@ no transformers, egglog or deap is imported.  The caches are allocated once
 at load (zeros, of the shapes the manifests declare) and updated in place
 by every step; the program of each size is checked at load to declare the
 same caches.  Each step artifact holds its own copy of the weights (a
-known cost: the artifact is ``len(chunks)`` times the weights).
+known cost: the artifact is ``len(chunks) + len(contexts)`` times the weights).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ FORMAT_VERSION = 1
 def spec_to_dict(spec: gen.StepSpec) -> dict:
     d = spec.defaults
     return {"max_batch": spec.max_batch, "max_length": spec.max_length, "chunks": list(spec.chunks),
+            "contexts": list(spec.contexts),
             "vocab_size": spec.vocab_size, "filler_token": spec.filler_token,
             "state": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in spec.state],
             "defaults": {"do_sample": d.do_sample, "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
@@ -51,7 +54,8 @@ def spec_from_dict(d: dict, where: str) -> gen.StepSpec:
                             chunks=tuple(int(c) for c in d["chunks"]), vocab_size=int(d["vocab_size"]),
                             state=tuple(gen.StateSpec(s["name"], tuple(int(n) for n in s["shape"]), str(s["dtype"]))
                                         for s in d["state"]),
-                            defaults=Sampling(**dflt), filler_token=int(d.get("filler_token", 0)))
+                            defaults=Sampling(**dflt), filler_token=int(d.get("filler_token", 0)),
+                            contexts=tuple(int(c) for c in d.get("contexts", ())))
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{where}: the step spec is incomplete or malformed ({type(e).__name__}: {e}); "
                             "save the model again with CompiledModel.save") from None
@@ -114,10 +118,15 @@ def _jax_program(runner, order: list[int], logit: int):
 class GenerationArtifact:
     """A loaded generation (module docstring): ``generate`` as transformers', ``session()`` for shared slots."""
 
-    def __init__(self, directory: str, doc: dict, spec: gen.StepSpec, steps: dict, device: str):
+    def __init__(self, directory: str, doc: dict, spec: gen.StepSpec, steps: dict, device: str,
+                 decoders: dict | None = None):
         self.directory, self.doc, self.spec, self.steps, self.device = directory, doc, spec, steps, device
+        self.decoders = decoders or {}
         where = lambda t: f"{directory!r} step for {t} token(s)"  # noqa: E731
-        self.programs = gen.StepPrograms(spec, {t: artifact_program(a, spec, where(t)) for t, a in steps.items()})
+        self.programs = gen.StepPrograms(
+            spec, {t: artifact_program(a, spec, where(t)) for t, a in steps.items()},
+            {c: artifact_program(a, spec, f"{directory!r} decode step reading {c} slots")
+             for c, a in self.decoders.items()})
         self.state = gen.new_state(spec, "cpu" if device == "cpu" else device)
         self._lock = threading.Lock()
 
@@ -159,13 +168,19 @@ def load_generation(directory: str, device: str, load_one) -> GenerationArtifact
     if not isinstance(steps_doc, dict) or sorted(int(t) for t in steps_doc) != sorted(spec.chunks):
         raise ArtifactError(f"{path}: its steps {sorted(steps_doc or {})} are not one per chunk size "
                             f"{list(spec.chunks)}; save the model again")
-    steps = {}
-    for t, rel in steps_doc.items():
-        sub = os.path.join(directory, str(rel))
+    decoders_doc = doc.get("decoders") or {}
+    if not isinstance(decoders_doc, dict) or sorted(int(c) for c in decoders_doc) != sorted(spec.contexts):
+        raise ArtifactError(f"{path}: its decode programs {sorted(decoders_doc or {})} are not one per context "
+                            f"bucket {list(spec.contexts)}; save the model again")
+
+    def load_sub(rel):
         if os.path.dirname(os.path.normpath(str(rel))) or str(rel).startswith("."):
             raise ArtifactError(f"{path}: step directory {rel!r} is not a plain name inside the artifact")
-        steps[int(t)] = load_one(sub, device)
-    return GenerationArtifact(directory, doc, spec, steps, device)
+        return load_one(os.path.join(directory, str(rel)), device)
+
+    steps = {int(t): load_sub(rel) for t, rel in steps_doc.items()}
+    decoders = {int(c): load_sub(rel) for c, rel in decoders_doc.items()}
+    return GenerationArtifact(directory, doc, spec, steps, device, decoders)
 
 
 __all__ = ["GENERATION_FILE", "GenerationArtifact", "is_generation", "load_generation", "spec_from_dict",

@@ -84,3 +84,32 @@ def test_saved_program_with_panel_weights_reloads(tmp_path):
     got = egraft.load(str(out))(x)
     got = got[0] if isinstance(got, (list, tuple)) else got
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("x_shape", [(4, 96), (2, 3, 96), (1, 96)])
+@pytest.mark.parametrize("transposed", [True, False])
+def test_primitive_products_read_panels_too(x_shape, transposed):
+    """The traced (primitive) form of x @ W, which a reused lowering runs, gets the panel form as well."""
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+    x = b.input("x", x_shape, "float32")
+    if transposed:
+        w = b.weight("w", rng.standard_normal((256, 96)).astype(np.float32))
+        y = x @ w.T
+    else:
+        w = b.weight("w", rng.standard_normal((96, 256)).astype(np.float32))
+        y = x @ w
+    g = b.build([y])
+    assert "MatMul" not in g.op_counts()
+    ex = check_graph(g, seed, knobs={"panels": 64}, what=f"primitive x{x_shape} transposed={transposed}")
+    assert ex.stats["panel_dots"] == 1 and ex.stats["peephole_dots"] == 0
+    assert ex.program.weight_names == (f"w{panels.SEP}64{'T' if transposed else ''}",)
+
+
+def test_batched_primitive_products_keep_the_plain_dot():
+    seed = fresh_seed()
+    b = GraphBuilder()
+    a, c = b.input("a", (2, 4, 96), "float32"), b.input("c", (2, 96, 128), "float32")
+    ex = check_graph(b.build([a @ c]), seed, knobs={"panels": 64}, what="batched")
+    assert ex.stats["panel_dots"] == 0 and ex.stats["peephole_dots"] == 1

@@ -116,7 +116,7 @@ def plan(graph: Graph, knobs: dict) -> tuple[Graph, dict, dict]:
     if knobs.get("idioms", "library") == "primitive":
         graph = decompose(graph)
     plans = peephole.find(graph, knobs.get("windows", True)) if knobs.get("peephole", True) else {}
-    panel_plans, panel_weights = panels.find(graph, int(knobs.get("panels", 0) or 0))
+    panel_plans, panel_weights = panels.find(graph, int(knobs.get("panels", 0) or 0), plans)
     plans.update(panel_plans)
     return graph, plans, panel_weights
 
@@ -144,7 +144,7 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict |
         elif i in plans:
             p = plans[i]
             if isinstance(p, panels.PanelPlan):  # its weight is the program's panel-form argument, not a node
-                v = panels.emit_panel_dot(ctx, p, vals[p.lhs], weights[p.name])
+                v = panels.emit_panel_dot(ctx, p, vals[p.lhs], weights[p.name], view)
             else:
                 v = EMITTERS[type(p)](ctx, p, *[vals[j] for j in p.deps()], view)
         else:

@@ -11,11 +11,14 @@ products took twice as long (measured, jax 0.10.2, one core, Llama-style
 as they are: 4 rows then took 3.8-4.7 ms, 16 rows 8-11 ms against 13, and
 from about 128 rows on the plain dot is as fast or faster.
 
-So under the knob ``panels`` (the width ``w``; 0 is off) a ``MatMul`` idiom
-node ``a [M, K] @ W [K, N]`` whose right side is a weight (as stored, or
-the transposed view of a ``[N, K]`` weight, as ``nn.Linear`` keeps it),
-with ``M <= MAX_ROWS`` and ``w`` dividing ``N``, reads the weight's panel
-form instead.  The sums are the same dot products over ``K`` (float32 or
+So under the knob ``panels`` (the width ``w``; 0 is off) a product
+``a [M, K] @ W [K, N]`` whose right side is a weight (as stored, or the
+transposed view of a ``[N, K]`` weight, as ``nn.Linear`` keeps it), with
+``M <= MAX_ROWS`` and ``w`` dividing ``N``, reads the weight's panel form
+instead.  The product is either a ``MatMul`` idiom node or the primitive
+form the peephole runs as a dot (a ``DotPlan`` with no batch axis, whose
+left side's free axes flatten to the ``M`` rows): the traced graph that a
+reused lowering runs (``search.pipeline.compile_like``) has only the latter.  The sums are the same dot products over ``K`` (float32 or
 wider), so the result is the plain dot's up to summation order.  The panel
 form is made on the host when the executable is built (:func:`panel_form`)
 and passed like any weight; a weight that nothing else reads is passed only
@@ -30,6 +33,7 @@ import numpy as np
 
 from ...ir import Op
 from ...ir.graph import Graph
+from .peephole import DotPlan
 
 MAX_ROWS = 64  # past this the plain dot caught up (128 rows: equal; 256: the plain dot 1.6x faster)
 SEP = "@panels"  # a panel weight's name: f"{weight}{SEP}{w}" (+ "T" when made from the [N, K] layout)
@@ -39,9 +43,10 @@ SEP = "@panels"  # a panel weight's name: f"{weight}{SEP}{w}" (+ "T" when made f
 class PanelPlan:
     """``lhs @ weight`` through the weight's panel form, the weight value named ``name`` in the program."""
 
-    lhs: int  # node id of the [M, K] left operand
+    lhs: int  # node id of the left operand: [M, K] (a MatMul), or the DotPlan's lhs source
     name: str  # the panel weight's name
     n: int  # N, the product's columns
+    dot: DotPlan | None = None  # the primitive product this replaces (None: a MatMul idiom node)
 
     def deps(self) -> tuple[int, ...]:
         return (self.lhs,)
@@ -69,22 +74,63 @@ def _weight_operand(graph: Graph, nid: int) -> tuple[str, bool] | None:
     return None
 
 
-def find(graph: Graph, width: int) -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
-    """The MatMul nodes that read a weight in panels of `width` columns, and the panel weights they need."""
+def _dot_weight(graph: Graph, p: DotPlan) -> tuple[str, bool, int, int] | None:
+    """(weight name, transposed, M, N) when a primitive product is rows @ a 2-D weight with no batch axis."""
+    src = graph.nodes[p.rhs.src]
+    r = p.axis
+    if src.op != Op.Input or src.attrs["role"] != "weight" or len(src.shape) != 2 or len(p.rhs.axes) != 2:
+        return None
+    if r not in p.rhs.axes or r not in p.lhs.axes or any(d in p.lhs.axes for d in p.rhs.axes if d != r):
+        return None  # a batch axis (both sides vary along it)
+    n_axis = next(d for d in p.rhs.axes if d != r)
+    k, n = p.mul_shape[r], p.mul_shape[n_axis]
+    # the weight's dims in rhs.axes order: its stored layout, or the view's (a plain transpose or none)
+    shape, strides = (tuple(src.shape), None) if p.rhs.view is None else (p.rhs.view[0], p.rhs.view[1])
+    if p.rhs.view is not None and p.rhs.view[2] != 0:
+        return None
+    rows_first = p.rhs.axes == (r, n_axis)  # the operand's dims are (K, N)
+    if tuple(shape) != ((k, n) if rows_first else (n, k)):
+        return None
+    if strides is None:
+        transposed = not rows_first
+    elif tuple(strides) == (n, 1) if rows_first else tuple(strides) == (1, n):
+        transposed = False  # stored [K, N]
+    elif tuple(strides) == (1, k) if rows_first else tuple(strides) == (k, 1):
+        transposed = True  # stored [N, K]
+    else:
+        return None
+    m = 1
+    for d in p.lhs.axes:
+        if d != r:
+            m *= p.mul_shape[d]
+    return src.attrs["name"], transposed, m, n
+
+
+def find(graph: Graph, width: int, dots: dict | None = None) -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
+    """The products that read a weight in panels of `width` columns (MatMul nodes, and the primitive products
+    among the peephole's `dots`: node id -> DotPlan), and the panel weights they need."""
     plans: dict[int, PanelPlan] = {}
     weights: dict[str, PanelWeight] = {}
     if width <= 0:
         return plans, weights
-    for i, n in enumerate(graph.nodes):
-        if n.op != Op.MatMul or len(n.shape) != 2 or n.dtype != "float32":
-            continue
-        m, cols = n.shape
-        w = _weight_operand(graph, n.inputs[1])
-        if w is None or m > MAX_ROWS or cols % width or cols // width < 2:
-            continue
+
+    def add(i, lhs, w, m, cols, dot=None):
+        if m > MAX_ROWS or cols % width or cols // width < 2:
+            return
         name = f"{w[0]}{SEP}{width}{'T' if w[1] else ''}"
         weights[name] = PanelWeight(w[0], width, w[1])
-        plans[i] = PanelPlan(n.inputs[0], name, cols)
+        plans[i] = PanelPlan(lhs, name, cols, dot)
+
+    for i, n in enumerate(graph.nodes):
+        if n.op == Op.MatMul and len(n.shape) == 2 and n.dtype == "float32":
+            w = _weight_operand(graph, n.inputs[1])
+            if w is not None:
+                add(i, n.inputs[0], w, n.shape[0], n.shape[1])
+    for i, p in (dots or {}).items():
+        if isinstance(p, DotPlan) and graph.nodes[i].dtype == "float32":
+            found = _dot_weight(graph, p)
+            if found is not None:
+                add(i, p.lhs.src, found[:2], found[2], found[3], p)
     return plans, weights
 
 
@@ -95,17 +141,45 @@ def panel_form(value: np.ndarray, p: PanelWeight) -> np.ndarray:
     return np.ascontiguousarray(kn.reshape(k, n // p.width, p.width).transpose(1, 0, 2))
 
 
-def emit_panel_dot(ctx, plan: PanelPlan, a, panels):
-    """``a [M, K] @ W`` from W's panels ``[J, K, w]``: one batched dot_general, then the panels side by side."""
+def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn):
+    """``a [M, K] @ W`` from W's panels ``[J, K, w]``: one batched dot_general, then the panels side by side.
+
+    For a primitive product `a` is the DotPlan's lhs source: read through its
+    view, its free axes flattened to rows, and the result put back in the
+    product's output axes as the peephole's dot would.
+    """
     import jax.numpy as jnp
     from jax import lax
 
     j, k, w = panels.shape
+    p = plan.dot
+    if p is not None:
+        if p.lhs.view is not None:
+            a = view_fn(a, *p.lhs.view)
+        free = [d for d in p.lhs.axes if d != p.axis]
+        a = jnp.transpose(a, [p.lhs.axes.index(d) for d in free] + [p.lhs.axes.index(p.axis)])
+        free_shape = a.shape[:-1]
+        a = a.reshape(-1, k)
     m = a.shape[0]
     ctx.stats["panel_dots"] += 1
     y = lax.dot_general(jnp.broadcast_to(a[None], (j, m, k)), panels, (((2,), (1,)), ((0,), (0,))),
                         precision=ctx.precision)  # [J, M, w]
-    return y.transpose(1, 0, 2).reshape(m, plan.n)
+    y = y.transpose(1, 0, 2).reshape(m, plan.n)
+    if p is None:
+        return y
+    # y's axes: the lhs free axes, then the rhs's N axis (as product axes); the output drops the contracted one
+    n_axis = next(d for d in p.rhs.axes if d != p.axis)
+    got = free + [n_axis]
+    y = y.reshape(*free_shape, plan.n)
+    out_axes = [d for d in range(len(p.mul_shape)) if d != p.axis]
+    present = [d for d in out_axes if d in got]
+    perm = [got.index(d) for d in present]
+    if perm != list(range(len(perm))):
+        y = jnp.transpose(y, perm)
+    out_shape = tuple(p.mul_shape[d] for d in out_axes)
+    if tuple(y.shape) != out_shape:
+        y = lax.broadcast_in_dim(y, out_shape, tuple(out_axes.index(d) for d in present))
+    return y
 
 
 __all__ = ["MAX_ROWS", "PanelPlan", "PanelWeight", "emit_panel_dot", "find", "panel_form"]
