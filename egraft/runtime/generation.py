@@ -86,7 +86,8 @@ class StepSpec:
 @dataclass
 class StepPrograms:
     """The step's spec, one program per chunk size of its ladder (eager torch, or egraft's compiled ones), and
-    one decode program per context bucket (``decoders``: bucket -> program reading that many slots)."""
+    decode programs of context buckets (``decoders``: bucket -> program reading that many slots; the compiled
+    ones have one per bucket of ``spec.contexts``)."""
 
     spec: StepSpec
     programs: Mapping[int, Program]
@@ -97,16 +98,17 @@ class StepPrograms:
         if missing:
             raise InputError(f"no step program for chunk size(s) {missing}: the ladder {list(self.spec.chunks)} "
                              f"needs one program per size (given: {sorted(self.programs)})")
-        missing = sorted(set(self.spec.contexts) - set(self.decoders))
-        if missing:
-            raise InputError(f"no decode program for context bucket(s) {missing}: the step declares buckets "
-                             f"{list(self.spec.contexts)} (given: {sorted(self.decoders)})")
+        bad = sorted(c for c in self.decoders if not 1 <= c < self.spec.cache_len)
+        if bad:
+            raise InputError(f"decode program(s) for context bucket(s) {bad}: a bucket reads fewer slots than the "
+                             f"cache's {self.spec.cache_len}")
+        self._contexts = sorted(self.decoders)
 
     def for_call(self, t: int, needed: int) -> tuple[Program, int | None]:
         """The program of a chunk-`t` call whose rows hold at most `needed` slots after it, and the slots it reads
-        (None: the whole cache)."""
+        (None: the whole cache).  Buckets of ``spec.contexts`` without a program in ``decoders`` are skipped."""
         if t == 1:
-            for c in self.spec.contexts:
+            for c in self._contexts:
                 if needed <= c:
                     return self.decoders[c], c
         return self.programs[t], None
@@ -165,7 +167,7 @@ class Engine:
     def _longest(self, new_lengths: torch.Tensor) -> int:
         """The longest row after the call, which picks the decode context bucket (one read of a device value per
         step when there are buckets, as the stopping test already makes)."""
-        if not self.spec.contexts:
+        if not self.steps.decoders:
             return self.spec.cache_len
         return int(new_lengths.max())
 

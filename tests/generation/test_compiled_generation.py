@@ -102,12 +102,15 @@ def test_one_search_one_program_per_ladder_size_and_generate_compiles_nothing(co
     model, cm = compiled_of("gpt2", "auto")
     g = cm.generation
     d = g.describe()
-    assert d["chunks"] == list(CHUNKS) and d["programs"] == len(CHUNKS) and sorted(g.programs) == list(CHUNKS)
+    assert d["chunks"] == list(CHUNKS) and sorted(g.programs) == list(CHUNKS)
+    assert d["contexts"] == [128] and sorted(g.decoders) == [128]  # the cache's 192 slots: one decode bucket below
+    assert d["programs"] == len(CHUNKS) + 1
     assert d["searches"] == 1 and g.programs[1].searched  # the decode step; the others reused its choices
     assert not any(p.searched for t, p in g.programs.items() if t != 1)
+    assert not any(p.searched for p in g.decoders.values())
     assert not g.programs[1].result.from_cache  # this run's cache was empty: the search really ran
     assert len(set(d["backends"].values())) == 1
-    programs = dict(g.programs)
+    programs, decoders = dict(g.programs), dict(g.decoders)
 
     def compiled_again(*args, **kwargs):
         raise AssertionError("generate traced, searched or lowered a program")
@@ -120,7 +123,7 @@ def test_one_search_one_program_per_ladder_size_and_generate_compiles_nothing(co
     for n in (1, 5, 17, 33, 60):  # five prompt lengths: plans over every ladder size
         ids = left_padded([n], seed=n)[0]
         assert torch.equal(cm.generate(ids, **GREEDY), reference(model, ids, None, **GREEDY)), n
-    assert g.describe() == d and g.programs == programs
+    assert g.describe() == d and g.programs == programs and g.decoders == decoders
 
 
 def test_every_chunk_program_binds_one_copy_of_the_weights(compiled_of):
@@ -152,7 +155,8 @@ cm = egraft.compile(model, device="cpu", backend="auto", budget="1s", max_batch=
                     progress=False)
 total, cpu = time.perf_counter() - t, time.process_time() - cpu
 g = cm.generation
-print(json.dumps({"total": total, "cpu": cpu, "stages": {t: p.stages for t, p in g.programs.items()},
+stages = {**{t: p.stages for t, p in g.programs.items()}, **{f"c{c}": p.stages for c, p in g.decoders.items()}}
+print(json.dumps({"total": total, "cpu": cpu, "stages": stages,
                   "from_cache": g.programs[1].result.from_cache, "describe": g.describe()}))
 """
 
@@ -176,7 +180,8 @@ def _beyond_tracing(got: dict) -> float:
 def test_a_second_process_reads_the_search_cache(second):
     first, got = second
     assert got["from_cache"]
-    assert got["describe"]["programs"] == len(CHUNKS) and got["describe"]["searches"] == 1
+    assert got["describe"]["programs"] == len(CHUNKS) + len(got["describe"]["contexts"]) == 5
+    assert got["describe"]["searches"] == 1
     assert got["describe"]["backends"] == first.describe()["backends"]
     assert got["stages"]["1"]["saturate"] == 0.0  # no saturation, no search: the cached winner was lowered
     assert first.programs[1].stages["saturate"] > 0.0

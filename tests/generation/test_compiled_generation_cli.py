@@ -38,8 +38,9 @@ def test_cli_compile_generate_then_load(compiled_of, search_cache, tmp_path):
            "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert f"generation: {len(chunks)} step programs" in done.stdout and "1 searched" in done.stdout, done.stdout
     art = egraft.load(str(out))
+    programs = len(chunks) + len(art.spec.contexts)
+    assert f"generation: {programs} step programs" in done.stdout and "1 searched" in done.stdout, done.stdout
     assert isinstance(art, GenerationArtifact)
     assert list(art.spec.chunks) == list(chunks) and art.spec.max_batch == MAX_BATCH
     ids, mask = left_padded([3, 17, 60], seed=60)
@@ -51,3 +52,25 @@ def test_cli_compile_generate_then_load(compiled_of, search_cache, tmp_path):
     want = reference(model, ids, mask, **kw)
     torch.manual_seed(3)
     assert torch.equal(art.generate(ids, mask, **kw), want)
+
+
+def test_generation_flags_parse_chunks_and_contexts():
+    import argparse
+
+    import pytest
+
+    from egraft.cli.compile import generation_flags
+    from egraft.errors import EgraftError
+
+    def ns(**kw):
+        base = dict(generate=True, max_batch=2, max_length=64, chunks=None, contexts=None)
+        return argparse.Namespace(**{**base, **kw})
+
+    assert generation_flags(ns(chunks="1,4", contexts="16,32")) == {"max_batch": 2, "max_length": 64,
+                                                                    "chunks": (1, 4), "contexts": (16, 32)}
+    assert generation_flags(ns(contexts=""))["contexts"] == ()  # no decode context buckets
+    assert generation_flags(ns())["contexts"] is None  # the default buckets
+    with pytest.raises(EgraftError, match="--contexts"):
+        generation_flags(ns(contexts="16,x"))
+    with pytest.raises(EgraftError, match="add --generate"):
+        generation_flags(ns(generate=False, max_batch=None, max_length=None, contexts="16"))

@@ -108,3 +108,42 @@ def test_in_place_program_may_return_logits_alone(built):
     ids, mask = left_padded([8, 2], seed=31)
     kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(generate(programs, built.step.state(), ids, mask, **kw), built.reference(ids, mask, **kw))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_decode_context_buckets_switch_and_give_the_same_tokens(family):
+    """Decode steps run the smallest context bucket that holds every row, then the whole cache; same tokens."""
+    from egraft.frontend.causal_lm import eager_programs, step_module
+    from egraft.runtime.generation import StepPrograms
+
+    b = Built(family)
+    step = step_module(b.model, 4, 64, (1, 4, 16), contexts=(8, 32))
+    assert step.spec.contexts == (8, 32) and step.spec.cache_len == 80
+    eager = eager_programs(step)
+    ran = []
+
+    def counted(key, program):
+        def run(ids, pos, mask, *state):
+            ran.append((key, ids.shape[1], mask.shape[1]))
+            return program(ids, pos, mask, *state)
+        return run
+
+    programs = StepPrograms(step.spec, {t: counted(("chunk", t), p) for t, p in eager.programs.items()},
+                            {c: counted(("context", c), p) for c, p in eager.decoders.items()})
+    ids, mask = left_padded([3, 5], seed=21)
+    kw = dict(max_new_tokens=40, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(generate(programs, step.state(), ids, mask, **kw), b.reference(ids, mask, **kw))
+    widths = [r[2] for r in ran if r[1] == 1]  # the one-token calls: the prompt's last token, then each decode
+    # the longer row holds 5, 6, ..., 44 tokens after them: 8 slots, then 32, then the whole cache (80)
+    assert len(widths) == 40 and widths == sorted(widths) and set(widths) == {8, 32, 80}, widths
+    assert all(w >= n and (w == 8 or w // 4 < n) for w, n in zip(widths, range(5, 45))), widths
+
+
+def test_context_buckets_are_checked():
+    from egraft.errors import InputError
+    from egraft.frontend.causal_lm import default_contexts, step_module
+
+    assert default_contexts(896) == (128, 256, 512) and default_contexts(128) == ()
+    b = Built("llama")
+    with pytest.raises(InputError, match="context bucket"):
+        step_module(b.model, 2, 64, (1, 4), contexts=(100,))  # cache_len 68
