@@ -44,38 +44,13 @@ def state_program(exe, n_state_names: Sequence[str]) -> Callable:
         raise InputError(f"the step program has {len(own)} outputs besides its state; a step returns the logits alone")
     logit = own[0]
     if getattr(exe, "backend", None) == "jax" and str(getattr(exe, "device", "")) == "cpu":
-        return _jax_state_program(exe, order, logit)
+        from ..runtime.generation_artifact import jax_step_program
+
+        return jax_step_program(exe.runner, order, logit)
 
     def program(input_ids, position_ids, slot_mask, *state):
         outs = exe(input_ids, position_ids, slot_mask, *state)
         return outs[logit], [outs[k] for k in order]
-
-    return program
-
-
-def _jax_state_program(exe, order: list[int], logit: int) -> Callable:
-    """A JAX step that keeps the caches as jax arrays, donated to each call, so they are updated in place.
-
-    A torch state (fresh caches, or ones the caller put in) is copied to jax
-    arrays once; from then on the call takes the jax arrays it returned last
-    time (``backends.base.Executable``: a jax array passed as state is
-    donated, its buffer holds the new value) and the Engine keeps them.
-    Passing the torch tensors every call instead would copy every cache into
-    a new buffer per step.
-    """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from ..ir.tensors import view_numpy
-
-    def as_jax(x):
-        return x if isinstance(x, jax.Array) else jnp.array(view_numpy(x.detach().cpu()))
-
-    def program(input_ids, position_ids, slot_mask, *state):
-        outs = exe(input_ids.cpu().numpy(), position_ids.cpu().numpy(), slot_mask.cpu().numpy(),
-                   *[as_jax(x) for x in state])
-        return torch.from_numpy(np.array(outs[logit])), [outs[k] for k in order]
 
     return program
 

@@ -80,7 +80,7 @@ def artifact_program(art, spec: gen.StepSpec, where: str):
     logit = own[0]
     runner = art.runner
     if type(runner).__name__ == "JaxRunner" and runner.on_cpu and runner.state_outputs:
-        return _jax_program(runner, order, logit)
+        return jax_step_program(runner, order, logit)
     run = runner.run_torch
 
     def program(input_ids, position_ids, slot_mask, *state):
@@ -90,26 +90,33 @@ def artifact_program(art, spec: gen.StepSpec, where: str):
     return program
 
 
-def _jax_program(runner, order: list[int], logit: int):
-    """A JAX step keeping the caches as jax arrays, donated to each call (updated in place, no copy per step).
+def jax_step_program(runner, order: list[int], logit: int):
+    """A JAX step on the CPU keeping the caches as jax arrays, donated to each call (updated in place, no copy
+    per step); the one call path of a compiled and a loaded JAX step.
 
-    torch caches (the fresh ones made at load) go in once as zero-copy numpy
-    views, which the call copies into its own buffers; the jax arrays it
-    returns are the caches from then on (the Engine keeps them).  The runner's
-    ``run_numpy`` takes checked inputs: the Engine builds the token, position
-    and mask inputs to the spec, and ``check_state`` checked the caches.
+    torch caches (fresh ones) go in once as zero-copy numpy views, which the
+    call copies into its own buffers; the jax arrays it returns are the caches
+    from then on (the Engine keeps them).  The per-step inputs go straight to
+    the compiled program, without the executable's checks: the Engine builds
+    the token, position and mask inputs to the spec (tokens below the
+    vocabulary, positions below the cache length: int32 holds them when the
+    program takes int64 as int32), and ``check_state`` checked the caches.
     """
+    import jax
     import numpy as np
     import torch
 
     from ..ir.tensors import view_numpy
 
+    ids_dt, pos_dt, mask_dt = runner.program_dtypes[:3]
+
     def as_input(x):
-        return view_numpy(x.detach().cpu()) if isinstance(x, torch.Tensor) else x
+        return x if isinstance(x, jax.Array) else view_numpy(x.detach().cpu())
 
     def program(input_ids, position_ids, slot_mask, *state):
-        outs = runner.run_numpy([input_ids.cpu().numpy(), position_ids.cpu().numpy(), slot_mask.cpu().numpy(),
-                                 *map(as_input, state)])
+        outs = runner.call([input_ids.cpu().numpy().astype(ids_dt, copy=False),
+                            position_ids.cpu().numpy().astype(pos_dt, copy=False),
+                            slot_mask.cpu().numpy().astype(mask_dt, copy=False), *map(as_input, state)])
         return torch.from_numpy(np.array(outs[logit])), [outs[k] for k in order]
 
     return program
@@ -183,5 +190,5 @@ def load_generation(directory: str, device: str, load_one) -> GenerationArtifact
     return GenerationArtifact(directory, doc, spec, steps, device, decoders)
 
 
-__all__ = ["GENERATION_FILE", "GenerationArtifact", "is_generation", "load_generation", "spec_from_dict",
-           "spec_to_dict"]
+__all__ = ["GENERATION_FILE", "GenerationArtifact", "is_generation", "jax_step_program", "load_generation",
+           "spec_from_dict", "spec_to_dict"]

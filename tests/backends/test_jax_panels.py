@@ -45,7 +45,6 @@ def test_few_rows_read_the_weight_in_panels(rows, transposed):
 def test_where_panels_do_not_apply():
     seed = fresh_seed()
     for g, why in ((_linear_graph(panels.MAX_ROWS + 1, 32, 128, seed), "too many rows"),
-                   (_linear_graph(4, 32, 96, seed), "64 does not divide N"),
                    (_linear_graph(4, 32, 64, seed), "a single panel")):
         ex = check_graph(g, seed, knobs={"panels": 64}, what=why)
         assert ex.stats["panel_dots"] == 0, why
@@ -57,6 +56,13 @@ def test_a_weight_read_elsewhere_is_passed_in_both_forms():
     ex = check_graph(g, seed, knobs={"panels": 64}, what="both forms")
     assert ex.stats["panel_dots"] == 1
     assert set(ex.program.weight_names) == {"w", f"w{panels.SEP}64T"}
+
+
+@pytest.mark.parametrize("n", [130, 97 * 2])
+def test_ragged_last_panel_is_padded_and_cropped(n):
+    seed = fresh_seed()
+    ex = check_graph(_linear_graph(5, 48, n, seed), seed, knobs={"panels": 64}, what=f"ragged N={n}")
+    assert ex.stats["panel_dots"] == 1 and ex.weights[0].shape == (-(-n // 64), 48, 64)
 
 
 def test_panel_form_layout():

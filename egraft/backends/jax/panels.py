@@ -14,8 +14,10 @@ from about 128 rows on the plain dot is as fast or faster.
 So under the knob ``panels`` (the width ``w``; 0 is off) a product
 ``a [M, K] @ W [K, N]`` whose right side is a weight (as stored, or the
 transposed view of a ``[N, K]`` weight, as ``nn.Linear`` keeps it), with
-``M <= MAX_ROWS`` and ``w`` dividing ``N``, reads the weight's panel form
-instead.  The product is either a ``MatMul`` idiom node or the primitive
+``M <= MAX_ROWS`` and ``N >= 2 w``, reads the weight's panel form instead
+(when ``w`` does not divide ``N``, as GPT-2's 50,257-word output layer, the
+last panel is padded with zero columns and the product's extra columns are
+dropped).  The product is either a ``MatMul`` idiom node or the primitive
 form the peephole runs as a dot (a ``DotPlan`` with no batch axis, whose
 left side's free axes flatten to the ``M`` rows): the traced graph that a
 reused lowering runs (``search.pipeline.compile_like``) has only the latter.  The sums are the same dot products over ``K`` (float32 or
@@ -115,7 +117,7 @@ def find(graph: Graph, width: int, dots: dict | None = None) -> tuple[dict[int, 
         return plans, weights
 
     def add(i, lhs, w, m, cols, dot=None):
-        if m > MAX_ROWS or cols % width or cols // width < 2:
+        if m > MAX_ROWS or cols < 2 * width:
             return
         name = f"{w[0]}{SEP}{width}{'T' if w[1] else ''}"
         weights[name] = PanelWeight(w[0], width, w[1])
@@ -135,10 +137,14 @@ def find(graph: Graph, width: int, dots: dict | None = None) -> tuple[dict[int, 
 
 
 def panel_form(value: np.ndarray, p: PanelWeight) -> np.ndarray:
-    """The weight ``[K, N]`` (or ``[N, K]`` when transposed) as C-contiguous panels ``[N / w, K, w]``."""
+    """The weight ``[K, N]`` (or ``[N, K]`` when transposed) as C-contiguous panels ``[ceil(N / w), K, w]``, the
+    last one padded with zero columns."""
     kn = value.T if p.transposed else value
     k, n = kn.shape
-    return np.ascontiguousarray(kn.reshape(k, n // p.width, p.width).transpose(1, 0, 2))
+    j = -(-n // p.width)
+    if j * p.width != n:
+        kn = np.concatenate([kn, np.zeros((k, j * p.width - n), kn.dtype)], axis=1)
+    return np.ascontiguousarray(kn.reshape(k, j, p.width).transpose(1, 0, 2))
 
 
 def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn):
@@ -164,7 +170,9 @@ def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn):
     ctx.stats["panel_dots"] += 1
     y = lax.dot_general(jnp.broadcast_to(a[None], (j, m, k)), panels, (((2,), (1,)), ((0,), (0,))),
                         precision=ctx.precision)  # [J, M, w]
-    y = y.transpose(1, 0, 2).reshape(m, plan.n)
+    y = y.transpose(1, 0, 2).reshape(m, j * w)
+    if j * w != plan.n:
+        y = y[:, :plan.n]  # the padded columns of the last panel
     if p is None:
         return y
     # y's axes: the lhs free axes, then the rhs's N axis (as product axes); the output drops the contracted one
