@@ -22,21 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.tensors import to_numpy
-
-ALIGN = 64  # bytes: XLA's CPU client aliases host buffers aligned to this instead of copying them
-
-
-def aligned_copy(arr: np.ndarray, align: int = ALIGN) -> np.ndarray:
-    """A read-only C-contiguous copy of `arr` whose data starts on an `align`-byte boundary."""
-    arr = np.asarray(arr)
-    nbytes = arr.size * arr.itemsize
-    raw = np.empty(nbytes + align, np.uint8)
-    start = (-raw.ctypes.data) % align
-    out = raw[start:start + nbytes].view(arr.dtype).reshape(arr.shape)
-    np.copyto(out, arr, casting="no")
-    out.setflags(write=False)
-    return out
+from ..ir.tensors import ALIGN, aligned_copy, to_numpy  # noqa: F401 - ALIGN and aligned_copy are used from here too
 
 
 class WeightCopies:

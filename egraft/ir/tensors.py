@@ -129,5 +129,20 @@ def to_torch(a: np.ndarray, device=None, copy: bool = True):
     return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
-__all__ = ["as_numpy", "ir_dtypes", "is_tensor", "to_numpy", "to_torch", "torch_dtype", "torch_module", "view_numpy",
+ALIGN = 64  # bytes: XLA's CPU client aliases host buffers aligned to this instead of copying them
+
+
+def aligned_copy(arr: np.ndarray, align: int = ALIGN) -> np.ndarray:
+    """A read-only C-contiguous copy of `arr` whose data starts on an `align`-byte boundary."""
+    arr = np.asarray(arr)
+    nbytes = arr.size * arr.itemsize
+    raw = np.empty(nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    out = raw[start:start + nbytes].view(arr.dtype).reshape(arr.shape)
+    np.copyto(out, arr, casting="no")
+    out.setflags(write=False)
+    return out
+
+
+__all__ = ["ALIGN", "aligned_copy", "as_numpy", "ir_dtypes", "is_tensor", "to_numpy", "to_torch", "torch_dtype", "torch_module", "view_numpy",
            "view_torch", "widened"]

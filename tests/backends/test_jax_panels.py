@@ -119,3 +119,17 @@ def test_batched_primitive_products_keep_the_plain_dot():
     a, c = b.input("a", (2, 4, 96), "float32"), b.input("c", (2, 96, 128), "float32")
     ex = check_graph(b.build([a @ c]), seed, knobs={"panels": 64}, what="batched")
     assert ex.stats["panel_dots"] == 0 and ex.stats["peephole_dots"] == 1
+
+
+def test_one_panel_form_per_weight_array_shared_by_executables():
+    """Two programs binding the same weight array (a generation's step programs) share its panels."""
+    from egraft.backends import lower
+
+    seed = fresh_seed()
+    g1 = _linear_graph(2, 64, 128, seed)
+    g2 = _linear_graph(8, 64, 128, seed).with_weights({"w": g1.weights["w"]})
+    e1, e2 = (lower(g, "jax", "cpu", {"panels": 64}) for g in (g1, g2))
+    a, b = e1.program.host_weights()[0], e2.program.host_weights()[0]
+    assert a is b and not a.flags.writeable and a.ctypes.data % 64 == 0
+    w = np.asarray(g1.weights["w"])
+    assert panels.panel_form(w.copy(), panels.PanelWeight("w", 64, True)) is not a  # another array: its own

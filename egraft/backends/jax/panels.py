@@ -24,17 +24,23 @@ reused lowering runs (``search.pipeline.compile_like``) has only the latter.  Th
 wider), so the result is the plain dot's up to summation order.  The panel
 form is made on the host when the executable is built (:func:`panel_form`)
 and passed like any weight; a weight that nothing else reads is passed only
-in panel form, so no weight is held twice.
+in panel form.  The panel form of one weight array is made once per process
+and shared (read-only, 64-byte aligned, so XLA's CPU client aliases it
+rather than copying): a generation's step programs, one per chunk size and
+context bucket, bind the same weights and so the same panels.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...ir import Op
 from ...ir.graph import Graph
+from ...ir.tensors import aligned_copy
 from .peephole import DotPlan
 
 MAX_ROWS = 64  # past this the plain dot caught up (128 rows: equal; 256: the plain dot 1.6x faster)
@@ -136,9 +142,29 @@ def find(graph: Graph, width: int, dots: dict | None = None) -> tuple[dict[int, 
     return plans, weights
 
 
+_SHARED: dict[tuple, tuple] = {}  # (id of the weight array, width, transposed) -> (weakref to it, its panels)
+_LOCK = threading.Lock()
+
+
 def panel_form(value: np.ndarray, p: PanelWeight) -> np.ndarray:
     """The weight ``[K, N]`` (or ``[N, K]`` when transposed) as C-contiguous panels ``[ceil(N / w), K, w]``, the
-    last one padded with zero columns."""
+    last one padded with zero columns; read-only, made once per weight array while that array lives."""
+    key = (id(value), p.width, p.transposed)
+    with _LOCK:
+        hit = _SHARED.get(key)
+        if hit is not None and hit[0]() is value:
+            return hit[1]
+    panels = aligned_copy(_panels(value, p))
+    try:
+        ref = weakref.ref(value, lambda _, key=key: _SHARED.pop(key, None))
+    except TypeError:  # not weak-referenceable: not shared
+        return panels
+    with _LOCK:
+        _SHARED[key] = (ref, panels)
+    return panels
+
+
+def _panels(value: np.ndarray, p: PanelWeight) -> np.ndarray:
     kn = value.T if p.transposed else value
     k, n = kn.shape
     j = -(-n // p.width)
