@@ -125,6 +125,7 @@ def setup_egraft_compile(model, a):
         seq = getattr(out, "sequences", out)  # prompt + new tokens per sequence, as transformers returns them
         return [list(map(int, row))[x.shape[1]:] for row in (seq.tolist() if hasattr(seq, "tolist") else seq)]
 
+    gen.compiled = cm.generation.describe()  # the programs, their compile seconds, the searches (into the row)
     return gen
 
 
@@ -220,6 +221,8 @@ def run(a) -> dict:
             gen = globals()[f"setup_{a.system}"](model, a)
             res["setup_s"] = time.perf_counter() - t0
             res["memory_after_setup"] = memory()
+            if getattr(gen, "compiled", None) is not None:
+                res["compiled"] = gen.compiled
             stage = "generate"
             configs = [(b, p) for b in a.batches for p in a.prompts]
             res["configs"] = measure(gen, configs, MODELS[a.model]["vocab"], a.new_tokens, a.rounds)

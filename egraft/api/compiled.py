@@ -254,7 +254,7 @@ def _isatty(stream) -> bool:
 
 def compile(model, device: str = "cpu", example_inputs=None, backend: str = "auto", budget=None, *,  # noqa: A001
             example_kwargs: dict | None = None, max_batch: int | None = None, max_length: int | None = None,
-            chunks=None, contexts=None, **options) -> CompiledModel:
+            chunks=None, contexts=None, rows=None, **options) -> CompiledModel:
     """Compile `model`'s forward pass with egraft; see docs/compile.md.
 
     `example_inputs`: a tensor or a tuple of tensors (and `example_kwargs`,
@@ -273,6 +273,8 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
     size of `chunks` (default 1, 4, 16, 64, 256, capped by `max_length`), and
     one decode program per context bucket of `contexts` (the slots a decode
     step reads; default 128, 256, ... below the cache's length; ``()``: none),
+    and each prompt chunk size again per row bucket of `rows` (default 1
+    below `max_batch`: a prompt of one row computes one row; ``()``: none),
     for :meth:`CompiledModel.generate` (see :mod:`egraft.api.generation`).
     """
     if not isinstance(model, torch.nn.Module):
@@ -296,9 +298,9 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
         from .generation import compile_generation
 
         cm.generation = compile_generation(model, config, cm._status, max_batch=max_batch, max_length=max_length,
-                                           chunks=chunks, contexts=contexts)
-    elif chunks is not None or contexts is not None:
-        raise InputError("chunks= and contexts= describe generation: pass them with max_batch and max_length")
+                                           chunks=chunks, contexts=contexts, rows=rows)
+    elif chunks is not None or contexts is not None or rows is not None:
+        raise InputError("chunks=, contexts= and rows= describe generation: pass them with max_batch and max_length")
     if example_inputs is not None or example_kwargs:
         args = example_inputs if example_inputs is not None else ()
         if isinstance(args, torch.Tensor):

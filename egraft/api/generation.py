@@ -10,7 +10,8 @@ winning backend and knobs and checked against eager PyTorch, with no search
 (``search.pipeline.compile_like``), so compile time follows the number of
 ladder sizes, not prompt lengths or batch sizes.  So are the decode programs
 of the context buckets (``StepSpec.contexts``: a decode step over short
-sequences reads only a prefix of the cache).  The generation loop is the
+sequences reads only a prefix of the cache) and the prompt chunks of the
+row buckets (``StepSpec.rows``: a prompt of one row computes one row).  The generation loop is the
 light runtime's (``runtime.generation``): per step it runs one program call,
 the sampler and the stopping test.
 """
@@ -65,20 +66,27 @@ class Generation:
     state: list = field(default_factory=list)
     decoders: dict[int, Program] = field(default_factory=dict)  # context bucket -> its decode program
     decoder_s: dict[int, float] = field(default_factory=dict)  # context bucket -> seconds to trace and compile it
+    row_programs: dict[tuple[int, int], Program] = field(default_factory=dict)  # (chunk, rows) -> its program
+    row_s: dict[tuple[int, int], float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
         names = [s.name for s in self.spec.state]
         self.step_programs = gen.StepPrograms(
             self.spec, {t: state_program(p.executable, names) for t, p in self.programs.items()},
-            {c: state_program(p.executable, names) for c, p in self.decoders.items()})
+            {c: state_program(p.executable, names) for c, p in self.decoders.items()},
+            {k: state_program(p.executable, names) for k, p in self.row_programs.items()})
         if not self.state:
             self.state = gen.new_state(self.spec)
 
     @property
     def searches(self) -> int:
         """How many of the programs ran a search (the others reused the first one's choices)."""
-        return sum(1 for p in (*self.programs.values(), *self.decoders.values()) if p.searched)
+        return sum(1 for p in self.all_programs() if p.searched)
+
+    def all_programs(self) -> list[Program]:
+        """Every compiled program: the chunk sizes', the decode context buckets', the prompt row buckets'."""
+        return [*self.programs.values(), *self.decoders.values(), *self.row_programs.values()]
 
     def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:
         """transformers' ``generate`` on the compiled steps (``runtime.generation.generate``); one at a time."""
@@ -93,16 +101,17 @@ class Generation:
 
     def describe(self) -> dict:
         return {"max_batch": self.spec.max_batch, "max_length": self.spec.max_length,
-                "chunks": list(self.spec.chunks), "contexts": list(self.spec.contexts),
-                "programs": len(self.programs) + len(self.decoders), "searches": self.searches,
+                "chunks": list(self.spec.chunks), "contexts": list(self.spec.contexts), "rows": list(self.spec.rows),
+                "programs": len(self.all_programs()), "searches": self.searches,
                 "compile_s": {str(t): round(s, 3) for t, s in self.compile_s.items()},
                 "decoder_compile_s": {str(c): round(s, 3) for c, s in self.decoder_s.items()},
+                "row_compile_s": {f"{t}x{r}": round(s, 3) for (t, r), s in self.row_s.items()},
                 "backends": {str(t): p.result.backend for t, p in self.programs.items()}}
 
 
 def compile_generation(model: torch.nn.Module, config, status: Callable[[str], None], *, max_batch: int,
                        max_length: int, chunks: Sequence[int] | None = None,
-                       contexts: Sequence[int] | None = None) -> Generation:
+                       contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None) -> Generation:
     """Compile `model`'s step for every chunk size of its ladder (the module docstring)."""
     from ..frontend.causal_lm import DEFAULT_CHUNKS, step_module
     from ..frontend.weights import WeightCopies
@@ -112,7 +121,7 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
                          "max_batch and max_length compile generation for transformers' *ForCausalLM models; "
                          "compile other models without them")
     step = step_module(model, max_batch, max_length, DEFAULT_CHUNKS if chunks is None else tuple(chunks),
-                       None if contexts is None else tuple(contexts))
+                       None if contexts is None else tuple(contexts), None if rows is None else tuple(rows))
     if config.cache:  # XLA's own disk cache too: a second process then finds the compiled programs, not only the search
         try:
             from ..search.evaluators import enable_xla_cache, xla_cache_dir
@@ -141,7 +150,18 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
         t0 = time.perf_counter()
         decoders[c] = build(step, args, {}, call_key(args, {}), config, status, reuse=first, weights=weights)
         decoder_s[c] = time.perf_counter() - t0
-    return Generation(step.spec, programs, times, decoders=decoders, decoder_s=decoder_s)
+    row_programs: dict[tuple[int, int], Program] = {}
+    row_s: dict[tuple[int, int], float] = {}
+    for t in step.spec.chunks:
+        for r in step.spec.rows if t > 1 else ():
+            args = step.example_inputs(t, None, r)
+            status(f"compiling the step for {t} token(s) of {r} row(s) (reusing the decode step's choices)")
+            t0 = time.perf_counter()
+            row_programs[(t, r)] = build(step, args, {}, call_key(args, {}), config, status, reuse=first,
+                                         weights=weights)
+            row_s[(t, r)] = time.perf_counter() - t0
+    return Generation(step.spec, programs, times, decoders=decoders, decoder_s=decoder_s, row_programs=row_programs,
+                      row_s=row_s)
 
 
 __all__ = ["Generation", "compile_generation", "state_program"]

@@ -45,9 +45,15 @@ def save_generation(generation, directory: str, *, model: str) -> str:
             save_artifact(prog.executable, os.path.join(stage, rel),
                           meta={"model": f"{model} decode reading {c} slots", "input_names": list(prog.input_names)})
             decoders[str(c)] = rel
+        row_programs = {}
+        for (t, r), prog in sorted(generation.row_programs.items()):
+            rel = f"step_{t}_rows{r}"
+            save_artifact(prog.executable, os.path.join(stage, rel),
+                          meta={"model": f"{model} step x{t} of {r} row(s)", "input_names": list(prog.input_names)})
+            row_programs[f"{t}x{r}"] = rel
         doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model,
                "spec": spec_to_dict(generation.spec), "steps": steps, "decoders": decoders,
-               "compiled": generation.describe()}
+               "row_programs": row_programs, "compiled": generation.describe()}
         with open(os.path.join(stage, GENERATION_FILE), "w") as f:
             json.dump(doc, f, indent=1)
         if os.path.isdir(directory):

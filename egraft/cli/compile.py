@@ -63,13 +63,15 @@ def compile_model(args, model, inputs, **generation):
 def generation_flags(args) -> dict:
     """--generate's max_batch / max_length / chunks for egraft.compile ({} without --generate)."""
     if not getattr(args, "generate", False):
-        if any(v is not None for v in (args.max_batch, args.max_length, args.chunks, args.contexts)):
-            raise EgraftError("--max-batch, --max-length, --chunks and --contexts describe generation: add --generate")
+        if any(v is not None for v in (args.max_batch, args.max_length, args.chunks, args.contexts, args.rows)):
+            raise EgraftError("--max-batch, --max-length, --chunks, --contexts and --rows describe generation: "
+                              "add --generate")
         return {}
     if args.max_batch is None or args.max_length is None:
         raise EgraftError("--generate needs --max-batch N and --max-length N (the KV caches' rows and length)")
     sizes = {}
-    for flag, value, example in (("chunks", args.chunks, "1,4,16,64"), ("contexts", args.contexts, "128,256")):
+    for flag, value, example in (("chunks", args.chunks, "1,4,16,64"), ("contexts", args.contexts, "128,256"),
+                                 ("rows", args.rows, "1,2")):
         if value is None:
             sizes[flag] = None
             continue
@@ -98,7 +100,7 @@ def cmd_compile(args) -> int:
         cm = compile_model(args, model, None, **gen)
         d = cm.generation.describe()
         print(f"generation: {d['programs']} step programs (chunk sizes {d['chunks']}, decode context buckets "
-              f"{d['contexts']}), {d['searches']} searched, "
+              f"{d['contexts']}, prompt row buckets {d['rows']}), {d['searches']} searched, "
               f"the others reusing the decode step's choices; backends {sorted(set(d['backends'].values()))}; "
               f"compile seconds per chunk size {d['compile_s']}")
         path = cm.save(out)
@@ -149,6 +151,9 @@ def add_parsers(verb) -> None:
     p.add_argument("--contexts", default=None, metavar="LIST",
                    help="with --generate: decode context buckets, the slots a decode step reads (default 128, 256, "
                         "... below the cache's length; an empty string: none)")
+    p.add_argument("--rows", default=None, metavar="LIST",
+                   help="with --generate: prompt row buckets, prompt chunks compiled again for that many rows "
+                        "(default 1 below --max-batch; an empty string: none)")
     p.add_argument("--compare", choices=list(COMPARE), default="all",
                    help="what the result is measured against before the report: all (eager PyTorch and "
                         "torch.compile, the default), eager, or none")

@@ -35,6 +35,7 @@ from .tracer import export_program
 
 DEFAULT_CHUNKS = (1, 4, 16, 64, 256)
 FIRST_CONTEXT = 128  # the smallest decode context bucket; the default buckets double from it (default_contexts)
+DEFAULT_ROWS = (1,)  # prompt chunks are also compiled for a batch of one row (below max_batch): see row_buckets
 
 # generation_config settings whose logits processors the light loop does not apply, with their neutral values
 _NEUTRAL = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
@@ -62,11 +63,20 @@ def _slot_layer_class():
 
         def update(self, key_states, value_states, *args, **kwargs):
             b, h, t, d = key_states.shape
-            idx = self.slots[:, None, :, None].expand(b, h, t, d)
-            self.keys.scatter_(2, idx, key_states.to(self.keys.dtype))
-            self.values.scatter_(2, idx, value_states.to(self.values.dtype))
+            rows, length = self.keys.shape[0], self.keys.shape[2]
+            slots, ks, vs = self.slots, key_states.to(self.keys.dtype), value_states.to(self.values.dtype)
+            if b < rows:
+                # a row bucket: the call holds rows 0..b-1; the others' rows of the update go to the scratch tail
+                # (slots past max_length, never read), so one scatter still covers every row, as Scatter requires
+                tail = torch.arange(length - t, length, device=slots.device)[None, :].expand(rows - b, t)
+                slots = torch.cat([slots, tail], 0)
+                ks = torch.cat([ks, ks.new_zeros(rows - b, h, t, d)], 0)
+                vs = torch.cat([vs, vs.new_zeros(rows - b, h, t, d)], 0)
+            idx = slots[:, None, :, None].expand(rows, h, t, d)
+            self.keys.scatter_(2, idx, ks)
+            self.values.scatter_(2, idx, vs)
             c = self.context  # the slots the call reads: a prefix of the cache (all of it unless a decode bucket)
-            return self.keys[:, :, :c], self.values[:, :, :c]
+            return self.keys[:b, :, :c], self.values[:b, :, :c]
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
             return self.context, 0
@@ -131,7 +141,7 @@ class StepModule(torch.nn.Module):
     """A causal LM's step over slot caches (see the module docstring); ``spec`` describes it for the runtime."""
 
     def __init__(self, model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS,
-                 contexts: Sequence[int] | None = None):
+                 contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None):
         super().__init__()
         for name, v in (("max_batch", max_batch), ("max_length", max_length)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -153,14 +163,19 @@ class StepModule(torch.nn.Module):
                 specs.append(StateSpec(name, (max_batch, heads, cache_len, dim), str(dtype).removeprefix("torch.")))
         vocab = model.get_output_embeddings().weight.shape[0]
         if contexts is None:
-            contexts = default_contexts(cache_len)
+            contexts = default_contexts(cache_len, max_length)
         bad = [c for c in contexts if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c < cache_len]
         if bad:
             raise InputError(f"contexts={list(contexts)}: each decode context bucket must be an int in "
                              f"[1, {cache_len}) (the cache holds {cache_len} slots: max_length + the largest chunk)")
+        rows = tuple(c for c in DEFAULT_ROWS if c < max_batch) if rows is None else tuple(rows)
+        bad = [r for r in rows if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r < max_batch]
+        if bad:
+            raise InputError(f"rows={list(rows)}: each prompt row bucket must be an int in [1, {max_batch}) "
+                             f"(max_batch={max_batch} rows is the chunk programs' own size)")
         self.spec = StepSpec(max_batch=max_batch, max_length=max_length, chunks=tuple(ladder), vocab_size=vocab,
                              state=tuple(specs), defaults=generation_defaults(model),
-                             contexts=tuple(sorted(set(contexts))))
+                             contexts=tuple(sorted(set(contexts))), rows=tuple(sorted(set(rows))))
         self._layer = _slot_layer_class()
         self.register_buffer("_slots", torch.arange(cache_len, device=device), persistent=False)
 
@@ -185,33 +200,39 @@ class StepModule(torch.nn.Module):
         """The module's own cache buffers, in ``spec.state`` order."""
         return [getattr(self, s.name) for s in self.spec.state]
 
-    def example_inputs(self, chunk: int, context: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(input_ids, position_ids, slot_mask) of the chunk-`chunk` call reading `context` slots (None: the whole
-        cache), for ``torch.export`` / compiling."""
-        b, dev = self.spec.max_batch, self._slots.device
+    def example_inputs(self, chunk: int, context: int | None = None,
+                       rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids, position_ids, slot_mask) of the chunk-`chunk` call of `rows` rows (None: max_batch) reading
+        `context` slots (None: the whole cache), for ``torch.export`` / compiling."""
+        b, dev = rows or self.spec.max_batch, self._slots.device
         ids = torch.zeros(b, chunk, dtype=torch.int64, device=dev)
         pos = torch.arange(chunk, device=dev)[None, :].expand(b, chunk).contiguous()
         mask = self._slots[None, :context].expand(b, -1) < chunk
         return ids, pos, mask
 
 
-def default_contexts(cache_len: int) -> tuple[int, ...]:
-    """The decode context buckets below `cache_len`: FIRST_CONTEXT, doubling (896 slots -> 128, 256, 512)."""
+def default_contexts(cache_len: int, max_length: int | None = None) -> tuple[int, ...]:
+    """The decode context buckets below `cache_len`: FIRST_CONTEXT, doubling while below `max_length`, then
+    `max_length` itself (a decode step never needs more: 896 slots of max_length 640 -> 128, 256, 512, 640)."""
+    top = cache_len if max_length is None else min(max_length, cache_len - 1)
     out, c = [], FIRST_CONTEXT
-    while c < cache_len:
+    while c < top:
         out.append(c)
         c *= 2
+    if max_length is not None and top not in out and top >= FIRST_CONTEXT:
+        out.append(top)
     return tuple(out)
 
 
 def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS,
-                contexts: Sequence[int] | None = None) -> StepModule:
+                contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None) -> StepModule:
     """`model` (a transformers causal LM, in eval mode) as a :class:`StepModule`; its ladder is `chunks` capped
     by `max_length`, with 1 (decoding) always in it; `contexts` are its decode context buckets (None:
-    :func:`default_contexts`; ``()``: decode always reads the whole cache)."""
+    :func:`default_contexts`; ``()``: decode always reads the whole cache); `rows` its prompt row buckets
+    (None: ``DEFAULT_ROWS`` below max_batch; ``()``: prompt chunks always run max_batch rows)."""
     if model.training:
         raise InputError("the model is in training mode (dropout would make each step random): call model.eval()")
-    return StepModule(model, max_batch, max_length, chunks, contexts)
+    return StepModule(model, max_batch, max_length, chunks, contexts, rows)
 
 
 def eager_programs(step: StepModule) -> StepPrograms:
@@ -226,7 +247,8 @@ def eager_programs(step: StepModule) -> StepPrograms:
             logits = torch.func.functional_call(step, dict(zip(names, state)), (input_ids, position_ids, slot_mask))
         return logits, state
 
-    return StepPrograms(step.spec, {t: program for t in step.spec.chunks}, {c: program for c in step.spec.contexts})
+    return StepPrograms(step.spec, {t: program for t in step.spec.chunks}, {c: program for c in step.spec.contexts},
+                        {(t, r): program for t in step.spec.chunks if t > 1 for r in step.spec.rows})
 
 
 def export_step(step: StepModule, chunk: int) -> torch.export.ExportedProgram:
@@ -237,5 +259,5 @@ def export_step(step: StepModule, chunk: int) -> torch.export.ExportedProgram:
     return export_program(step, step.example_inputs(chunk))
 
 
-__all__ = ["DEFAULT_CHUNKS", "FIRST_CONTEXT", "StepModule", "default_contexts", "eager_programs", "export_step",
+__all__ = ["DEFAULT_CHUNKS", "DEFAULT_ROWS", "FIRST_CONTEXT", "StepModule", "default_contexts", "eager_programs", "export_step",
            "generation_defaults", "step_module"]

@@ -32,6 +32,15 @@ length after the call at most ``C``) runs the smallest such bucket, else the
 chunk-1 program over the whole cache.  A row's slots at or past ``C`` hold
 only filler then, which no call reads, so every bucket computes the same
 logits.
+
+Prompt row buckets (``StepSpec.rows``): a prompt chunk costs in proportion
+to the rows it computes, and a batch of one prompt would otherwise pay for
+``max_batch`` rows.  The chunk-``T`` program of row bucket ``r`` takes
+``input_ids [r, T]`` (and positions and mask of ``r`` rows) and computes rows
+``0 .. r-1`` only; the other rows' part of its cache write goes to the
+scratch tail (slots past ``max_length``, never read).  A prompt call whose
+fed rows all lie below ``r`` runs the smallest such bucket and returns those
+``r`` rows' logits.
 """
 
 from __future__ import annotations
@@ -68,6 +77,7 @@ class StepSpec:
     defaults: Sampling = field(default_factory=Sampling)
     filler_token: int = 0
     contexts: tuple[int, ...] = ()  # decode context buckets, ascending, each below cache_len (module docstring)
+    rows: tuple[int, ...] = ()  # prompt row buckets, ascending, each below max_batch (module docstring)
 
     @property
     def cache_len(self) -> int:
@@ -92,6 +102,7 @@ class StepPrograms:
     spec: StepSpec
     programs: Mapping[int, Program]
     decoders: Mapping[int, Program] = field(default_factory=dict)
+    row_programs: Mapping[tuple[int, int], Program] = field(default_factory=dict)  # (chunk, rows) -> program
 
     def __post_init__(self):
         missing = sorted(set(self.spec.chunks) - set(self.programs))
@@ -103,15 +114,30 @@ class StepPrograms:
             raise InputError(f"decode program(s) for context bucket(s) {bad}: a bucket reads fewer slots than the "
                              f"cache's {self.spec.cache_len}")
         self._contexts = sorted(self.decoders)
+        bad = sorted(k for k in self.row_programs if k[0] not in self.spec.chunks or not 1 <= k[1] < self.spec.max_batch)
+        if bad:
+            raise InputError(f"row bucket program(s) {bad}: each is (a chunk size of the ladder, rows below "
+                             f"max_batch={self.spec.max_batch})")
+        self._rows: dict[int, list[int]] = {}
+        for t, r in sorted(self.row_programs):
+            self._rows.setdefault(t, []).append(r)
 
-    def for_call(self, t: int, needed: int) -> tuple[Program, int | None]:
-        """The program of a chunk-`t` call whose rows hold at most `needed` slots after it, and the slots it reads
-        (None: the whole cache).  Buckets of ``spec.contexts`` without a program in ``decoders`` are skipped."""
+    def for_call(self, t: int, needed: int, rows: int) -> tuple[Program, int | None, int]:
+        """The program of a chunk-`t` call whose rows hold at most `needed` slots after it and whose fed rows lie
+        below `rows`; the slots it reads (None: the whole cache) and the rows it computes.  Buckets without a
+        program are skipped."""
         if t == 1:
             for c in self._contexts:
                 if needed <= c:
-                    return self.decoders[c], c
-        return self.programs[t], None
+                    return self.decoders[c], c, self.spec.max_batch
+        for r in self._rows.get(t, ()):
+            if rows <= r:
+                return self.row_programs[(t, r)], None, r
+        return self.programs[t], None, self.spec.max_batch
+
+    @property
+    def row_buckets(self) -> bool:
+        return bool(self._rows)
 
 
 def check_state(spec: StepSpec, state: Sequence[torch.Tensor], device=None) -> None:
@@ -164,6 +190,12 @@ class Engine:
         self._slots = torch.arange(spec.cache_len, device=device)
         self._cols = {t: torch.arange(t, device=device) for t in spec.chunks}
 
+    def _fed_rows(self, t: int, fed: torch.Tensor) -> int:
+        """One past the last row the call feeds (picks the prompt row bucket; not read without buckets)."""
+        if t == 1 or not self.steps.row_buckets:
+            return self.spec.max_batch
+        return int(fed.nonzero().max()) + 1 if bool(fed.any()) else 1
+
     def _longest(self, new_lengths: torch.Tensor) -> int:
         """The longest row after the call, which picks the decode context bucket (one read of a device value per
         step when there are buckets, as the stopping test already makes)."""
@@ -180,7 +212,8 @@ class Engine:
 
     def run(self, t: int, input_ids: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
         """One call of the chunk-`t` program: `input_ids` [max_batch, t] with each row's `fed` [max_batch] real
-        tokens last (the rest is filler); returns the logits of each row's last column [max_batch, vocab].
+        tokens last (the rest is filler); returns the logits of each row's last column [r, vocab] for the rows
+        ``0 .. r-1`` the call computed (``r = max_batch`` unless a row bucket holds every fed row).
 
         The callers keep every row within ``max_length`` (``prefill`` checks
         it; ``generate`` and the session refuse a request that could pass it),
@@ -190,8 +223,10 @@ class Engine:
         new_lengths = lengths + fed
         # column j of a row fed k tokens: real token at slot n + (j - (t - k)) for j >= t - k, filler at n + j + k
         pos = lengths[:, None] + (self._cols[t][None, :] - (t - fed)[:, None]) % t
-        program, context = self.steps.for_call(t, self._longest(new_lengths))
+        program, context, r = self.steps.for_call(t, self._longest(new_lengths), self._fed_rows(t, fed))
         mask = self._slots[None, :context] < new_lengths[:, None]
+        if r < self.spec.max_batch:  # rows r.. are not fed: their lengths stay, their slots are not written
+            input_ids, pos, mask = input_ids[:r], pos[:r], mask[:r]
         out = program(input_ids, pos, mask, *self.state)
         logits, new = (out, self.state) if isinstance(out, torch.Tensor) else out  # logits alone: updated in place
         if len(new) != len(self.state):

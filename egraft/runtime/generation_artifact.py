@@ -9,6 +9,8 @@ The directory ``CompiledModel.save`` writes for a model compiled with
                          new value (shape, dtype and aliasing are the manifest's)
     decode_128/ ...      one per decode context bucket (``spec.contexts``): the decode step reading
                          that many cache slots, the same kind of artifact
+    step_4_rows1/ ...    one per prompt chunk size (above 1) and row bucket (``spec.rows``): the chunk
+                         step computing that many rows, the same kind of artifact
 
 ``egraft.load(dir)`` returns a :class:`GenerationArtifact` whose
 ``generate`` takes transformers' arguments and runs ``runtime.generation``:
@@ -16,7 +18,7 @@ no transformers, egglog or deap is imported.  The caches are allocated once
 at load (zeros, of the shapes the manifests declare) and updated in place
 by every step; the program of each size is checked at load to declare the
 same caches.  Each step artifact holds its own copy of the weights (a
-known cost: the artifact is ``len(chunks) + len(contexts)`` times the weights).
+known cost: the artifact holds the weights once per program).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ FORMAT_VERSION = 1
 def spec_to_dict(spec: gen.StepSpec) -> dict:
     d = spec.defaults
     return {"max_batch": spec.max_batch, "max_length": spec.max_length, "chunks": list(spec.chunks),
-            "contexts": list(spec.contexts),
+            "contexts": list(spec.contexts), "rows": list(spec.rows),
             "vocab_size": spec.vocab_size, "filler_token": spec.filler_token,
             "state": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in spec.state],
             "defaults": {"do_sample": d.do_sample, "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
@@ -55,7 +57,8 @@ def spec_from_dict(d: dict, where: str) -> gen.StepSpec:
                             state=tuple(gen.StateSpec(s["name"], tuple(int(n) for n in s["shape"]), str(s["dtype"]))
                                         for s in d["state"]),
                             defaults=Sampling(**dflt), filler_token=int(d.get("filler_token", 0)),
-                            contexts=tuple(int(c) for c in d.get("contexts", ())))
+                            contexts=tuple(int(c) for c in d.get("contexts", ())),
+                            rows=tuple(int(r) for r in d.get("rows", ())))
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{where}: the step spec is incomplete or malformed ({type(e).__name__}: {e}); "
                             "save the model again with CompiledModel.save") from None
@@ -126,14 +129,16 @@ class GenerationArtifact:
     """A loaded generation (module docstring): ``generate`` as transformers', ``session()`` for shared slots."""
 
     def __init__(self, directory: str, doc: dict, spec: gen.StepSpec, steps: dict, device: str,
-                 decoders: dict | None = None):
+                 decoders: dict | None = None, row_steps: dict | None = None):
         self.directory, self.doc, self.spec, self.steps, self.device = directory, doc, spec, steps, device
-        self.decoders = decoders or {}
+        self.decoders, self.row_steps = decoders or {}, row_steps or {}
         where = lambda t: f"{directory!r} step for {t} token(s)"  # noqa: E731
         self.programs = gen.StepPrograms(
             spec, {t: artifact_program(a, spec, where(t)) for t, a in steps.items()},
             {c: artifact_program(a, spec, f"{directory!r} decode step reading {c} slots")
-             for c, a in self.decoders.items()})
+             for c, a in self.decoders.items()},
+            {k: artifact_program(a, spec, f"{directory!r} step for {k[0]} token(s) of {k[1]} row(s)")
+             for k, a in self.row_steps.items()})
         self.state = gen.new_state(spec, "cpu" if device == "cpu" else device)
         self._lock = threading.Lock()
 
@@ -185,9 +190,19 @@ def load_generation(directory: str, device: str, load_one) -> GenerationArtifact
             raise ArtifactError(f"{path}: step directory {rel!r} is not a plain name inside the artifact")
         return load_one(os.path.join(directory, str(rel)), device)
 
+    rows_doc = doc.get("row_programs") or {}
+    want = sorted((t, r) for t in spec.chunks if t > 1 for r in spec.rows)
+    try:
+        keys = {tuple(int(n) for n in k.split("x")): rel for k, rel in rows_doc.items()}
+    except (AttributeError, ValueError):
+        keys = None
+    if keys is None or sorted(keys) != want or not all(len(k) == 2 for k in keys):
+        raise ArtifactError(f"{path}: its row bucket programs {sorted(rows_doc)} are not one per prompt chunk size "
+                            f"above 1 and row bucket {list(spec.rows)}; save the model again")
     steps = {int(t): load_sub(rel) for t, rel in steps_doc.items()}
     decoders = {int(c): load_sub(rel) for c, rel in decoders_doc.items()}
-    return GenerationArtifact(directory, doc, spec, steps, device, decoders)
+    row_steps = {k: load_sub(rel) for k, rel in keys.items()}
+    return GenerationArtifact(directory, doc, spec, steps, device, decoders, row_steps)
 
 
 __all__ = ["GENERATION_FILE", "GenerationArtifact", "is_generation", "jax_step_program", "load_generation",

@@ -104,13 +104,14 @@ def test_one_search_one_program_per_ladder_size_and_generate_compiles_nothing(co
     d = g.describe()
     assert d["chunks"] == list(CHUNKS) and sorted(g.programs) == list(CHUNKS)
     assert d["contexts"] == [128] and sorted(g.decoders) == [128]  # the cache's 192 slots: one decode bucket below
-    assert d["programs"] == len(CHUNKS) + 1
+    assert d["rows"] == [1] and sorted(g.row_programs) == [(4, 1), (16, 1), (64, 1)]  # prompt chunks of one row
+    assert d["programs"] == len(CHUNKS) + 1 + 3
     assert d["searches"] == 1 and g.programs[1].searched  # the decode step; the others reused its choices
     assert not any(p.searched for t, p in g.programs.items() if t != 1)
-    assert not any(p.searched for p in g.decoders.values())
+    assert not any(p.searched for p in (*g.decoders.values(), *g.row_programs.values()))
     assert not g.programs[1].result.from_cache  # this run's cache was empty: the search really ran
     assert len(set(d["backends"].values())) == 1
-    programs, decoders = dict(g.programs), dict(g.decoders)
+    programs, decoders, rows = dict(g.programs), dict(g.decoders), dict(g.row_programs)
 
     def compiled_again(*args, **kwargs):
         raise AssertionError("generate traced, searched or lowered a program")
@@ -123,7 +124,7 @@ def test_one_search_one_program_per_ladder_size_and_generate_compiles_nothing(co
     for n in (1, 5, 17, 33, 60):  # five prompt lengths: plans over every ladder size
         ids = left_padded([n], seed=n)[0]
         assert torch.equal(cm.generate(ids, **GREEDY), reference(model, ids, None, **GREEDY)), n
-    assert g.describe() == d and g.programs == programs and g.decoders == decoders
+    assert g.describe() == d and g.programs == programs and g.decoders == decoders and g.row_programs == rows
 
 
 def test_every_chunk_program_binds_one_copy_of_the_weights(compiled_of):
@@ -155,7 +156,8 @@ cm = egraft.compile(model, device="cpu", backend="auto", budget="1s", max_batch=
                     progress=False)
 total, cpu = time.perf_counter() - t, time.process_time() - cpu
 g = cm.generation
-stages = {**{t: p.stages for t, p in g.programs.items()}, **{f"c{c}": p.stages for c, p in g.decoders.items()}}
+stages = {**{t: p.stages for t, p in g.programs.items()}, **{f"c{c}": p.stages for c, p in g.decoders.items()},
+          **{f"{t}x{r}": p.stages for (t, r), p in g.row_programs.items()}}
 print(json.dumps({"total": total, "cpu": cpu, "stages": stages,
                   "from_cache": g.programs[1].result.from_cache, "describe": g.describe()}))
 """
@@ -180,7 +182,7 @@ def _beyond_tracing(got: dict) -> float:
 def test_a_second_process_reads_the_search_cache(second):
     first, got = second
     assert got["from_cache"]
-    assert got["describe"]["programs"] == len(CHUNKS) + len(got["describe"]["contexts"]) == 5
+    assert got["describe"]["programs"] == len(CHUNKS) + len(got["describe"]["contexts"]) + 3 == 8
     assert got["describe"]["searches"] == 1
     assert got["describe"]["backends"] == first.describe()["backends"]
     assert got["stages"]["1"]["saturate"] == 0.0  # no saturation, no search: the cached winner was lowered

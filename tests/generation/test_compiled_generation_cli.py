@@ -39,7 +39,7 @@ def test_cli_compile_generate_then_load(compiled_of, search_cache, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     art = egraft.load(str(out))
-    programs = len(chunks) + len(art.spec.contexts)
+    programs = len(chunks) + len(art.spec.contexts) + sum(1 for t in chunks if t > 1) * len(art.spec.rows)
     assert f"generation: {programs} step programs" in done.stdout and "1 searched" in done.stdout, done.stdout
     assert isinstance(art, GenerationArtifact)
     assert list(art.spec.chunks) == list(chunks) and art.spec.max_batch == MAX_BATCH
@@ -63,11 +63,11 @@ def test_generation_flags_parse_chunks_and_contexts():
     from egraft.errors import EgraftError
 
     def ns(**kw):
-        base = dict(generate=True, max_batch=2, max_length=64, chunks=None, contexts=None)
+        base = dict(generate=True, max_batch=2, max_length=64, chunks=None, contexts=None, rows=None)
         return argparse.Namespace(**{**base, **kw})
 
-    assert generation_flags(ns(chunks="1,4", contexts="16,32")) == {"max_batch": 2, "max_length": 64,
-                                                                    "chunks": (1, 4), "contexts": (16, 32)}
+    assert generation_flags(ns(chunks="1,4", contexts="16,32", rows="1")) == {
+        "max_batch": 2, "max_length": 64, "chunks": (1, 4), "contexts": (16, 32), "rows": (1,)}
     assert generation_flags(ns(contexts=""))["contexts"] == ()  # no decode context buckets
     assert generation_flags(ns())["contexts"] is None  # the default buckets
     with pytest.raises(EgraftError, match="--contexts"):

@@ -144,6 +144,48 @@ def test_context_buckets_are_checked():
     from egraft.frontend.causal_lm import default_contexts, step_module
 
     assert default_contexts(896) == (128, 256, 512) and default_contexts(128) == ()
+    assert default_contexts(896, 640) == (128, 256, 512, 640) and default_contexts(192, 128) == (128,)
+    assert default_contexts(80, 64) == ()
     b = Built("llama")
     with pytest.raises(InputError, match="context bucket"):
         step_module(b.model, 2, 64, (1, 4), contexts=(100,))  # cache_len 68
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_prompt_row_buckets_compute_only_the_fed_rows_and_give_the_same_tokens(family):
+    """A batch of one prompt runs the one-row chunk programs; the other rows' caches are left as they were."""
+    from egraft.frontend.causal_lm import eager_programs, step_module
+
+    b = Built(family)
+    step = step_module(b.model, 3, 64, (1, 4, 16), contexts=(), rows=(1,))
+    assert step.spec.rows == (1,)
+    eager = eager_programs(step)
+    assert sorted(eager.row_programs) == [(4, 1), (16, 1)]
+    ran = []
+
+    def counted(key, program):
+        def run(ids, pos, mask, *state):
+            ran.append((key, tuple(ids.shape)))
+            return program(ids, pos, mask, *state)
+        return run
+
+    from egraft.runtime.generation import StepPrograms
+
+    programs = StepPrograms(step.spec, {t: counted(("chunk", t), p) for t, p in eager.programs.items()},
+                            row_programs={k: counted(("rows", k), p) for k, p in eager.row_programs.items()})
+    state = step.state()
+    before = [s.clone() for s in state]
+    ids, mask = left_padded([21], seed=4)
+    kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(generate(programs, state, ids, mask, **kw), b.reference(ids, mask, **kw))
+    prompt_calls = [r for r in ran if r[1][1] > 1]
+    assert prompt_calls == [(("rows", (16, 1)), (1, 16)), (("rows", (4, 1)), (1, 4))], prompt_calls
+    for s, s0 in zip(state, before):
+        # rows 1 and 2: the prompt calls left them alone (a full chunk program writes filler at their slots 0..15;
+        # the one-row ones only the scratch tail past max_length), the decode steps wrote filler at slot 0
+        assert torch.equal(s[1:, :, 1:64], s0[1:, :, 1:64])
+    # two rows: the chunk of 16 feeds both (the full program); the rest of the longer prompt is row 0's alone
+    ran.clear()
+    ids, mask = left_padded([21, 6], seed=5)
+    assert torch.equal(generate(programs, state, ids, mask, **kw), b.reference(ids, mask, **kw))
+    assert [r for r in ran if r[1][1] > 1] == [(("chunk", 16), (3, 16)), (("rows", (4, 1)), (1, 4))]
