@@ -78,13 +78,18 @@ def machine_lines(res: dict) -> list[str]:
     return lines + [""]
 
 
+EGRAFT_PATHS = {"egraft_compile": "egraft.compile", "egraft_dynamo": "via torch.compile"}
+
+
 def verdict_lines(res: dict) -> list[str]:
     vs = res["verdicts"]
     if not vs:
         return ["No comparison with a peer was measured in this run.", ""]
     rows = []
     for v in vs:
-        rows.append([v.get("workload", v["what"]), v.get("metric", "forward"), v.get("best_peer", "-"), v["text"],
+        how = EGRAFT_PATHS.get(v.get("egraft"), "")  # generation has two egraft rows per workload: name the path
+        metric = v.get("metric", "forward") + (f" ({how})" if how else "")
+        rows.append([v.get("workload", v["what"]), metric, v.get("best_peer", "-"), v["text"],
                      share(v.get("roofline_share"))])
     ahead = sum(v.get("standing") == "ahead" for v in vs)
     behind = sum(v.get("standing") == "behind" for v in vs)
