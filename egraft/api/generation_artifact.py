@@ -33,24 +33,19 @@ def save_generation(generation, directory: str, *, model: str) -> str:
     os.makedirs(parent, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".egraft-gen-", dir=parent)
     try:
-        steps = {}
-        for t, prog in sorted(generation.programs.items()):
-            rel = f"step_{t}"
-            save_artifact(prog.executable, os.path.join(stage, rel),
-                          meta={"model": f"{model} step x{t}", "input_names": list(prog.input_names)})
-            steps[str(t)] = rel
-        decoders = {}
-        for c, prog in sorted(generation.decoders.items()):
-            rel = f"decode_{c}"
-            save_artifact(prog.executable, os.path.join(stage, rel),
-                          meta={"model": f"{model} decode reading {c} slots", "input_names": list(prog.input_names)})
-            decoders[str(c)] = rel
-        row_programs = {}
-        for (t, r), prog in sorted(generation.row_programs.items()):
-            rel = f"step_{t}_rows{r}"
-            save_artifact(prog.executable, os.path.join(stage, rel),
-                          meta={"model": f"{model} step x{t} of {r} row(s)", "input_names": list(prog.input_names)})
-            row_programs[f"{t}x{r}"] = rel
+        def save_each(programs: dict, key, rel, what) -> dict:
+            """Each program as an artifact under `stage`/rel(k); generation.json's map key(k) -> rel(k)."""
+            out = {}
+            for k, prog in sorted(programs.items()):
+                save_artifact(prog.executable, os.path.join(stage, rel(k)),
+                              meta={"model": f"{model} {what(k)}", "input_names": list(prog.input_names)})
+                out[key(k)] = rel(k)
+            return out
+
+        steps = save_each(generation.programs, str, lambda t: f"step_{t}", lambda t: f"step x{t}")
+        decoders = save_each(generation.decoders, str, lambda c: f"decode_{c}", lambda c: f"decode reading {c} slots")
+        row_programs = save_each(generation.row_programs, lambda k: f"{k[0]}x{k[1]}",
+                                 lambda k: f"step_{k[0]}_rows{k[1]}", lambda k: f"step x{k[0]} of {k[1]} row(s)")
         doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model,
                "spec": spec_to_dict(generation.spec), "steps": steps, "decoders": decoders,
                "row_programs": row_programs, "compiled": generation.describe()}

@@ -20,8 +20,9 @@ last panel is padded with zero columns and the product's extra columns are
 dropped).  The product is either a ``MatMul`` idiom node or the primitive
 form the peephole runs as a dot (a ``DotPlan`` with no batch axis, whose
 left side's free axes flatten to the ``M`` rows): the traced graph that a
-reused lowering runs (``search.pipeline.compile_like``) has only the latter.  The sums are the same dot products over ``K`` (float32 or
-wider), so the result is the plain dot's up to summation order.  The panel
+reused lowering runs (``search.pipeline.compile_like``) has only the latter.
+The sums are the same dot products over ``K`` (float32 or wider), so the
+result is the plain dot's up to summation order.  The panel
 form is made on the host when the executable is built (:func:`panel_form`)
 and passed like any weight; a weight that nothing else reads is passed only
 in panel form.  The panel form of one weight array is made once per process
@@ -41,7 +42,7 @@ import numpy as np
 from ...ir import Op
 from ...ir.graph import Graph
 from ...ir.tensors import aligned_copy
-from .peephole import DotPlan
+from .peephole import DotPlan, place_output
 
 MAX_ROWS = 64  # past this the plain dot caught up (128 rows: equal; 256: the plain dot 1.6x faster)
 SEP = "@panels"  # a panel weight's name: f"{weight}{SEP}{w}" (+ "T" when made from the [N, K] layout)
@@ -201,19 +202,9 @@ def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn):
         y = y[:, :plan.n]  # the padded columns of the last panel
     if p is None:
         return y
-    # y's axes: the lhs free axes, then the rhs's N axis (as product axes); the output drops the contracted one
+    # y's axes: the lhs free axes, then the rhs's N axis (as product axes)
     n_axis = next(d for d in p.rhs.axes if d != p.axis)
-    got = free + [n_axis]
-    y = y.reshape(*free_shape, plan.n)
-    out_axes = [d for d in range(len(p.mul_shape)) if d != p.axis]
-    present = [d for d in out_axes if d in got]
-    perm = [got.index(d) for d in present]
-    if perm != list(range(len(perm))):
-        y = jnp.transpose(y, perm)
-    out_shape = tuple(p.mul_shape[d] for d in out_axes)
-    if tuple(y.shape) != out_shape:
-        y = lax.broadcast_in_dim(y, out_shape, tuple(out_axes.index(d) for d in present))
-    return y
+    return place_output(y.reshape(*free_shape, plan.n), free + [n_axis], p)
 
 
 __all__ = ["MAX_ROWS", "PanelPlan", "PanelWeight", "emit_panel_dot", "find", "panel_form"]

@@ -225,9 +225,18 @@ def emit_dot(ctx, plan: DotPlan, a, b, view_fn):
     if jnp.issubdtype(a.dtype, jnp.floating):
         kw["precision"] = ctx.precision
     y = lax.dot_general(a, b, dims, **kw)
-    # y axes: batch, a_free, b_free (as Mul-output axes); out drops axis r
-    got = batch + a_free + b_free
-    out_axes = [d for d in range(len(plan.mul_shape)) if d != r]
+    y = place_output(y, batch + a_free + b_free, plan)  # y axes: batch, a_free, b_free (as Mul-output axes)
+    ctx.stats["peephole_dots"] += 1
+    return compute_f32(y) if half else y
+
+
+def place_output(y, got: list[int], plan: DotPlan):
+    """A product `y` whose axes are the Mul-output axes `got`, as the SumReduce's output: in its axis order,
+    the contracted axis dropped, broadcast along the axes neither factor covers."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    out_axes = [d for d in range(len(plan.mul_shape)) if d != plan.axis]
     present = [d for d in out_axes if d in got]
     perm = [got.index(d) for d in present]
     if perm != list(range(len(perm))):
@@ -235,8 +244,7 @@ def emit_dot(ctx, plan: DotPlan, a, b, view_fn):
     out_shape = tuple(plan.mul_shape[d] for d in out_axes)
     if tuple(y.shape) != out_shape:
         y = lax.broadcast_in_dim(y, out_shape, tuple(out_axes.index(d) for d in present))
-    ctx.stats["peephole_dots"] += 1
-    return compute_f32(y) if half else y
+    return y
 
 
 def emit_take(ctx, plan: TakePlan, x, idx_src, view_fn):
