@@ -97,7 +97,7 @@ EXPECTED: dict[str, tuple[Expected, ...]] = {
     "aten.scatter": (Expected("signed zero", _ZERO_SUM, ((0, 2),)),),  # reduce="add"
     "aten.scatter_add": (Expected("signed zero", _ZERO_SUM),),
     "aten.index_add": (Expected("signed zero", _ZERO_SUM),),
-    "aten.index_put": (Expected("signed zero", _ZERO_SUM, ((1, 0),)),),  # accumulate=True
+    "aten.index_put": (Expected("signed zero", _ZERO_SUM, ((3, 0),)),),  # case 3: accumulate=True
     "aten.cat": (Expected("finite", _INT_CAST, ((0, 2),)),),  # torch.cat([a, b.int()])
     "aten._to_copy": (Expected("exact", _INT_CAST, ((0, 0),)),),  # x.to(torch.int32)
     "aten.scaled_dot_product_attention": (Expected(
