@@ -132,7 +132,10 @@ def evolve(gs: GenomeSpace, task: Task, evaluator, budget: Budget, seed: int = 0
 
     def _log(key, out: Outcome, cand: Candidate, gen: int) -> None:
         ev.counts[out.status] = ev.counts.get(out.status, 0) + 1
-        ev.trials.append(Trial(trial_offset + len(ev.trials), key, out.status, out.time_s, out.spread,
+        # a pruned candidate's time (its bound, or a first call over the cap) ranks it in the population; a
+        # Trial's time is a validated one only
+        time_s = out.time_s if out.status in ("timed", "estimated") else math.inf
+        ev.trials.append(Trial(trial_offset + len(ev.trials), key, out.status, time_s, out.spread,
                                out.estimate_s, cand.backend, gen, block, out.message[:300]))
 
     def record(gen: int) -> None:
