@@ -259,7 +259,22 @@ def tables(out: dict) -> str:
             lines.append(f"| {LABELS[r['system']]} | {r['threads']} | {r['first_call_s']:.2f} | {extra} | "
                          f"{r['peak_rss_bytes'] / 2 ** 20:.0f} | {warn or '-'} |")
         lines.append("")
+        lines += [compile_line(r) for r in out["runs"] if r["model"] == model and compile_line(r)]
     return "\n".join(lines)
+
+
+def compile_line(r: dict) -> str:
+    """egraft.compile's programs and their compile seconds against the searched (full decode) step's, or ''."""
+    d = r.get("compiled") if r["status"] == "ok" else None
+    if not d or "compile_s" not in d:
+        return ""
+    secs = d["compile_s"]
+    searched = secs.get(f"step_1_ctx{d['max_length']}_rows{d['max_batch']}")
+    if not searched:
+        return ""
+    total = sum(secs.values())
+    return (f"{LABELS[r['system']]}, {r['threads']} thread(s): {d['programs']} programs compiled in {total:.0f} s, "
+            f"{total / searched:.2f} times the searched decode step's {searched:.0f} s ({d['searches']} search).\n")
 
 
 # --- the run ------------------------------------------------------------------------------------------------

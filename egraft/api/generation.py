@@ -3,15 +3,13 @@
 A causal LM is compiled as its *step* (``frontend.causal_lm``): one forward
 over ``T`` new tokens per row that writes their keys and values into KV
 caches held as ``state`` and returns each row's last logits.  One program is
-compiled per chunk size of the ladder (``1`` is the decode step, the others
-feed prompts in chunks, exactly: no padding is stored or read).  The decode
-step is searched; every other chunk size is lowered with the decode step's
-winning backend and knobs and checked against eager PyTorch, with no search
+compiled per bucket (``runtime.generation.Bucket``: a chunk size of the
+ladder, the cache slots it reads, the rows it computes; ``StepSpec.buckets``
+lists them).  The full decode step (chunk 1, ``max_length`` slots, every row)
+is searched; every other bucket is lowered with its winning backend and knobs
+and checked against eager PyTorch, with no search
 (``search.pipeline.compile_like``), so compile time follows the number of
-ladder sizes, not prompt lengths or batch sizes.  So are the decode programs
-of the context buckets (``StepSpec.contexts``: a decode step over short
-sequences reads only a prefix of the cache) and the prompt chunks of the
-row buckets (``StepSpec.rows``: a prompt of one row computes one row).  The generation loop is the
+buckets, not prompt lengths or batch sizes.  The generation loop is the
 light runtime's (``runtime.generation``): per step it runs one program call,
 the sampler and the stopping test.
 """
@@ -58,35 +56,25 @@ def state_program(exe, n_state_names: Sequence[str]) -> Callable:
 
 @dataclass
 class Generation:
-    """The compiled step programs of one causal LM, their caches, and what compiling them took."""
+    """The compiled step programs of one causal LM (one per bucket), their caches, and what compiling them took."""
 
     spec: gen.StepSpec
-    programs: dict[int, Program]  # chunk size -> the compiled program
-    compile_s: dict[int, float]  # chunk size -> seconds to trace and compile it
+    programs: dict[gen.Bucket, Program]  # bucket -> the compiled program
+    compile_s: dict[gen.Bucket, float]  # bucket -> seconds to trace and compile it
     state: list = field(default_factory=list)
-    decoders: dict[int, Program] = field(default_factory=dict)  # context bucket -> its decode program
-    decoder_s: dict[int, float] = field(default_factory=dict)  # context bucket -> seconds to trace and compile it
-    row_programs: dict[tuple[int, int], Program] = field(default_factory=dict)  # (chunk, rows) -> its program
-    row_s: dict[tuple[int, int], float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
         names = [s.name for s in self.spec.state]
         self.step_programs = gen.StepPrograms(
-            self.spec, {t: state_program(p.executable, names) for t, p in self.programs.items()},
-            {c: state_program(p.executable, names) for c, p in self.decoders.items()},
-            {k: state_program(p.executable, names) for k, p in self.row_programs.items()})
+            self.spec, {b: state_program(p.executable, names) for b, p in self.programs.items()})
         if not self.state:
             self.state = gen.new_state(self.spec)
 
     @property
     def searches(self) -> int:
         """How many of the programs ran a search (the others reused the first one's choices)."""
-        return sum(1 for p in self.all_programs() if p.searched)
-
-    def all_programs(self) -> list[Program]:
-        """Every compiled program: the chunk sizes', the decode context buckets', the prompt row buckets'."""
-        return [*self.programs.values(), *self.decoders.values(), *self.row_programs.values()]
+        return sum(1 for p in self.programs.values() if p.searched)
 
     def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:
         """transformers' ``generate`` on the compiled steps (``runtime.generation.generate``); one at a time."""
@@ -102,17 +90,15 @@ class Generation:
     def describe(self) -> dict:
         return {"max_batch": self.spec.max_batch, "max_length": self.spec.max_length,
                 "chunks": list(self.spec.chunks), "contexts": list(self.spec.contexts), "rows": list(self.spec.rows),
-                "programs": len(self.all_programs()), "searches": self.searches,
-                "compile_s": {str(t): round(s, 3) for t, s in self.compile_s.items()},
-                "decoder_compile_s": {str(c): round(s, 3) for c, s in self.decoder_s.items()},
-                "row_compile_s": {f"{t}x{r}": round(s, 3) for (t, r), s in self.row_s.items()},
-                "backends": {str(t): p.result.backend for t, p in self.programs.items()}}
+                "programs": len(self.programs), "searches": self.searches,
+                "compile_s": {b.name: round(s, 3) for b, s in self.compile_s.items()},
+                "backends": sorted({p.result.backend for p in self.programs.values()})}
 
 
 def compile_generation(model: torch.nn.Module, config, status: Callable[[str], None], *, max_batch: int,
                        max_length: int, chunks: Sequence[int] | None = None,
                        contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None) -> Generation:
-    """Compile `model`'s step for every chunk size of its ladder (the module docstring)."""
+    """Compile `model`'s step for every bucket of its spec (the module docstring)."""
     from ..frontend.causal_lm import DEFAULT_CHUNKS, step_module
     from ..frontend.weights import WeightCopies
 
@@ -129,39 +115,22 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
             enable_xla_cache(xla_cache_dir())
         except ImportError:  # no jax here: nothing of XLA to cache
             pass
-    programs: dict[int, Program] = {}
-    times: dict[int, float] = {}
+    programs: dict[gen.Bucket, Program] = {}
+    times: dict[gen.Bucket, float] = {}
     first = None
-    weights = WeightCopies()  # one copy of the model's weights, bound by every chunk size's program
-    for t in step.spec.chunks:  # 1 first: the decode step is the one searched
-        args = step.example_inputs(t)
-        status(f"compiling the step for {t} token(s) per row"
+    weights = WeightCopies()  # one copy of the model's weights, bound by every bucket's program
+    buckets = step.spec.buckets()
+    full_decode = gen.Bucket(1, step.spec.full_context, step.spec.max_batch)
+    for b in [full_decode] + [b for b in buckets if b != full_decode]:  # the full decode step is the one searched
+        args = step.example_inputs(b.chunk, b.context, b.rows)
+        status(f"compiling the step for {b.chunk} token(s) of {b.rows} row(s) reading {b.context} cache slots"
                + (" (reusing the decode step's choices)" if first is not None else ""))
         t0 = time.perf_counter()
         prog = build(step, args, {}, call_key(args, {}), config, status, reuse=first, weights=weights)
-        times[t] = time.perf_counter() - t0
-        programs[t] = prog
+        times[b] = time.perf_counter() - t0
+        programs[b] = prog
         first = first or prog
-    decoders: dict[int, Program] = {}
-    decoder_s: dict[int, float] = {}
-    for c in step.spec.contexts:
-        args = step.example_inputs(1, c)
-        status(f"compiling the decode step reading {c} cache slots (reusing the decode step's choices)")
-        t0 = time.perf_counter()
-        decoders[c] = build(step, args, {}, call_key(args, {}), config, status, reuse=first, weights=weights)
-        decoder_s[c] = time.perf_counter() - t0
-    row_programs: dict[tuple[int, int], Program] = {}
-    row_s: dict[tuple[int, int], float] = {}
-    for t in step.spec.chunks:
-        for r in step.spec.rows if t > 1 else ():
-            args = step.example_inputs(t, None, r)
-            status(f"compiling the step for {t} token(s) of {r} row(s) (reusing the decode step's choices)")
-            t0 = time.perf_counter()
-            row_programs[(t, r)] = build(step, args, {}, call_key(args, {}), config, status, reuse=first,
-                                         weights=weights)
-            row_s[(t, r)] = time.perf_counter() - t0
-    return Generation(step.spec, programs, times, decoders=decoders, decoder_s=decoder_s, row_programs=row_programs,
-                      row_s=row_s)
+    return Generation(step.spec, programs, times)
 
 
 __all__ = ["Generation", "compile_generation", "state_program"]

@@ -1,7 +1,7 @@
 """Write a compiled generation as a directory ``egraft.load`` runs (the layout: ``runtime.generation_artifact``).
 
-Each chunk size's program is saved as an ordinary artifact under ``step_<T>/``
-(``backends.artifact.save_artifact``, which declares the caches as inputs of
+Each bucket's program is saved as an ordinary artifact under ``Bucket.name``
+(``step_<T>_ctx<C>_rows<r>/``; ``backends.artifact.save_artifact``, which declares the caches as inputs of
 role ``state`` with their aliases); ``generation.json`` is written last, into
 a staging directory that replaces the target only when complete, so a failed
 save leaves the target as it was.
@@ -33,22 +33,14 @@ def save_generation(generation, directory: str, *, model: str) -> str:
     os.makedirs(parent, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".egraft-gen-", dir=parent)
     try:
-        def save_each(programs: dict, key, rel, what) -> dict:
-            """Each program as an artifact under `stage`/rel(k); generation.json's map key(k) -> rel(k)."""
-            out = {}
-            for k, prog in sorted(programs.items()):
-                save_artifact(prog.executable, os.path.join(stage, rel(k)),
-                              meta={"model": f"{model} {what(k)}", "input_names": list(prog.input_names)})
-                out[key(k)] = rel(k)
-            return out
-
-        steps = save_each(generation.programs, str, lambda t: f"step_{t}", lambda t: f"step x{t}")
-        decoders = save_each(generation.decoders, str, lambda c: f"decode_{c}", lambda c: f"decode reading {c} slots")
-        row_programs = save_each(generation.row_programs, lambda k: f"{k[0]}x{k[1]}",
-                                 lambda k: f"step_{k[0]}_rows{k[1]}", lambda k: f"step x{k[0]} of {k[1]} row(s)")
+        programs = {}
+        for b, prog in sorted(generation.programs.items()):
+            save_artifact(prog.executable, os.path.join(stage, b.name),
+                          meta={"model": f"{model} step x{b.chunk} of {b.rows} row(s) reading {b.context} slots",
+                                "input_names": list(prog.input_names)})
+            programs[b.name] = {"chunk": b.chunk, "context": b.context, "rows": b.rows}
         doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model,
-               "spec": spec_to_dict(generation.spec), "steps": steps, "decoders": decoders,
-               "row_programs": row_programs, "compiled": generation.describe()}
+               "spec": spec_to_dict(generation.spec), "programs": programs, "compiled": generation.describe()}
         with open(os.path.join(stage, GENERATION_FILE), "w") as f:
             json.dump(doc, f, indent=1)
         if os.path.isdir(directory):

@@ -99,10 +99,10 @@ def cmd_compile(args) -> int:
         model, _ = load_model(args.model, args.input, args.seed, args.int_high, need_inputs=False)
         cm = compile_model(args, model, None, **gen)
         d = cm.generation.describe()
-        print(f"generation: {d['programs']} step programs (chunk sizes {d['chunks']}, decode context buckets "
+        print(f"generation: {d['programs']} step programs (chunk sizes {d['chunks']}, context buckets "
               f"{d['contexts']}, prompt row buckets {d['rows']}), {d['searches']} searched, "
-              f"the others reusing the decode step's choices; backends {sorted(set(d['backends'].values()))}; "
-              f"compile seconds per chunk size {d['compile_s']}")
+              f"the others reusing the decode step's choices; backends {d['backends']}; "
+              f"compile seconds per program {d['compile_s']}")
         path = cm.save(out)
         print(f"saved the generation to {path}; egraft.load({path!r}).generate(input_ids, max_new_tokens=...) runs it")
         return 0
@@ -149,8 +149,9 @@ def add_parsers(verb) -> None:
     p.add_argument("--chunks", default=None, metavar="LIST",
                    help="with --generate: prompt chunk sizes (default 1,4,16,64,256, capped by --max-length)")
     p.add_argument("--contexts", default=None, metavar="LIST",
-                   help="with --generate: decode context buckets, the slots a decode step reads (default 128, 256, "
-                        "... below the cache's length; an empty string: none)")
+                   help="with --generate: context buckets, cache slots a step reads: every one for the decode step, "
+                        "the smallest of at least twice its size for a prompt chunk (default 128, 256, ... below "
+                        "--max-length, which the full programs read; an empty string: none)")
     p.add_argument("--rows", default=None, metavar="LIST",
                    help="with --generate: prompt row buckets, prompt chunks compiled again for that many rows "
                         "(default 1 below --max-batch; an empty string: none)")

@@ -6,12 +6,14 @@ buffers are the per-layer K and V caches, ``[max_batch, kv_heads, cache_len,
 head_dim]``, and whose forward is the calling convention of
 ``egraft.runtime.generation`` (see its docstring)::
 
-    logits = step(input_ids, position_ids, slot_mask)   # int64 [B, T], int64 [B, T], bool [B, cache_len]
+    logits = step(input_ids, position_ids, slot_mask)   # int64 [r, T], int64 [r, T], bool [r, C]
 
 It writes the T tokens' K and V of every layer into the caches in place, each
 token at the slot its position names (``scatter_`` along the sequence axis,
 per row, so rows may be at different lengths), and returns the logits of each
-row's last column, ``[B, vocab]``.  The model runs unchanged: it is handed a
+row's last column, ``[r, vocab]``; it reads the caches' first ``C`` slots
+(``slot_mask``'s width) of the first ``r`` rows, a bucket of
+``runtime.generation``.  The model runs unchanged: it is handed a
 ``transformers.cache_utils.Cache`` whose layers do that scatter and return the
 whole cache, and a prepared 4-D additive mask (transformers passes a 4-D mask
 through as it is): ``allowed[b, 0, t, j] = slot_mask[b, j] and j <= position_ids[b, t]``.
@@ -34,7 +36,7 @@ from ..runtime.sampling import Sampling, eos_tuple
 from .tracer import export_program
 
 DEFAULT_CHUNKS = (1, 4, 16, 64, 256)
-FIRST_CONTEXT = 128  # the smallest decode context bucket; the default buckets double from it (default_contexts)
+FIRST_CONTEXT = 128  # the smallest context bucket; the default buckets double from it (default_contexts)
 DEFAULT_ROWS = (1,)  # prompt chunks are also compiled for a batch of one row (below max_batch): see row_buckets
 
 # generation_config settings whose logits processors the light loop does not apply, with their neutral values
@@ -75,7 +77,7 @@ def _slot_layer_class():
             idx = slots[:, None, :, None].expand(rows, h, t, d)
             self.keys.scatter_(2, idx, ks)
             self.values.scatter_(2, idx, vs)
-            c = self.context  # the slots the call reads: a prefix of the cache (all of it unless a decode bucket)
+            c = self.context  # the slots the call reads: a prefix of the cache (max_length of them, or a bucket's)
             return self.keys[:b, :, :c], self.values[:b, :, :c]
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -163,11 +165,11 @@ class StepModule(torch.nn.Module):
                 specs.append(StateSpec(name, (max_batch, heads, cache_len, dim), str(dtype).removeprefix("torch.")))
         vocab = model.get_output_embeddings().weight.shape[0]
         if contexts is None:
-            contexts = default_contexts(cache_len, max_length)
-        bad = [c for c in contexts if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c < cache_len]
+            contexts = default_contexts(max_length)
+        bad = [c for c in contexts if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c < max_length]
         if bad:
-            raise InputError(f"contexts={list(contexts)}: each decode context bucket must be an int in "
-                             f"[1, {cache_len}) (the cache holds {cache_len} slots: max_length + the largest chunk)")
+            raise InputError(f"contexts={list(contexts)}: each context bucket must be an int in [1, {max_length}) "
+                             f"(below max_length={max_length}, which every call's full program reads)")
         rows = tuple(c for c in DEFAULT_ROWS if c < max_batch) if rows is None else tuple(rows)
         bad = [r for r in rows if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r < max_batch]
         if bad:
@@ -175,7 +177,8 @@ class StepModule(torch.nn.Module):
                              f"(max_batch={max_batch} rows is the chunk programs' own size)")
         self.spec = StepSpec(max_batch=max_batch, max_length=max_length, chunks=tuple(ladder), vocab_size=vocab,
                              state=tuple(specs), defaults=generation_defaults(model),
-                             contexts=tuple(sorted(set(contexts))), rows=tuple(sorted(set(rows))))
+                             contexts=tuple(sorted(set(contexts))), rows=tuple(sorted(set(rows))),
+                             max_context=max_length)
         self._layer = _slot_layer_class()
         self.register_buffer("_slots", torch.arange(cache_len, device=device), persistent=False)
 
@@ -183,7 +186,7 @@ class StepModule(torch.nn.Module):
         from transformers.cache_utils import Cache
 
         names = [s.name for s in self.spec.state]
-        context = slot_mask.shape[1]  # the slots this call reads (a decode bucket's prefix, or the whole cache)
+        context = slot_mask.shape[1]  # the slots this call reads (its bucket's context)
         layers = [self._layer(getattr(self, k), getattr(self, v), position_ids, context)
                   for k, v in zip(names[::2], names[1::2])]
         cache = Cache(layers=layers)
@@ -203,32 +206,30 @@ class StepModule(torch.nn.Module):
     def example_inputs(self, chunk: int, context: int | None = None,
                        rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(input_ids, position_ids, slot_mask) of the chunk-`chunk` call of `rows` rows (None: max_batch) reading
-        `context` slots (None: the whole cache), for ``torch.export`` / compiling."""
+        `context` slots (None: max_length), for ``torch.export`` / compiling."""
         b, dev = rows or self.spec.max_batch, self._slots.device
+        context = context or self.spec.full_context
         ids = torch.zeros(b, chunk, dtype=torch.int64, device=dev)
         pos = torch.arange(chunk, device=dev)[None, :].expand(b, chunk).contiguous()
         mask = self._slots[None, :context].expand(b, -1) < chunk
         return ids, pos, mask
 
 
-def default_contexts(cache_len: int, max_length: int | None = None) -> tuple[int, ...]:
-    """The decode context buckets below `cache_len`: FIRST_CONTEXT, doubling while below `max_length`, then
-    `max_length` itself (a decode step never needs more: 896 slots of max_length 640 -> 128, 256, 512, 640)."""
-    top = cache_len if max_length is None else min(max_length, cache_len - 1)
+def default_contexts(max_length: int) -> tuple[int, ...]:
+    """The context buckets below `max_length` (which the full programs read): FIRST_CONTEXT, doubling
+    (max_length 640 -> 128, 256, 512)."""
     out, c = [], FIRST_CONTEXT
-    while c < top:
+    while c < max_length:
         out.append(c)
         c *= 2
-    if max_length is not None and top not in out and top >= FIRST_CONTEXT:
-        out.append(top)
     return tuple(out)
 
 
 def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS,
                 contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None) -> StepModule:
     """`model` (a transformers causal LM, in eval mode) as a :class:`StepModule`; its ladder is `chunks` capped
-    by `max_length`, with 1 (decoding) always in it; `contexts` are its decode context buckets (None:
-    :func:`default_contexts`; ``()``: decode always reads the whole cache); `rows` its prompt row buckets
+    by `max_length`, with 1 (decoding) always in it; `contexts` are its context buckets (None:
+    :func:`default_contexts`; ``()``: every call reads max_length slots); `rows` its prompt row buckets
     (None: ``DEFAULT_ROWS`` below max_batch; ``()``: prompt chunks always run max_batch rows)."""
     if model.training:
         raise InputError("the model is in training mode (dropout would make each step random): call model.eval()")
@@ -236,8 +237,8 @@ def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = 
 
 
 def eager_programs(step: StepModule) -> StepPrograms:
-    """The step run eagerly by torch, one program per chunk size: ``program(ids, pos, mask, *state)`` runs the
-    module with `state` in place of its buffers (updated in place) and returns ``(logits, state)``."""
+    """The step run eagerly by torch, one program per bucket (``spec.buckets()``): ``program(ids, pos, mask,
+    *state)`` runs the module with `state` in place of its buffers (updated in place), returns ``(logits, state)``."""
     names = [s.name for s in step.spec.state]
 
     def program(input_ids, position_ids, slot_mask, *state):
@@ -247,8 +248,7 @@ def eager_programs(step: StepModule) -> StepPrograms:
             logits = torch.func.functional_call(step, dict(zip(names, state)), (input_ids, position_ids, slot_mask))
         return logits, state
 
-    return StepPrograms(step.spec, {t: program for t in step.spec.chunks}, {c: program for c in step.spec.contexts},
-                        {(t, r): program for t in step.spec.chunks if t > 1 for r in step.spec.rows})
+    return StepPrograms(step.spec, {b: program for b in step.spec.buckets()})
 
 
 def export_step(step: StepModule, chunk: int) -> torch.export.ExportedProgram:

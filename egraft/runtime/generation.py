@@ -5,10 +5,10 @@ builds the step; this module imports only torch, never transformers or the
 compiler).  A *program* is a callable with the step's calling convention::
 
     logits, new_state = program(input_ids, position_ids, slot_mask, *state)
-    #  input_ids, position_ids  int64 [max_batch, T]   (T: one chunk size of the ladder)
-    #  slot_mask                bool  [max_batch, cache_len]: the slots a row may read
+    #  input_ids, position_ids  int64 [r, T]   (T: a chunk size of the ladder, r: the rows, max_batch or fewer)
+    #  slot_mask                bool  [r, C]: the slots a row may read (C: the bucket's context, see below)
     #  state                    the caches, StepSpec.state order (K and V of each layer)
-    #  logits                   [max_batch, vocab]: each row's LAST chunk column
+    #  logits                   [r, vocab]: each row's LAST chunk column
     #  new_state                the caches after the call (the same tensors when updated in place)
     #  (a program that updates the state in place may return the logits alone)
 
@@ -22,31 +22,37 @@ last column; the other ``T - k_b`` columns are filler written to slots
 every read (``slot_mask`` is ``slot < length``) and overwritten later.  So a
 prompt is fed exactly, in chunks of the ladder taken largest first, and
 ``cache_len = max_length + max(chunks)`` keeps every filler write in range.
-There is one program per chunk size; decoding is the chunk of size 1.
+Decoding is the chunk of size 1.
 
-Decode context buckets (``StepSpec.contexts``): a decode step over short
-sequences need not read the whole cache.  The program of bucket ``C`` takes
-``slot_mask [max_batch, C]`` and reads slots ``0 .. C-1`` only (it still
-writes into the whole cache); a decode call whose rows all fit (each row's
-length after the call at most ``C``) runs the smallest such bucket, else the
-chunk-1 program over the whole cache.  A row's slots at or past ``C`` hold
-only filler then, which no call reads, so every bucket computes the same
-logits.
+Buckets: one program per *bucket* ``(chunk, context, rows)``, a chunk size of
+the ladder, the slots it reads and the rows it computes (:class:`Bucket`).
+The program of bucket ``(T, C, r)`` takes ``input_ids [r, T]`` (and
+positions of ``r`` rows) and ``slot_mask [r, C]``: it reads slots ``0 .. C-1``
+of rows ``0 .. r-1`` (it still writes into the whole cache; the other rows'
+part of its one cache write goes to the scratch tail past ``max_length``,
+never read).  Every chunk size has the *full* bucket ``(T, full_context,
+max_batch)`` (``full_context`` is ``max_length``: no call needs more, filler
+is never read); the others are cheaper forms of it:
 
-Prompt row buckets (``StepSpec.rows``): a prompt chunk costs in proportion
-to the rows it computes, and a batch of one prompt would otherwise pay for
-``max_batch`` rows.  The chunk-``T`` program of row bucket ``r`` takes
-``input_ids [r, T]`` (and positions and mask of ``r`` rows) and computes rows
-``0 .. r-1`` only; the other rows' part of its cache write goes to the
-scratch tail (slots past ``max_length``, never read).  A prompt call whose
-fed rows all lie below ``r`` runs the smallest such bucket and returns those
-``r`` rows' logits.
+* context buckets (``StepSpec.contexts``): a call over short sequences need
+  not read ``max_length`` slots.  A row's slots at or past ``C`` hold only
+  filler when every fed row's length after the call is at most ``C``, so
+  bucket ``C`` computes the same logits for those rows.
+* row buckets (``StepSpec.rows``, prompt chunks only): a prompt chunk costs in
+  proportion to the rows it computes, and a batch of one prompt would
+  otherwise pay for ``max_batch`` rows.
+
+A call runs the cheapest bucket of its chunk size (fewest rows, then fewest
+slots) that computes every fed row and holds every fed row's length
+(:meth:`StepPrograms.for_call`); the rows it computes but does not feed
+write filler and their logits are not used.  Which buckets are compiled is
+:meth:`StepSpec.buckets`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, MutableSequence, Sequence
+from typing import Callable, Mapping, MutableSequence, NamedTuple, Sequence
 
 import torch
 
@@ -76,12 +82,34 @@ class StepSpec:
     state: tuple[StateSpec, ...]
     defaults: Sampling = field(default_factory=Sampling)
     filler_token: int = 0
-    contexts: tuple[int, ...] = ()  # decode context buckets, ascending, each below cache_len (module docstring)
+    contexts: tuple[int, ...] = ()  # context buckets, ascending, each below full_context (module docstring)
     rows: tuple[int, ...] = ()  # prompt row buckets, ascending, each below max_batch (module docstring)
+    max_context: int = 0  # the slots a full bucket reads; 0: the whole cache (artifacts saved before buckets read less)
 
     @property
     def cache_len(self) -> int:
         return self.max_length + max(self.chunks)
+
+    @property
+    def full_context(self) -> int:
+        """The slots the full bucket of each chunk size reads (``max_length``; the whole cache in older artifacts)."""
+        return self.max_context or self.cache_len
+
+    def buckets(self) -> list["Bucket"]:
+        """The buckets a compile builds: each chunk size's full bucket; for decoding (chunk 1) every context bucket;
+        for a prompt chunk of ``T`` tokens each row bucket, and, for each of those and the full rows, the smallest
+        context bucket of at least ``2 T`` slots (it holds a prompt's first two chunks of ``T``: a prompt of 128 on
+        the ladder 1, 4, 16, 64 is two chunks of 64 reading 128 slots)."""
+        full, b = self.full_context, self.max_batch
+        out = []
+        for t in self.chunks:
+            for r in ((b,) if t == 1 else (*self.rows, b)):
+                out.append(Bucket(t, full, r))
+                if t == 1:
+                    out += [Bucket(1, c, b) for c in self.contexts if c < full]
+                else:
+                    out += [Bucket(t, c, r) for c in self.contexts if 2 * t <= c < full][:1]
+        return out
 
     def plan(self, n: int) -> list[int]:
         """The chunk sizes that feed `n` tokens, largest first (17 -> [16, 1] on the ladder 1, 4, 16)."""
@@ -93,51 +121,60 @@ class StepSpec:
         return out
 
 
-@dataclass
-class StepPrograms:
-    """The step's spec, one program per chunk size of its ladder (eager torch, or egraft's compiled ones), and
-    decode programs of context buckets (``decoders``: bucket -> program reading that many slots; the compiled
-    ones have one per bucket of ``spec.contexts``)."""
+class Bucket(NamedTuple):
+    """What one step program computes: `chunk` tokens per row, reading slots ``0 .. context-1``, for rows
+    ``0 .. rows-1`` (module docstring)."""
 
-    spec: StepSpec
-    programs: Mapping[int, Program]
-    decoders: Mapping[int, Program] = field(default_factory=dict)
-    row_programs: Mapping[tuple[int, int], Program] = field(default_factory=dict)  # (chunk, rows) -> program
-
-    def __post_init__(self):
-        missing = sorted(set(self.spec.chunks) - set(self.programs))
-        if missing:
-            raise InputError(f"no step program for chunk size(s) {missing}: the ladder {list(self.spec.chunks)} "
-                             f"needs one program per size (given: {sorted(self.programs)})")
-        bad = sorted(c for c in self.decoders if not 1 <= c < self.spec.cache_len)
-        if bad:
-            raise InputError(f"decode program(s) for context bucket(s) {bad}: a bucket reads fewer slots than the "
-                             f"cache's {self.spec.cache_len}")
-        self._contexts = sorted(self.decoders)
-        bad = sorted(k for k in self.row_programs if k[0] not in self.spec.chunks or not 1 <= k[1] < self.spec.max_batch)
-        if bad:
-            raise InputError(f"row bucket program(s) {bad}: each is (a chunk size of the ladder, rows below "
-                             f"max_batch={self.spec.max_batch})")
-        self._rows: dict[int, list[int]] = {}
-        for t, r in sorted(self.row_programs):
-            self._rows.setdefault(t, []).append(r)
-
-    def for_call(self, t: int, needed: int, rows: int) -> tuple[Program, int | None, int]:
-        """The program of a chunk-`t` call whose rows hold at most `needed` slots after it and whose fed rows lie
-        below `rows`; the slots it reads (None: the whole cache) and the rows it computes.  Buckets without a
-        program are skipped."""
-        if t == 1:
-            for c in self._contexts:
-                if needed <= c:
-                    return self.decoders[c], c, self.spec.max_batch
-        for r in self._rows.get(t, ()):
-            if rows <= r:
-                return self.row_programs[(t, r)], None, r
-        return self.programs[t], None, self.spec.max_batch
+    chunk: int
+    context: int
+    rows: int
 
     @property
-    def row_buckets(self) -> bool:
-        return bool(self._rows)
+    def name(self) -> str:
+        """``step_<chunk>_ctx<context>_rows<rows>``: its directory in a saved generation, its key in reports."""
+        return f"step_{self.chunk}_ctx{self.context}_rows{self.rows}"
+
+
+@dataclass
+class StepPrograms:
+    """The step's spec and its programs, one per bucket (eager torch, or egraft's compiled ones).
+
+    `programs` maps a :class:`Bucket` (or a chunk size ``T``, short for its full
+    bucket ``(T, spec.full_context, spec.max_batch)``) to its program; every
+    chunk size of the ladder needs its full bucket, the others are optional.
+    """
+
+    spec: StepSpec
+    programs: Mapping[Bucket | int, Program]
+
+    def __post_init__(self):
+        spec = self.spec
+        self.programs = {(Bucket(k, spec.full_context, spec.max_batch) if isinstance(k, int) else Bucket(*k)): p
+                         for k, p in self.programs.items()}
+        missing = [t for t in spec.chunks if Bucket(t, spec.full_context, spec.max_batch) not in self.programs]
+        if missing:
+            raise InputError(f"no full step program for chunk size(s) {missing}: the ladder {list(spec.chunks)} "
+                             f"needs one per size, reading {spec.full_context} slots of {spec.max_batch} rows "
+                             f"(given: {sorted(map(tuple, self.programs))})")
+        bad = sorted(tuple(b) for b in self.programs if b.chunk not in spec.chunks
+                     or not 1 <= b.context <= spec.full_context or not 1 <= b.rows <= spec.max_batch)
+        if bad:
+            raise InputError(f"step program(s) for bucket(s) {bad}: a bucket is (a chunk size of the ladder "
+                             f"{list(spec.chunks)}, a context of at most {spec.full_context} slots, at most "
+                             f"max_batch={spec.max_batch} rows)")
+        self._by_chunk: dict[int, list[Bucket]] = {}
+        for b in sorted(self.programs, key=lambda b: (b.rows, b.context)):  # cheapest first
+            self._by_chunk.setdefault(b.chunk, []).append(b)
+        self.row_buckets = any(b.rows < spec.max_batch for b in self.programs)
+        self.context_buckets = any(b.context < spec.full_context for b in self.programs)
+
+    def for_call(self, t: int, needed: int, rows: int) -> tuple[Program, Bucket]:
+        """The program of a chunk-`t` call whose fed rows lie below `rows` and hold at most `needed` slots after
+        it, and its bucket: the cheapest (fewest rows, then fewest slots) that computes and holds them."""
+        for b in self._by_chunk[t]:
+            if rows <= b.rows and needed <= b.context:
+                return self.programs[b], b
+        raise InputError(f"a chunk-{t} call over {needed} slots is past the step's {self.spec.full_context}")
 
 
 def check_state(spec: StepSpec, state: Sequence[torch.Tensor], device=None) -> None:
@@ -187,7 +224,7 @@ class Engine:
         self.state, self.device = state, device
         self.calls = 0  # program calls made
         self.lengths = torch.zeros(spec.max_batch, dtype=torch.int64, device=device)
-        self._slots = torch.arange(spec.cache_len, device=device)
+        self._slots = torch.arange(spec.full_context, device=device)
         self._cols = {t: torch.arange(t, device=device) for t in spec.chunks}
 
     def _fed_rows(self, t: int, fed: torch.Tensor) -> int:
@@ -196,12 +233,12 @@ class Engine:
             return self.spec.max_batch
         return int(fed.nonzero().max()) + 1 if bool(fed.any()) else 1
 
-    def _longest(self, new_lengths: torch.Tensor) -> int:
-        """The longest row after the call, which picks the decode context bucket (one read of a device value per
-        step when there are buckets, as the stopping test already makes)."""
-        if not self.steps.decoders:
-            return self.spec.cache_len
-        return int(new_lengths.max())
+    def _longest(self, new_lengths: torch.Tensor, fed: torch.Tensor) -> int:
+        """The longest fed row after the call, which picks the context bucket (one read of a device value per
+        call when there are buckets, as the stopping test already makes)."""
+        if not self.steps.context_buckets:
+            return self.spec.full_context
+        return int(torch.where(fed > 0, new_lengths, 0).max())
 
     def free(self, row: int | None = None) -> None:
         """Forget row `row`'s sequence (every row when None): its slots are masked out and written over."""
@@ -223,8 +260,9 @@ class Engine:
         new_lengths = lengths + fed
         # column j of a row fed k tokens: real token at slot n + (j - (t - k)) for j >= t - k, filler at n + j + k
         pos = lengths[:, None] + (self._cols[t][None, :] - (t - fed)[:, None]) % t
-        program, context, r = self.steps.for_call(t, self._longest(new_lengths), self._fed_rows(t, fed))
-        mask = self._slots[None, :context] < new_lengths[:, None]
+        program, bucket = self.steps.for_call(t, self._longest(new_lengths, fed), self._fed_rows(t, fed))
+        mask = self._slots[None, :bucket.context] < new_lengths[:, None]
+        r = bucket.rows
         if r < self.spec.max_batch:  # rows r.. are not fed: their lengths stay, their slots are not written
             input_ids, pos, mask = input_ids[:r], pos[:r], mask[:r]
         out = program(input_ids, pos, mask, *self.state)
@@ -357,5 +395,5 @@ def generate(programs: StepPrograms, state: MutableSequence[torch.Tensor] | None
     return torch.cat([input_ids.to(dev), torch.stack(new, dim=1).to(input_ids.dtype)], dim=1)
 
 
-__all__ = ["Engine", "Program", "StateSpec", "StepPrograms", "StepSpec", "check_state", "generate", "is_jax_array",
+__all__ = ["Bucket", "Engine", "Program", "StateSpec", "StepPrograms", "StepSpec", "check_state", "generate", "is_jax_array",
            "new_state", "prompt_rows"]

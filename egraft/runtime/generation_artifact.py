@@ -3,14 +3,14 @@
 The directory ``CompiledModel.save`` writes for a model compiled with
 ``max_batch`` / ``max_length``::
 
-    generation.json      what the steps were built for (spec) and where each chunk size's program is
-    step_1/ step_4/ ...  one ordinary artifact per chunk size of the ladder; each manifest lists the
-                         caches as inputs of role ``state``, each aliased by the output that holds its
-                         new value (shape, dtype and aliasing are the manifest's)
-    decode_128/ ...      one per decode context bucket (``spec.contexts``): the decode step reading
-                         that many cache slots, the same kind of artifact
-    step_4_rows1/ ...    one per prompt chunk size (above 1) and row bucket (``spec.rows``): the chunk
-                         step computing that many rows, the same kind of artifact
+    generation.json          what the steps were built for (spec) and each program's bucket and directory
+    step_1_ctx640_rows4/ ... one ordinary artifact per bucket (``runtime.generation.Bucket``: chunk size,
+                             cache slots read, rows computed); each manifest lists the caches as inputs of
+                             role ``state``, each aliased by the output that holds its new value (shape,
+                             dtype and aliasing are the manifest's)
+
+(format version 1, before buckets, listed ``steps``, ``decoders`` and
+``row_programs`` under three keys; it still loads.)
 
 ``egraft.load(dir)`` returns a :class:`GenerationArtifact` whose
 ``generate`` takes transformers' arguments and runs ``runtime.generation``:
@@ -27,19 +27,19 @@ import json
 import os
 import threading
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, InputError
 from . import generation as gen
 from .manifest import GENERATION_FILE, is_generation
 from .sampling import Sampling
 
 FORMAT = "egraft-generation"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: one "programs" map of buckets (1: steps, decoders, row_programs)
 
 
 def spec_to_dict(spec: gen.StepSpec) -> dict:
     d = spec.defaults
     return {"max_batch": spec.max_batch, "max_length": spec.max_length, "chunks": list(spec.chunks),
-            "contexts": list(spec.contexts), "rows": list(spec.rows),
+            "contexts": list(spec.contexts), "rows": list(spec.rows), "max_context": spec.max_context,
             "vocab_size": spec.vocab_size, "filler_token": spec.filler_token,
             "state": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in spec.state],
             "defaults": {"do_sample": d.do_sample, "temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p,
@@ -58,7 +58,7 @@ def spec_from_dict(d: dict, where: str) -> gen.StepSpec:
                                         for s in d["state"]),
                             defaults=Sampling(**dflt), filler_token=int(d.get("filler_token", 0)),
                             contexts=tuple(int(c) for c in d.get("contexts", ())),
-                            rows=tuple(int(r) for r in d.get("rows", ())))
+                            rows=tuple(int(r) for r in d.get("rows", ())), max_context=int(d.get("max_context", 0)))
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{where}: the step spec is incomplete or malformed ({type(e).__name__}: {e}); "
                             "save the model again with CompiledModel.save") from None
@@ -128,17 +128,13 @@ def jax_step_program(runner, order: list[int], logit: int):
 class GenerationArtifact:
     """A loaded generation (module docstring): ``generate`` as transformers', ``session()`` for shared slots."""
 
-    def __init__(self, directory: str, doc: dict, spec: gen.StepSpec, steps: dict, device: str,
-                 decoders: dict | None = None, row_steps: dict | None = None):
+    def __init__(self, directory: str, doc: dict, spec: gen.StepSpec, steps: dict, device: str):
         self.directory, self.doc, self.spec, self.steps, self.device = directory, doc, spec, steps, device
-        self.decoders, self.row_steps = decoders or {}, row_steps or {}
-        where = lambda t: f"{directory!r} step for {t} token(s)"  # noqa: E731
-        self.programs = gen.StepPrograms(
-            spec, {t: artifact_program(a, spec, where(t)) for t, a in steps.items()},
-            {c: artifact_program(a, spec, f"{directory!r} decode step reading {c} slots")
-             for c, a in self.decoders.items()},
-            {k: artifact_program(a, spec, f"{directory!r} step for {k[0]} token(s) of {k[1]} row(s)")
-             for k, a in self.row_steps.items()})
+        try:
+            self.programs = gen.StepPrograms(spec, {b: artifact_program(a, spec, f"{directory!r} {b.name}")
+                                                    for b, a in steps.items()})
+        except InputError as e:
+            raise ArtifactError(f"{directory!r}: {e}; save the model again") from None
         self.state = gen.new_state(spec, "cpu" if device == "cpu" else device)
         self._lock = threading.Lock()
 
@@ -176,33 +172,39 @@ def load_generation(directory: str, device: str, load_one) -> GenerationArtifact
         raise ArtifactError(f"{path} has format_version {doc.get('format_version')!r}; this egraft reads up to "
                             f"{FORMAT_VERSION}: upgrade egraft or save the model again")
     spec = spec_from_dict(doc.get("spec") or {}, path)
-    steps_doc = doc.get("steps")
-    if not isinstance(steps_doc, dict) or sorted(int(t) for t in steps_doc) != sorted(spec.chunks):
-        raise ArtifactError(f"{path}: its steps {sorted(steps_doc or {})} are not one per chunk size "
-                            f"{list(spec.chunks)}; save the model again")
-    decoders_doc = doc.get("decoders") or {}
-    if not isinstance(decoders_doc, dict) or sorted(int(c) for c in decoders_doc) != sorted(spec.contexts):
-        raise ArtifactError(f"{path}: its decode programs {sorted(decoders_doc or {})} are not one per context "
-                            f"bucket {list(spec.contexts)}; save the model again")
 
     def load_sub(rel):
         if os.path.dirname(os.path.normpath(str(rel))) or str(rel).startswith("."):
             raise ArtifactError(f"{path}: step directory {rel!r} is not a plain name inside the artifact")
         return load_one(os.path.join(directory, str(rel)), device)
 
-    rows_doc = doc.get("row_programs") or {}
-    want = sorted((t, r) for t in spec.chunks if t > 1 for r in spec.rows)
+    listed = _listed_v1(doc, spec, path) if doc["format_version"] < 2 else _listed(doc, path)
+    return GenerationArtifact(directory, doc, spec, {b: load_sub(rel) for rel, b in listed.items()}, device)
+
+
+def _listed(doc: dict, path: str) -> dict:
+    """generation.json's programs: directory -> Bucket."""
     try:
-        keys = {tuple(int(n) for n in k.split("x")): rel for k, rel in rows_doc.items()}
-    except (AttributeError, ValueError):
-        keys = None
-    if keys is None or sorted(keys) != want or not all(len(k) == 2 for k in keys):
-        raise ArtifactError(f"{path}: its row bucket programs {sorted(rows_doc)} are not one per prompt chunk size "
-                            f"above 1 and row bucket {list(spec.rows)}; save the model again")
-    steps = {int(t): load_sub(rel) for t, rel in steps_doc.items()}
-    decoders = {int(c): load_sub(rel) for c, rel in decoders_doc.items()}
-    row_steps = {k: load_sub(rel) for k, rel in keys.items()}
-    return GenerationArtifact(directory, doc, spec, steps, device, decoders, row_steps)
+        return {rel: gen.Bucket(int(e["chunk"]), int(e["context"]), int(e["rows"]))
+                for rel, e in dict(doc["programs"]).items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise ArtifactError(f"{path}: its program list is missing or malformed ({type(e).__name__}: {e}); "
+                            "save the model again") from None
+
+
+def _listed_v1(doc: dict, spec: gen.StepSpec, path: str) -> dict:
+    """A format-1 file's steps (full buckets), decoders (chunk 1 of a context) and row programs ("TxR")."""
+    full, b = spec.full_context, spec.max_batch
+    try:
+        out = {rel: gen.Bucket(int(t), full, b) for t, rel in dict(doc["steps"]).items()}
+        out.update({rel: gen.Bucket(1, int(c), b) for c, rel in dict(doc.get("decoders") or {}).items()})
+        for k, rel in dict(doc.get("row_programs") or {}).items():
+            t, r = (int(n) for n in k.split("x"))
+            out[rel] = gen.Bucket(t, full, r)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ArtifactError(f"{path}: its steps are missing or malformed ({type(e).__name__}: {e}); "
+                            "save the model again") from None
+    return out
 
 
 __all__ = ["GENERATION_FILE", "GenerationArtifact", "is_generation", "jax_step_program", "load_generation",

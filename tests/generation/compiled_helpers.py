@@ -18,6 +18,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BATCH, MAX_LENGTH, CHUNKS = 4, 128, (1, 4, 16, 64)
+CONTEXTS = (32,)  # one context bucket: decode below 32 slots, and the prompt chunks of 4 and 16 tokens
 EOS, SEED = 1, 1234
 HEAVY = ("transformers", "egglog", "deap")
 
@@ -41,13 +42,14 @@ def tiny(family: str, max_positions: int = 128):
     return model.eval()
 
 
-def compile_tiny(family: str, backend: str, cache, *, max_batch=MAX_BATCH, max_length=MAX_LENGTH, chunks=CHUNKS):
+def compile_tiny(family: str, backend: str, cache, *, max_batch=MAX_BATCH, max_length=MAX_LENGTH, chunks=CHUNKS,
+                 contexts=CONTEXTS):
     """(model, CompiledModel) of the tiny `family` model compiled for generation, budget 1 s."""
     import egraft
 
     model = tiny(family, max_positions=max(128, max_length))
     cm = egraft.compile(model, device="cpu", backend=backend, budget="1s", max_batch=max_batch,
-                        max_length=max_length, chunks=chunks, cache=cache, progress=False)
+                        max_length=max_length, chunks=chunks, contexts=contexts, cache=cache, progress=False)
     return model, cm
 
 

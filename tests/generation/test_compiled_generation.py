@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from compiled_helpers import CHUNKS, HEAVY, MAX_BATCH, MAX_LENGTH, ROOT, left_padded, reference, run_python
+from compiled_helpers import (CHUNKS, CONTEXTS, HEAVY, MAX_BATCH, MAX_LENGTH, ROOT, left_padded, reference,
+                              run_python)
 
 from egraft.errors import InputError
 from egraft.runtime.generation import new_state
@@ -98,20 +99,27 @@ def test_saved_artifacts_give_the_same_tokens_in_a_fresh_light_process(compiled_
 
 # --- what was compiled ---------------------------------------------------------------------------------------------
 
-def test_one_search_one_program_per_ladder_size_and_generate_compiles_nothing(compiled_of, monkeypatch):
+def test_one_search_one_program_per_bucket_and_generate_compiles_nothing(compiled_of, monkeypatch):
+    from egraft.runtime.generation import Bucket
+
     model, cm = compiled_of("gpt2", "auto")
     g = cm.generation
     d = g.describe()
-    assert d["chunks"] == list(CHUNKS) and sorted(g.programs) == list(CHUNKS)
-    assert d["contexts"] == [128] and sorted(g.decoders) == [128]  # the cache's 192 slots: one decode bucket below
-    assert d["rows"] == [1] and sorted(g.row_programs) == [(4, 1), (16, 1), (64, 1)]  # prompt chunks of one row
-    assert d["programs"] == len(CHUNKS) + 1 + 3
-    assert d["searches"] == 1 and g.programs[1].searched  # the decode step; the others reused its choices
-    assert not any(p.searched for t, p in g.programs.items() if t != 1)
-    assert not any(p.searched for p in (*g.decoders.values(), *g.row_programs.values()))
-    assert not g.programs[1].result.from_cache  # this run's cache was empty: the search really ran
-    assert len(set(d["backends"].values())) == 1
-    programs, decoders, rows = dict(g.programs), dict(g.decoders), dict(g.row_programs)
+    assert d["chunks"] == list(CHUNKS) and d["contexts"] == list(CONTEXTS) == [32] and d["rows"] == [1]
+    full = {Bucket(t, MAX_LENGTH, MAX_BATCH) for t in CHUNKS}  # every chunk size reads max_length slots, all rows
+    rows = {Bucket(t, MAX_LENGTH, 1) for t in CHUNKS if t > 1}  # prompt chunks of one row
+    contexts = {Bucket(1, 32, MAX_BATCH)} | {Bucket(t, 32, r) for t in (4, 16) for r in (1, MAX_BATCH)}  # 32 >= 2 T
+    assert set(g.programs) == full | rows | contexts == set(g.spec.buckets())
+    assert d["programs"] == len(g.programs) == 12 and set(d["compile_s"]) == {b.name for b in g.programs}
+    decode = Bucket(1, MAX_LENGTH, MAX_BATCH)
+    assert d["searches"] == 1 and g.programs[decode].searched  # the full decode step; the others reused its choices
+    assert not any(p.searched for b, p in g.programs.items() if b != decode)
+    assert not g.programs[decode].result.from_cache  # this run's cache was empty: the search really ran
+    assert len(d["backends"]) == 1
+    programs = dict(g.programs)
+    ran, calls = [], dict(g.step_programs.programs)
+    for b, p in calls.items():  # which bucket each call runs
+        g.step_programs.programs[b] = (lambda b, p: lambda *a: (ran.append(b), p(*a))[1])(b, p)
 
     def compiled_again(*args, **kwargs):
         raise AssertionError("generate traced, searched or lowered a program")
@@ -121,24 +129,31 @@ def test_one_search_one_program_per_ladder_size_and_generate_compiles_nothing(co
     for mod, name in [(api_pipeline, "trace"), (api_pipeline, "compile_signature"), (api_pipeline, "compile_like"),
                       (backends, "lower")]:
         monkeypatch.setattr(mod, name, compiled_again)
-    for n in (1, 5, 17, 33, 60):  # five prompt lengths: plans over every ladder size
-        ids = left_padded([n], seed=n)[0]
-        assert torch.equal(cm.generate(ids, **GREEDY), reference(model, ids, None, **GREEDY)), n
-    assert g.describe() == d and g.programs == programs and g.decoders == decoders and g.row_programs == rows
+    try:
+        for n in (1, 5, 17, 33, 60):  # five prompt lengths: plans over every ladder size
+            ids = left_padded([n], seed=n)[0]
+            assert torch.equal(cm.generate(ids, **GREEDY), reference(model, ids, None, **GREEDY)), n
+    finally:
+        g.step_programs.programs.update(calls)
+    assert g.describe() == d and g.programs == programs
+    # one row: the one-row prompt chunks (32 slots while they fit), decode within 32 slots, then all 128
+    assert {b for b in ran if b.chunk > 1} == {Bucket(4, 32, 1), Bucket(16, 32, 1), Bucket(16, MAX_LENGTH, 1),
+                                               Bucket(4, MAX_LENGTH, 1)}
+    assert {b for b in ran if b.chunk == 1} == {Bucket(1, 32, MAX_BATCH), decode}
 
 
 def test_every_chunk_program_binds_one_copy_of_the_weights(compiled_of):
-    """The chunk sizes' programs share the model's weight arrays (one copy in memory, not one per chunk size)."""
+    """The buckets' programs share the model's weight arrays (one copy in memory, not one per program)."""
     import numpy as np
 
     model, cm = compiled_of("llama", "auto")
-    graphs = {t: p.executable.graph for t, p in cm.generation.programs.items()}
+    graphs = {b: p.executable.graph for b, p in cm.generation.programs.items()}
     names = set.intersection(*(set(n for n in g.weights if not n.startswith("__")) for g in graphs.values()))
     params = {n for n, _ in model.named_parameters()}
     assert {n.split(".", 1)[1] for n in names if n.split(".", 1)[-1] in params} == params  # the step's "lm."
-    first = graphs[1]
-    for t, g in graphs.items():
-        assert all(g.weights[n] is first.weights[n] for n in names), t
+    first = graphs[(1, MAX_LENGTH, MAX_BATCH)]
+    for b, g in graphs.items():
+        assert all(g.weights[n] is first.weights[n] for n in names), b
     held = {id(w): w.nbytes for g in graphs.values() for w in g.weights.values()}
     own = sum(np.asarray(first.weights[n]).nbytes for n in names)
     assert sum(held.values()) < 1.5 * own  # folded values aside, the weights once
@@ -156,10 +171,10 @@ cm = egraft.compile(model, device="cpu", backend="auto", budget="1s", max_batch=
                     progress=False)
 total, cpu = time.perf_counter() - t, time.process_time() - cpu
 g = cm.generation
-stages = {**{t: p.stages for t, p in g.programs.items()}, **{f"c{c}": p.stages for c, p in g.decoders.items()},
-          **{f"{t}x{r}": p.stages for (t, r), p in g.row_programs.items()}}
-print(json.dumps({"total": total, "cpu": cpu, "stages": stages,
-                  "from_cache": g.programs[1].result.from_cache, "describe": g.describe()}))
+stages = {b.name: p.stages for b, p in g.programs.items()}
+decode = max(b for b in g.programs if b.chunk == 1)
+print(json.dumps({"total": total, "cpu": cpu, "stages": stages, "decode": decode.name,
+                  "from_cache": g.programs[decode].result.from_cache, "describe": g.describe()}))
 """
 
 
@@ -182,11 +197,13 @@ def _beyond_tracing(got: dict) -> float:
 def test_a_second_process_reads_the_search_cache(second):
     first, got = second
     assert got["from_cache"]
-    assert got["describe"]["programs"] == len(CHUNKS) + len(got["describe"]["contexts"]) + 3 == 8
+    # max_length 128, no context bucket given: the default ones lie below 128, so none; the full programs and the
+    # one-row prompt chunks
+    assert got["describe"]["contexts"] == [] and got["describe"]["programs"] == len(CHUNKS) + 3 == 7
     assert got["describe"]["searches"] == 1
     assert got["describe"]["backends"] == first.describe()["backends"]
-    assert got["stages"]["1"]["saturate"] == 0.0  # no saturation, no search: the cached winner was lowered
-    assert first.programs[1].stages["saturate"] > 0.0
+    assert got["stages"][got["decode"]]["saturate"] == 0.0  # no saturation, no search: the cached winner was lowered
+    assert first.programs[(1, MAX_LENGTH, MAX_BATCH)].stages["saturate"] > 0.0
 
 
 def test_a_second_process_compiles_in_under_5_s_beyond_tracing(second, search_cache):

@@ -94,8 +94,8 @@ def test_one_program_per_ladder_size(built):
     assert spec.chunks == (1, 4, 16, 64) and spec.cache_len == 128 + 64
     assert spec.plan(60) == [16, 16, 16, 4, 4, 4] and spec.plan(17) == [16, 1] and spec.plan(64) == [64]
     seen = []
-    programs = type(built.programs)(spec, {t: (lambda p, t=t: lambda *a: (seen.append(t), p(*a))[1])(p)
-                                           for t, p in built.programs.programs.items()})
+    programs = type(built.programs)(spec, {b: (lambda p, t=b.chunk: lambda *a: (seen.append(t), p(*a))[1])(p)
+                                           for b, p in built.programs.programs.items()})
     ids, mask = left_padded([60, 17], seed=3)
     generate(programs, built.step.state(), ids, mask, max_new_tokens=5, eos_token_id=None)
     assert seen == [16, 16, 16, 4, 4, 4] + [1] * 4
@@ -103,8 +103,8 @@ def test_one_program_per_ladder_size(built):
 
 def test_in_place_program_may_return_logits_alone(built):
     """A compiled step that updates its state in place may return just the logits; the loop is the same."""
-    programs = type(built.programs)(built.step.spec, {t: (lambda p: lambda *a: p(*a)[0])(p)
-                                                      for t, p in built.programs.programs.items()})
+    programs = type(built.programs)(built.step.spec, {b: (lambda p: lambda *a: p(*a)[0])(p)
+                                                      for b, p in built.programs.programs.items()})
     ids, mask = left_padded([8, 2], seed=31)
     kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(generate(programs, built.step.state(), ids, mask, **kw), built.reference(ids, mask, **kw))
@@ -112,7 +112,7 @@ def test_in_place_program_may_return_logits_alone(built):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_decode_context_buckets_switch_and_give_the_same_tokens(family):
-    """Decode steps run the smallest context bucket that holds every row, then the whole cache; same tokens."""
+    """Decode steps run the smallest context bucket that holds every row, then max_length slots; same tokens."""
     from egraft.frontend.causal_lm import eager_programs, step_module
     from egraft.runtime.generation import StepPrograms
 
@@ -128,14 +128,15 @@ def test_decode_context_buckets_switch_and_give_the_same_tokens(family):
             return program(ids, pos, mask, *state)
         return run
 
-    programs = StepPrograms(step.spec, {t: counted(("chunk", t), p) for t, p in eager.programs.items()},
-                            {c: counted(("context", c), p) for c, p in eager.decoders.items()})
+    assert sorted(eager.programs) == [(1, 8, 4), (1, 32, 4), (1, 64, 4), (4, 8, 1), (4, 8, 4), (4, 64, 1),
+                                      (4, 64, 4), (16, 32, 1), (16, 32, 4), (16, 64, 1), (16, 64, 4)]  # 2 T <= C
+    programs = StepPrograms(step.spec, {b: counted(b, p) for b, p in eager.programs.items()})
     ids, mask = left_padded([3, 5], seed=21)
     kw = dict(max_new_tokens=40, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(generate(programs, step.state(), ids, mask, **kw), b.reference(ids, mask, **kw))
     widths = [r[2] for r in ran if r[1] == 1]  # the one-token calls: the prompt's last token, then each decode
-    # the longer row holds 5, 6, ..., 44 tokens after them: 8 slots, then 32, then the whole cache (80)
-    assert len(widths) == 40 and widths == sorted(widths) and set(widths) == {8, 32, 80}, widths
+    # the longer row holds 5, 6, ..., 44 tokens after them: 8 slots, then 32, then max_length (64)
+    assert len(widths) == 40 and widths == sorted(widths) and set(widths) == {8, 32, 64}, widths
     assert all(w >= n and (w == 8 or w // 4 < n) for w, n in zip(widths, range(5, 45))), widths
 
 
@@ -143,12 +144,13 @@ def test_context_buckets_are_checked():
     from egraft.errors import InputError
     from egraft.frontend.causal_lm import default_contexts, step_module
 
-    assert default_contexts(896) == (128, 256, 512) and default_contexts(128) == ()
-    assert default_contexts(896, 640) == (128, 256, 512, 640) and default_contexts(192, 128) == (128,)
-    assert default_contexts(80, 64) == ()
+    assert default_contexts(640) == (128, 256, 512) and default_contexts(128) == ()
+    assert default_contexts(129) == (128,) and default_contexts(64) == ()
     b = Built("llama")
     with pytest.raises(InputError, match="context bucket"):
-        step_module(b.model, 2, 64, (1, 4), contexts=(100,))  # cache_len 68
+        step_module(b.model, 2, 64, (1, 4), contexts=(100,))  # over max_length
+    with pytest.raises(InputError, match="below max_length=64"):
+        step_module(b.model, 2, 64, (1, 4), contexts=(64,))  # what the full programs read already
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -160,7 +162,7 @@ def test_prompt_row_buckets_compute_only_the_fed_rows_and_give_the_same_tokens(f
     step = step_module(b.model, 3, 64, (1, 4, 16), contexts=(), rows=(1,))
     assert step.spec.rows == (1,)
     eager = eager_programs(step)
-    assert sorted(eager.row_programs) == [(4, 1), (16, 1)]
+    assert sorted(eager.programs) == [(1, 64, 3), (4, 64, 1), (4, 64, 3), (16, 64, 1), (16, 64, 3)]
     ran = []
 
     def counted(key, program):
@@ -171,15 +173,14 @@ def test_prompt_row_buckets_compute_only_the_fed_rows_and_give_the_same_tokens(f
 
     from egraft.runtime.generation import StepPrograms
 
-    programs = StepPrograms(step.spec, {t: counted(("chunk", t), p) for t, p in eager.programs.items()},
-                            row_programs={k: counted(("rows", k), p) for k, p in eager.row_programs.items()})
+    programs = StepPrograms(step.spec, {b: counted(b, p) for b, p in eager.programs.items()})
     state = step.state()
     before = [s.clone() for s in state]
     ids, mask = left_padded([21], seed=4)
     kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(generate(programs, state, ids, mask, **kw), b.reference(ids, mask, **kw))
     prompt_calls = [r for r in ran if r[1][1] > 1]
-    assert prompt_calls == [(("rows", (16, 1)), (1, 16)), (("rows", (4, 1)), (1, 4))], prompt_calls
+    assert prompt_calls == [((16, 64, 1), (1, 16)), ((4, 64, 1), (1, 4))], prompt_calls
     for s, s0 in zip(state, before):
         # rows 1 and 2: the prompt calls left them alone (a full chunk program writes filler at their slots 0..15;
         # the one-row ones only the scratch tail past max_length), the decode steps wrote filler at slot 0
@@ -188,4 +189,4 @@ def test_prompt_row_buckets_compute_only_the_fed_rows_and_give_the_same_tokens(f
     ran.clear()
     ids, mask = left_padded([21, 6], seed=5)
     assert torch.equal(generate(programs, state, ids, mask, **kw), b.reference(ids, mask, **kw))
-    assert [r for r in ran if r[1][1] > 1] == [(("chunk", 16), (3, 16)), (("rows", (4, 1)), (1, 4))]
+    assert [r for r in ran if r[1][1] > 1] == [((16, 64, 3), (3, 16)), ((4, 64, 1), (1, 4))]

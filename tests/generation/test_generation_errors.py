@@ -65,8 +65,10 @@ def test_bad_prompts_and_options(built):
         generate(built.programs, None, ids, mask, max_new_tokens=2, do_sample=True, top_p=1.5)
     with pytest.raises(InputError, match="max_new_tokens=0"):
         generate(built.programs, None, ids, mask, max_new_tokens=0)
-    with pytest.raises(InputError, match=r"no step program for chunk size\(s\) \[4\]"):
-        StepPrograms(built.step.spec, {t: p for t, p in built.programs.programs.items() if t != 4})
+    with pytest.raises(InputError, match=r"no full step program for chunk size\(s\) \[4\]"):
+        StepPrograms(built.step.spec, {b: p for b, p in built.programs.programs.items() if b.chunk != 4})
+    with pytest.raises(InputError, match=r"bucket\(s\) \[\(4, 200, 1\)\]: .*at most 128 slots"):
+        StepPrograms(built.step.spec, {**built.programs.programs, (4, 200, 1): built.programs.programs[1, 128, 4]})
 
 
 def test_step_module_limits():

@@ -25,14 +25,14 @@ def test_export_shows_caches_as_buffer_mutations(built):
     ids = torch.randint(0, 97, (step.spec.max_batch, 4), generator=g)
     lengths = torch.tensor([0, 5, 30, MAX_LENGTH - 4])[: step.spec.max_batch]
     pos = lengths[:, None] + torch.arange(4)[None, :]
-    mask = torch.arange(step.spec.cache_len)[None, :] < (lengths + 4)[:, None]
+    mask = torch.arange(step.spec.full_context)[None, :] < (lengths + 4)[:, None]  # max_length slots are read
     start = [torch.randn(s.shape, generator=g) for s in step.spec.state]
     mod = ep.module()
     for s, x in zip(step.spec.state, start):
         getattr(mod, s.name).copy_(x)
     got = mod(ids, pos, mask)
     eager_state = [x.clone() for x in start]
-    want, _ = built.programs.programs[4](ids, pos, mask, *eager_state)
+    want, _ = built.programs.programs[(4, MAX_LENGTH, step.spec.max_batch)](ids, pos, mask, *eager_state)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for s, x, x0 in zip(step.spec.state, eager_state, start):
         torch.testing.assert_close(getattr(mod, s.name), x, rtol=1e-5, atol=1e-5)
