@@ -269,13 +269,14 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
     one is an error naming them all.
 
     `max_batch` and `max_length` (both, for a transformers causal LM):
-    compile generation now, the decode step and one program per prompt chunk
-    size of `chunks` (default 1, 4, 16, 64, 256, capped by `max_length`), and
-    one decode program per context bucket of `contexts` (the slots a decode
-    step reads; default 128, 256, ... below the cache's length; ``()``: none),
-    and each prompt chunk size again per row bucket of `rows` (default 1
-    below `max_batch`: a prompt of one row computes one row; ``()``: none),
-    for :meth:`CompiledModel.generate` (see :mod:`egraft.api.generation`).
+    compile generation now: one program per bucket (chunk size, cache slots
+    read, rows computed; :mod:`egraft.api.generation`) over the prompt chunk
+    sizes `chunks` (default 1, 4, 16, 64, 256, capped by `max_length`), the
+    context buckets `contexts` (slots a call reads: the decode step reads each,
+    a prompt chunk of T the smallest of at least 2 T; default 128, 256, ... up
+    to half of `max_length`; ``()``: none) and the row buckets `rows` of prompt
+    chunks (default 1 below `max_batch`: a prompt of one row computes one row;
+    ``()``: none), for :meth:`CompiledModel.generate`.
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"egraft.compile takes a torch.nn.Module, got {type(model).__name__}; wrap a function "

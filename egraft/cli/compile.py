@@ -150,7 +150,7 @@ def add_parsers(verb) -> None:
                    help="with --generate: prompt chunk sizes (default 1,4,16,64,256, capped by --max-length)")
     p.add_argument("--contexts", default=None, metavar="LIST",
                    help="with --generate: context buckets, cache slots a step reads: every one for the decode step, "
-                        "the smallest of at least twice its size for a prompt chunk (default 128, 256, ... below "
+                        "the smallest of at least twice its size for a prompt chunk (default 128, 256, ... up to half of "
                         "--max-length, which the full programs read; an empty string: none)")
     p.add_argument("--rows", default=None, metavar="LIST",
                    help="with --generate: prompt row buckets, prompt chunks compiled again for that many rows "

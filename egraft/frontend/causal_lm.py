@@ -216,10 +216,10 @@ class StepModule(torch.nn.Module):
 
 
 def default_contexts(max_length: int) -> tuple[int, ...]:
-    """The context buckets below `max_length` (which the full programs read): FIRST_CONTEXT, doubling
-    (max_length 640 -> 128, 256, 512)."""
+    """The default context buckets: FIRST_CONTEXT, doubling, up to half of `max_length` (which the full programs
+    read; a bucket past half of it saves less than it costs to compile): max_length 640 -> 128, 256."""
     out, c = [], FIRST_CONTEXT
-    while c < max_length:
+    while 2 * c <= max_length:
         out.append(c)
         c *= 2
     return tuple(out)

@@ -144,8 +144,8 @@ def test_context_buckets_are_checked():
     from egraft.errors import InputError
     from egraft.frontend.causal_lm import default_contexts, step_module
 
-    assert default_contexts(640) == (128, 256, 512) and default_contexts(128) == ()
-    assert default_contexts(129) == (128,) and default_contexts(64) == ()
+    assert default_contexts(640) == (128, 256) and default_contexts(128) == ()  # up to half of max_length
+    assert default_contexts(256) == (128,) and default_contexts(255) == () and default_contexts(1024) == (128, 256, 512)
     b = Built("llama")
     with pytest.raises(InputError, match="context bucket"):
         step_module(b.model, 2, 64, (1, 4), contexts=(100,))  # over max_length

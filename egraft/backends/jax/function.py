@@ -23,6 +23,7 @@ import numpy as np
 from ...errors import BackendError, InputError
 from ...ir import Op, dtypes
 from ...ir.decompose import decompose
+from ...ir.grouped import split_grouped_products
 from ...ir.graph import Graph
 from ...ir.ops import TensorValue
 from . import panels, peephole, windows
@@ -111,10 +112,15 @@ def plan(graph: Graph, knobs: dict) -> tuple[Graph, dict, dict]:
 
     Plans replace a node (and the intermediates only it used) by one library
     op: the peepholes (knob ``peephole``) and products read through a
-    weight's panels (knob ``panels``, :mod:`.panels`).
+    weight's panels (knob ``panels``, :mod:`.panels`).  Under ``peephole`` a
+    product over a repeated operand (grouped-query attention's keys and
+    values) is first split so the repeat stays a broadcast the dot reads as
+    it is (:mod:`egraft.ir.grouped`), not a copy.
     """
     if knobs.get("idioms", "library") == "primitive":
         graph = decompose(graph)
+    if knobs.get("peephole", True):
+        graph = split_grouped_products(graph)
     plans = peephole.find(graph, knobs.get("windows", True)) if knobs.get("peephole", True) else {}
     panel_plans, panel_weights = panels.find(graph, int(knobs.get("panels", 0) or 0), plans)
     plans.update(panel_plans)

@@ -8,8 +8,10 @@ products took twice as long (measured, jax 0.10.2, one core, Llama-style
 4 x 512 weights: 1 row 4.5 ms, 4 rows 8.7 ms).  Stored once, at build, as
 ``[N / w, K, w]`` panels of ``w`` columns, the product is one batched
 ``dot_general`` of ``[N / w, M, K] x [N / w, K, w]`` whose panels XLA uses
-as they are: 4 rows then took 3.8-4.7 ms, 16 rows 8-11 ms against 13, and
-from about 128 rows on the plain dot is as fast or faster.
+as they are: 4 rows then took 3.8-4.7 ms, 16 rows 8-11 ms against 13; at
+64 rows the plain dot was faster (a chunk step of the same model, 64 rows
+per product: 32.5 ms against 36.8 with panels), so panels stop at
+``MAX_ROWS = 16``.
 
 So under the knob ``panels`` (the width ``w``; 0 is off) a product
 ``a [M, K] @ W [K, N]`` whose right side is a weight (as stored, or the
@@ -44,7 +46,8 @@ from ...ir.graph import Graph
 from ...ir.tensors import aligned_copy
 from .peephole import DotPlan, place_output
 
-MAX_ROWS = 64  # past this the plain dot caught up (128 rows: equal; 256: the plain dot 1.6x faster)
+MAX_ROWS = 16  # past this the plain dot catches up (64 rows: the plain dot 12 % faster in a model's chunk step;
+#               128 rows: equal; 256: the plain dot 1.6x faster)
 SEP = "@panels"  # a panel weight's name: f"{weight}{SEP}{w}" (+ "T" when made from the [N, K] layout)
 
 
