@@ -82,14 +82,17 @@ def index_ranges(graph: Graph) -> dict[int, int]:
 
 
 def _source_axis(graph: Graph, nid: int, axis: int) -> tuple[int, int | None] | None:
-    """Follow a Scatter index back through Casts and Views to an Input: (that input's node id, the input axis
-    the Scatter's axis reads, or None when a View mixes it with others); None if other ops compute it."""
+    """Follow a Scatter index back through Casts, Views and a negative-index wrap to an Input: (that input's node
+    id, the input axis the Scatter's axis reads, or None when a View mixes it with others); None if other ops
+    compute it."""
     while True:
         node = graph.nodes[nid]
         if node.op == Op.Input:
             return nid, axis
         if node.op == Op.Cast and dtypes.is_int(node.dtype):
             nid = node.inputs[0]
+        elif node.op == Op.Where and _wraps(graph, node):
+            nid = node.inputs[2]  # x < 0 ? x + n : x, a negative index wrapped: x itself for draws in [0, n)
         elif node.op == Op.View:
             src = graph.nodes[node.inputs[0]]
             if axis is not None:  # the source axis whose step is the view's step along `axis`
@@ -100,6 +103,13 @@ def _source_axis(graph: Graph, nid: int, axis: int) -> tuple[int, int | None] | 
             nid = node.inputs[0]
         else:
             return None
+
+
+def _wraps(graph: Graph, node) -> bool:
+    """`node` is ``Where(x < 0, x + c, x)``: how the lowering wraps a negative index (``index_copy_`` and kin)."""
+    cond, plus, x = (graph.nodes[i] for i in node.inputs)
+    return (cond.op == Op.LessThan and cond.inputs[0] == node.inputs[2] and plus.op == Op.Add
+            and node.inputs[2] in plus.inputs)
 
 
 def distinct_lines(graph: Graph) -> dict[int, int | None]:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from egraft.ir import GraphBuilder, evaluate
+from egraft.ir.builder import Tensor
 from egraft.measure.inputs import distinct_index, distinct_lines, index_ranges, random_inputs
 from egraft.measure.tolerances import ULPS_PER_OP, eps, error_budgets, tolerance_for
 from egraft.testing import fresh_seed
@@ -53,6 +54,23 @@ def test_scatter_indices_are_found_through_views_and_drawn_distinct_per_line():
         xs = random_inputs(g, s)
         evaluate(g, xs)  # the reference rejects a repeated or out-of-range scatter index
         assert _lines_distinct(xs[names.index("i2")], 2)
+
+
+def test_scatter_indices_are_found_through_a_negative_index_wrap():
+    """index_copy_ lowers its index as ``pos < 0 ? pos + n : pos``: the input behind it is still drawn distinct."""
+    b = GraphBuilder()
+    cache = b.input("cache", (1, 2, 16, 4), "float32")
+    pos = b.input("pos", (3,), "int64")
+    upd = b.input("upd", (1, 2, 3, 4), "float32")
+    wrapped = Tensor.where(pos < 0, pos + 16, pos)
+    idx = wrapped.reshape((1, 1, 3, 1)).expand((1, 2, 3, 4))
+    g = b.build([b.add("Scatter", (cache, idx, upd), axis=2)])
+    assert distinct_lines(g) == {g.input_names().index("pos"): 0}
+    seed = fresh_seed()
+    for s in range(seed, seed + 50):  # three of sixteen positions: a repeat in about one draw in six if not distinct
+        xs = random_inputs(g, s)
+        assert len(set(xs[g.input_names().index("pos")].tolist())) == 3
+        evaluate(g, xs)
 
 
 def test_scatter_budget_is_the_larger_of_its_target_and_update_budgets():
