@@ -174,7 +174,8 @@ class StepPrograms:
         for b in self._by_chunk[t]:
             if rows <= b.rows and needed <= b.context:
                 return self.programs[b], b
-        raise InputError(f"a chunk-{t} call over {needed} slots is past the step's {self.spec.full_context}")
+        raise InputError(f"a chunk-{t} call holding {needed} slots is past the {self.spec.full_context} slots the "
+                         f"step's programs read (max_length={self.spec.max_length})")
 
 
 def check_state(spec: StepSpec, state: Sequence[torch.Tensor], device=None) -> None:
