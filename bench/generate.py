@@ -217,7 +217,7 @@ def tables(out: dict) -> str:
             rows = [r for r in out["runs"] if r["model"] == model and r["threads"] == threads]
             lines.append(f"**{model}** ({pc['total'] / 1e6:.1f}M parameters, float32), {threads} thread"
                          f"{'s' if threads > 1 else ''}, {cfg['new_tokens']} new tokens: prefill ms, decode "
-                         "tokens/s (median ±spread, and the share of the bandwidth bound)" + kept_note(info, model))
+                         "tokens/s (median ±spread, and the share of the bandwidth bound)")
             lines.append("")
             head = ["system", "batch"] + [f"prefill {p}" for p in cfg["prompts"]] + \
                    [f"decode tok/s {p}" for p in cfg["prompts"]] + ["tokens = HF eager"]
@@ -263,20 +263,13 @@ def tables(out: dict) -> str:
     return "\n".join(lines)
 
 
-def kept_note(info: dict, model: str) -> str:
-    """'' for a model this run measured; else which earlier run its rows come from (``--keep``)."""
-    k = (info.get("kept") or {}).get(model)
-    return "" if not k else (f"; **rows kept from the run of {k['date']}** (egraft {k['egraft_commit']}, "
-                             f"`{k['command']}`, its own bandwidth)")
-
-
 def compile_line(r: dict) -> str:
     """egraft.compile's programs and their compile seconds against the searched (full decode) step's, or ''."""
     d = r.get("compiled") if r["status"] == "ok" else None
     if not d or "compile_s" not in d:
         return ""
     secs = d["compile_s"]
-    searched = secs.get(f"step_1_ctx{d['max_length']}_rows{d['max_batch']}")
+    searched = sum(secs[name] for name in d.get("searched", ()))
     if not searched:
         return ""
     total = sum(secs.values())
@@ -330,9 +323,6 @@ def parse(argv=None):
     ap.add_argument("--bw-repeats", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per system process")
     ap.add_argument("--vllm-venv", default=default_venv(), help="vLLM's virtual environment (default: %(default)s)")
-    ap.add_argument("--keep", default=None, metavar="JSON",
-                    help="an earlier results file: its rows of the models this run leaves out are kept (each "
-                         "such model says the run it comes from), so one model can be rerun alone")
     ap.add_argument("--out", default=None, help="the JSON file (default: generate-<date>.json in the temporary "
                                                 "directory; python -m bench keeps it under docs/results/raw/); "
                                                 "the workers' log beside it")
@@ -387,28 +377,10 @@ def main(argv=None) -> int:
         finally:
             for d in model_dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
-    if a.keep:
-        info, runs = keep_from(a.keep, info, runs, a.models)
-        a.models = info["config"]["models"]
     out = _write(a, info, bw, runs, commit, partial=False)
     print(out["table"])
     print(f"results: {a.out}; worker log: {log_path}", file=sys.stderr)
     return 0
-
-
-def keep_from(path: str, info: dict, runs: list, models: list) -> tuple[dict, list]:
-    """`runs` with the rows of `path`'s models that this run left out, each such model named under
-    ``info["kept"]`` with the date, commit and command of the run it comes from."""
-    with open(path) as f:
-        old = json.load(f)
-    o = old["info"]
-    kept = [m for m in o["config"]["models"] if m not in models]
-    if not kept:
-        return info, runs
-    cfg = {**info["config"], "models": list(models) + kept}
-    info = {**info, "config": cfg, "kept": {m: {"date": o["date"], "egraft_commit": o.get("egraft_commit"),
-                                                "command": o["command"]} for m in kept}}
-    return info, runs + [r for r in old["runs"] if r["model"] in kept]
 
 
 def _write(a, info, bw, runs, commit, partial: bool) -> dict:

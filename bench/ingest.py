@@ -125,7 +125,6 @@ def generation_section(raw: dict, ratios: Ratios) -> tuple[dict, list[dict]]:
     sec["bandwidth"] = {t: {"median": b["bytes_per_s"]["median"], "spread": b["bytes_per_s"]["spread"],
                             "cores": b.get("cores")} for t, b in raw.get("bandwidth", {}).items()}
     sec["models"] = raw.get("models", {})
-    sec["kept"] = info.get("kept", {})  # models whose rows an earlier run measured (bench/generate.py --keep)
     rows, systems, verdicts = [], [], []
     for r in raw.get("runs", []):
         sysrow = {"system": r["system"], "label": GEN_LABELS.get(r["system"], r["system"]), "model": r["model"],

@@ -161,10 +161,7 @@ def generation_lines(sec: dict) -> list[str]:
                 cells.append((f"{d['median']:.4g} {_pct(d['spread'])}{share}" if d else "-") +
                              f" / {fmt_s(r['prefill'])}{bad}")
             table.append(cells)
-        k = sec.get("kept", {}).get(model)
-        kept = "" if not k else (f" (**kept from the run of {k['date']}**, egraft {k['egraft_commit']}: "
-                                 f"`{k['command']}`)")
-        lines += [f"**{model}, {threads} thread(s)**{kept}: decode tokens/s (share of the bound) / prefill time", ""]
+        lines += [f"**{model}, {threads} thread(s)**: decode tokens/s (share of the bound) / prefill time", ""]
         lines += _table(["system"] + [f"batch {b}, prompt {p}" for b, p in configs], table)
     sysrows = [[s["label"], s["model"], s["threads"], s["status"] if s["status"] != "ok" else
                 f"{s['first_call_s']:.1f}",

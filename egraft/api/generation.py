@@ -91,6 +91,7 @@ class Generation:
         return {"max_batch": self.spec.max_batch, "max_length": self.spec.max_length,
                 "chunks": list(self.spec.chunks), "contexts": list(self.spec.contexts), "rows": list(self.spec.rows),
                 "programs": len(self.programs), "searches": self.searches,
+                "searched": [b.name for b, p in self.programs.items() if p.searched],
                 "compile_s": {b.name: round(s, 3) for b, s in self.compile_s.items()},
                 "backends": sorted({p.result.backend for p in self.programs.values()})}
 

@@ -113,6 +113,7 @@ def test_one_search_one_program_per_bucket_and_generate_compiles_nothing(compile
     assert d["programs"] == len(g.programs) == 12 and set(d["compile_s"]) == {b.name for b in g.programs}
     decode = Bucket(1, MAX_LENGTH, MAX_BATCH)
     assert d["searches"] == 1 and g.programs[decode].searched  # the full decode step; the others reused its choices
+    assert d["searched"] == [decode.name]
     assert not any(p.searched for b, p in g.programs.items() if b != decode)
     assert not g.programs[decode].result.from_cache  # this run's cache was empty: the search really ran
     assert len(d["backends"]) == 1
