@@ -197,3 +197,43 @@ def test_random_matmul_shapes_through_the_peephole():
     for t in range(12):
         g = _random_matmul_graph(rng)
         check_graph(g, seed + t, what=f"random matmul {g.input_types()} (case {t})")
+
+
+@pytest.mark.parametrize("t", [1, 5])
+def test_a_per_row_cache_write_is_one_scatter_of_windows(t):
+    """index_copy_ per row (positions [R, T] broadcast over heads and features, through the negative-index wrap)
+    scatters whole [H, D] windows: one index per (row, token), not one per element; values as the reference."""
+    from egraft.measure.inputs import random_inputs
+
+    r, h, s, d = 3, 2, 11, 4
+    b = GraphBuilder()
+    cache = b.input("cache", (r, h, s, d), "float32")
+    slots = b.input("slots", (r, t), "int64")
+    upd = b.input("upd", (r, h, t, d), "float32")
+    pos = b.view(slots, (r, h, t, d), (t, 0, 1, 0))
+    idx = pos.where(pos < 0, pos + s, pos)  # index_copy_'s wrap of a negative position
+    g = b.build([cache.scatter(2, idx, upd) * 2.0])
+    for seed in (fresh_seed(), fresh_seed()):
+        ins = random_inputs(g, seed)
+        assert all(len(set(row)) == t for row in ins[1].tolist())  # distinct slots per row (a Scatter's promise)
+        ex = lower(g, "jax", "cpu")
+        assert_close(ex(*ins), evaluate(g, ins), ["float32"], what=f"per-row put (seed={seed})")
+        assert ex.stats["peephole_puts"] == 1
+        scatters = [e for e in ex.jaxpr().jaxpr.eqns if e.primitive.name == "scatter"]
+        assert len(scatters) == 1 and scatters[0].invars[1].aval.shape == (r, t, 2)  # (row, slot) per window
+        off = lower(g, "jax", "cpu", {"peephole": False})  # negative control: the full grid, one index per element
+        assert off.stats["peephole_puts"] == 0
+        grid = [e for e in off.jaxpr().jaxpr.eqns if e.primitive.name == "scatter"]
+        assert grid and grid[0].invars[1].aval.shape[:-1] == (r, h, t, d)
+        assert_close(off(*ins), evaluate(g, ins), ["float32"], what=f"per-row put, full grid (seed={seed})")
+
+
+def test_an_index_varying_along_every_axis_keeps_the_full_grid():
+    from egraft.backends.jax.peephole import find
+
+    b = GraphBuilder()
+    x = b.input("x", (2, 5), "float32")
+    idx = b.input("idx", (2, 3), "int64")
+    upd = b.input("upd", (2, 3), "float32")
+    g = b.build([x.scatter(1, idx, upd)])
+    assert not find(g)

@@ -16,9 +16,12 @@ recognises the pattern and emits ``lax.dot_general``:
 * ``take``: ``Gather(x, View(i))`` whose index is broadcast (stride 0) along
   every axis but the gather axis is ``index_select``: ``jnp.take`` of the
   1-D index along that axis instead of a full ``take_along_axis``.
-* ``put``: ``Scatter(x, View(i), u)`` with the same kind of index (a position
-  vector broadcast along the other axes: the KV-cache write) is
-  ``x.at[..., pos, ...].set(u)``, indexing one axis instead of a full grid.
+* ``put``: ``Scatter(x, idx, u)`` whose index is constant along all axes but
+  a few (broadcast views, through elementwise ops such as ``index_copy_``'s
+  negative-index wrap: the KV-cache write, one slot per row and token) is one
+  scatter of whole windows, an index per point of the varying axes
+  (``x.at[..., pos, ...].set(u)`` when only the op's axis varies) instead of
+  a full grid of one index per element.
 * ``slices``: such an index_select whose index is a *folded* integer value
   (``__folded_k``, computed once from constants and iotas: how pad, cat and
   rotate-half are written in the IR) has known values; if they form a few
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir import Op, dtypes
+from ...ir import Group, Op, dtypes
 from ...ir.graph import Graph
 from ...ir.matmul_form import Factor, matmul_form
 from ..fold import FOLDED_PREFIX
@@ -102,25 +105,52 @@ def _take_plan(graph: Graph, nid: int) -> TakePlan | None:
 
 @dataclass(frozen=True)
 class PutPlan:
-    """``Scatter(x, View(pos), upd)`` with a position vector broadcast like a KV-cache write:
-    ``x.at[..., pos, ...].set(upd)``, one indexed axis instead of a full index grid."""
+    """``Scatter(x, idx, upd)`` whose index is constant along every axis but a few (:func:`constant_axes`), as
+    a KV-cache write's is (one slot per row and token, the same for every head and feature): one index per
+    point of the varying `axes` (the op's axis among them), each writing the whole window of the other axes,
+    instead of a full index grid (one index per element)."""
 
     src: int
     index: int
-    index_view: tuple  # 1-D view (shape, strides, offset) of the index source
     upd: int
     axis: int
+    axes: tuple[int, ...]  # the axes the index varies along, ascending
 
     def deps(self) -> tuple[int, ...]:
         return (self.src, self.index, self.upd)
 
 
-def _put_plan(graph: Graph, nid: int) -> PutPlan | None:
-    found = _positions(graph, nid)
-    if found is None:
-        return None
+def constant_axes(graph: Graph, nid: int, memo: dict | None = None) -> frozenset:
+    """Axes along which node `nid`'s value is provably constant: stride-0 (or size-1) axes of a View,
+    every axis of a Constant, and through elementwise ops the axes constant in every operand."""
+    memo = {} if memo is None else memo
+    if nid in memo:
+        return memo[nid]
     n = graph.nodes[nid]
-    return PutPlan(n.inputs[0], found[0], found[1], n.inputs[2], n.attrs["axis"])
+    ones = frozenset(d for d, sz in enumerate(n.shape) if sz == 1)
+    if n.op == Op.Constant:
+        out = frozenset(range(len(n.shape)))
+    elif n.op == Op.View:
+        out = ones | frozenset(d for d, st in enumerate(n.attrs["strides"]) if st == 0)
+    elif n.op in Group.ELEMENTWISE and all(tuple(graph.nodes[j].shape) == tuple(n.shape) for j in n.inputs):
+        out = frozenset(range(len(n.shape)))
+        for j in n.inputs:
+            out &= constant_axes(graph, j, memo)
+        out |= ones
+    else:
+        out = ones
+    memo[nid] = out
+    return out
+
+
+def _put_plan(graph: Graph, nid: int) -> PutPlan | None:
+    n = graph.nodes[nid]
+    ax, rank = n.attrs["axis"], len(n.shape)
+    still = constant_axes(graph, n.inputs[1])
+    axes = tuple(d for d in range(rank) if d == ax or d not in still)
+    if len(axes) == rank:  # the index varies along every axis: the full grid it is
+        return None
+    return PutPlan(n.inputs[0], n.inputs[1], n.inputs[2], ax, axes)
 
 
 @dataclass(frozen=True)
@@ -272,9 +302,30 @@ def emit_slices(ctx, plan: SlicesPlan, x):
     return out[0] if len(out) == 1 else jnp.concatenate(out, axis=plan.axis)
 
 
-def emit_put(ctx, plan: PutPlan, x, idx_src, upd, view_fn):
-    """A PutPlan as a new array (the functional Scatter): `x` with `upd` at the positions along the axis."""
-    pos = view_fn(idx_src, *plan.index_view)
+def emit_put(ctx, plan: PutPlan, x, idx, upd, view_fn):
+    """A PutPlan as a new array (the functional Scatter): `x` with `upd` at the positions along the axis.
+
+    The positions are the index at the first element of every constant axis
+    (XLA fuses that slice into the index's elementwise ops).  One varying
+    axis: ``x.at[..., pos, ...].set(upd)``.  Several: one ``lax.scatter``
+    whose index points are the varying axes' (an iota on each but the op's
+    axis, the positions on it) and whose windows are the other axes, whole
+    (a Scatter's update covers every other axis of `x`).  An index outside
+    the axis drops its window, as the full grid's ``mode="drop"`` drops its
+    elements.
+    """
+    import jax.numpy as jnp
+    from jax import lax
+
+    axes = plan.axes
+    pos = idx[tuple(slice(None) if d in axes else 0 for d in range(idx.ndim))]
     ctx.stats["peephole_puts"] += 1
-    at = (slice(None),) * plan.axis + (pos,)
-    return x.at[at].set(upd.astype(x.dtype), mode="drop", unique_indices=True)
+    upd = upd.astype(x.dtype)
+    if axes == (plan.axis,):
+        at = (slice(None),) * plan.axis + (pos,)
+        return x.at[at].set(upd, mode="drop", unique_indices=True)
+    points = jnp.stack([pos if d == plan.axis else lax.broadcasted_iota(pos.dtype, pos.shape, k)
+                        for k, d in enumerate(axes)], axis=-1)
+    dims = lax.ScatterDimensionNumbers(update_window_dims=tuple(d for d in range(x.ndim) if d not in axes),
+                                       inserted_window_dims=axes, scatter_dims_to_operand_dims=axes)
+    return lax.scatter(x, points, upd, dims, unique_indices=True, mode=lax.GatherScatterMode.FILL_OR_DROP)
