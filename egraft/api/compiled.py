@@ -274,9 +274,9 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
     sizes `chunks` (default 1, 4, 16, 64, 256, capped by `max_length`), the
     context buckets `contexts` (slots a call reads: the decode step reads each,
     a prompt chunk of T the smallest of at least 2 T; default 128, 256, ... up
-    to half of `max_length`; ``()``: none) and the row buckets `rows` of prompt
-    chunks (default 1 below `max_batch`: a prompt of one row computes one row;
-    ``()``: none), for :meth:`CompiledModel.generate`.
+    to half of `max_length`; ``()``: none) and the row buckets `rows` (default 1
+    below `max_batch`: a batch of one sequence computes one row, prompt and
+    decode; ``()``: none), for :meth:`CompiledModel.generate`.
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"egraft.compile takes a torch.nn.Module, got {type(model).__name__}; wrap a function "

@@ -100,7 +100,7 @@ def cmd_compile(args) -> int:
         cm = compile_model(args, model, None, **gen)
         d = cm.generation.describe()
         print(f"generation: {d['programs']} step programs (chunk sizes {d['chunks']}, context buckets "
-              f"{d['contexts']}, prompt row buckets {d['rows']}), {d['searches']} searched, "
+              f"{d['contexts']}, row buckets {d['rows']}), {d['searches']} searched, "
               f"the others reusing the decode step's choices; backends {d['backends']}; "
               f"compile seconds per program {d['compile_s']}")
         path = cm.save(out)
@@ -153,7 +153,7 @@ def add_parsers(verb) -> None:
                         "the smallest of at least twice its size for a prompt chunk (default 128, 256, ... up to half of "
                         "--max-length, which the full programs read; an empty string: none)")
     p.add_argument("--rows", default=None, metavar="LIST",
-                   help="with --generate: prompt row buckets, prompt chunks compiled again for that many rows "
+                   help="with --generate: row buckets, every chunk size compiled again for that many rows "
                         "(default 1 below --max-batch; an empty string: none)")
     p.add_argument("--compare", choices=list(COMPARE), default="all",
                    help="what the result is measured against before the report: all (eager PyTorch and "

@@ -37,7 +37,7 @@ from .tracer import export_program
 
 DEFAULT_CHUNKS = (1, 4, 16, 64, 256)
 FIRST_CONTEXT = 128  # the smallest context bucket; the default buckets double from it (default_contexts)
-DEFAULT_ROWS = (1,)  # prompt chunks are also compiled for a batch of one row (below max_batch): see row_buckets
+DEFAULT_ROWS = (1,)  # every chunk size is also compiled for a batch of one row (below max_batch): row buckets
 
 # generation_config settings whose logits processors the light loop does not apply, with their neutral values
 _NEUTRAL = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
@@ -173,8 +173,8 @@ class StepModule(torch.nn.Module):
         rows = tuple(c for c in DEFAULT_ROWS if c < max_batch) if rows is None else tuple(rows)
         bad = [r for r in rows if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r < max_batch]
         if bad:
-            raise InputError(f"rows={list(rows)}: each prompt row bucket must be an int in [1, {max_batch}) "
-                             f"(max_batch={max_batch} rows is the chunk programs' own size)")
+            raise InputError(f"rows={list(rows)}: each row bucket must be an int in [1, {max_batch}) "
+                             f"(max_batch={max_batch} rows is the full programs' own size)")
         self.spec = StepSpec(max_batch=max_batch, max_length=max_length, chunks=tuple(ladder), vocab_size=vocab,
                              state=tuple(specs), defaults=generation_defaults(model),
                              contexts=tuple(sorted(set(contexts))), rows=tuple(sorted(set(rows))),
@@ -229,8 +229,8 @@ def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = 
                 contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None) -> StepModule:
     """`model` (a transformers causal LM, in eval mode) as a :class:`StepModule`; its ladder is `chunks` capped
     by `max_length`, with 1 (decoding) always in it; `contexts` are its context buckets (None:
-    :func:`default_contexts`; ``()``: every call reads max_length slots); `rows` its prompt row buckets
-    (None: ``DEFAULT_ROWS`` below max_batch; ``()``: prompt chunks always run max_batch rows)."""
+    :func:`default_contexts`; ``()``: every call reads max_length slots); `rows` its row buckets
+    (None: ``DEFAULT_ROWS`` below max_batch; ``()``: every call runs max_batch rows)."""
     if model.training:
         raise InputError("the model is in training mode (dropout would make each step random): call model.eval()")
     return StepModule(model, max_batch, max_length, chunks, contexts, rows)

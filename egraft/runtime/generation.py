@@ -38,9 +38,10 @@ is never read); the others are cheaper forms of it:
   not read ``max_length`` slots.  A row's slots at or past ``C`` hold only
   filler when every fed row's length after the call is at most ``C``, so
   bucket ``C`` computes the same logits for those rows.
-* row buckets (``StepSpec.rows``, prompt chunks only): a prompt chunk costs in
-  proportion to the rows it computes, and a batch of one prompt would
-  otherwise pay for ``max_batch`` rows.
+* row buckets (``StepSpec.rows``): a call costs in proportion to the rows it
+  computes (a prompt chunk's products, a decode step's attention over its
+  rows' caches and its products' arithmetic), and a batch of one sequence
+  would otherwise pay for ``max_batch`` rows.
 
 A call runs the cheapest bucket of its chunk size (fewest rows, then fewest
 slots) that computes every fed row and holds every fed row's length
@@ -83,7 +84,7 @@ class StepSpec:
     defaults: Sampling = field(default_factory=Sampling)
     filler_token: int = 0
     contexts: tuple[int, ...] = ()  # context buckets, ascending, each below full_context (module docstring)
-    rows: tuple[int, ...] = ()  # prompt row buckets, ascending, each below max_batch (module docstring)
+    rows: tuple[int, ...] = ()  # row buckets, ascending, each below max_batch (module docstring)
     max_context: int = 0  # the slots a full bucket reads; 0: the whole cache (artifacts saved before buckets read less)
 
     @property
@@ -96,17 +97,17 @@ class StepSpec:
         return self.max_context or self.cache_len
 
     def buckets(self) -> list["Bucket"]:
-        """The buckets a compile builds: each chunk size's full bucket; for decoding (chunk 1) every context bucket;
-        for a prompt chunk of ``T`` tokens each row bucket, and, for each of those and the full rows, the smallest
-        context bucket of at least ``2 T`` slots (it holds a prompt's first two chunks of ``T``: a prompt of 128 on
-        the ladder 1, 4, 16, 64 is two chunks of 64 reading 128 slots)."""
+        """The buckets a compile builds: for each chunk size, the full rows and each row bucket, reading the
+        full context and, for decoding (chunk 1), every context bucket; for a prompt chunk of ``T`` tokens the
+        smallest context bucket of at least ``2 T`` slots (it holds a prompt's first two chunks of ``T``: a
+        prompt of 128 on the ladder 1, 4, 16, 64 is two chunks of 64 reading 128 slots)."""
         full, b = self.full_context, self.max_batch
         out = []
         for t in self.chunks:
-            for r in ((b,) if t == 1 else (*self.rows, b)):
+            for r in (*self.rows, b):
                 out.append(Bucket(t, full, r))
                 if t == 1:
-                    out += [Bucket(1, c, b) for c in self.contexts if c < full]
+                    out += [Bucket(1, c, r) for c in self.contexts if c < full]
                 else:
                     out += [Bucket(t, c, r) for c in self.contexts if 2 * t <= c < full][:1]
         return out
@@ -229,8 +230,8 @@ class Engine:
         self._cols = {t: torch.arange(t, device=device) for t in spec.chunks}
 
     def _fed_rows(self, t: int, fed: torch.Tensor) -> int:
-        """One past the last row the call feeds (picks the prompt row bucket; not read without buckets)."""
-        if t == 1 or not self.steps.row_buckets:
+        """One past the last row the call feeds (picks the row bucket; not read without row buckets)."""
+        if not self.steps.row_buckets:
             return self.spec.max_batch
         return int(fed.nonzero().max()) + 1 if bool(fed.any()) else 1
 

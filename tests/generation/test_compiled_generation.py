@@ -107,10 +107,10 @@ def test_one_search_one_program_per_bucket_and_generate_compiles_nothing(compile
     d = g.describe()
     assert d["chunks"] == list(CHUNKS) and d["contexts"] == list(CONTEXTS) == [32] and d["rows"] == [1]
     full = {Bucket(t, MAX_LENGTH, MAX_BATCH) for t in CHUNKS}  # every chunk size reads max_length slots, all rows
-    rows = {Bucket(t, MAX_LENGTH, 1) for t in CHUNKS if t > 1}  # prompt chunks of one row
-    contexts = {Bucket(1, 32, MAX_BATCH)} | {Bucket(t, 32, r) for t in (4, 16) for r in (1, MAX_BATCH)}  # 32 >= 2 T
+    rows = {Bucket(t, MAX_LENGTH, 1) for t in CHUNKS}  # every chunk size for one row
+    contexts = {Bucket(t, 32, r) for t in (1, 4, 16) for r in (1, MAX_BATCH)}  # decode at each; 32 >= 2 T
     assert set(g.programs) == full | rows | contexts == set(g.spec.buckets())
-    assert d["programs"] == len(g.programs) == 12 and set(d["compile_s"]) == {b.name for b in g.programs}
+    assert d["programs"] == len(g.programs) == 14 and set(d["compile_s"]) == {b.name for b in g.programs}
     decode = Bucket(1, MAX_LENGTH, MAX_BATCH)
     assert d["searches"] == 1 and g.programs[decode].searched  # the full decode step; the others reused its choices
     assert d["searched"] == [decode.name]
@@ -137,10 +137,10 @@ def test_one_search_one_program_per_bucket_and_generate_compiles_nothing(compile
     finally:
         g.step_programs.programs.update(calls)
     assert g.describe() == d and g.programs == programs
-    # one row: the one-row prompt chunks (32 slots while they fit), decode within 32 slots, then all 128
+    # one row: the one-row programs throughout, prompt chunks and decode (32 slots while they fit, then all 128)
     assert {b for b in ran if b.chunk > 1} == {Bucket(4, 32, 1), Bucket(16, 32, 1), Bucket(16, MAX_LENGTH, 1),
                                                Bucket(4, MAX_LENGTH, 1)}
-    assert {b for b in ran if b.chunk == 1} == {Bucket(1, 32, MAX_BATCH), decode}
+    assert {b for b in ran if b.chunk == 1} == {Bucket(1, 32, 1), Bucket(1, MAX_LENGTH, 1)}
 
 
 def test_every_chunk_program_binds_one_copy_of_the_weights(compiled_of):
@@ -199,8 +199,8 @@ def test_a_second_process_reads_the_search_cache(second):
     first, got = second
     assert got["from_cache"]
     # max_length 128, no context bucket given: the default ones lie below 128, so none; the full programs and the
-    # one-row prompt chunks
-    assert got["describe"]["contexts"] == [] and got["describe"]["programs"] == len(CHUNKS) + 3 == 7
+    # one-row ones
+    assert got["describe"]["contexts"] == [] and got["describe"]["programs"] == 2 * len(CHUNKS) == 8
     assert got["describe"]["searches"] == 1
     assert got["describe"]["backends"] == first.describe()["backends"]
     assert got["stages"][got["decode"]]["saturate"] == 0.0  # no saturation, no search: the cached winner was lowered

@@ -39,7 +39,8 @@ def test_cli_compile_generate_then_load(compiled_of, search_cache, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     art = egraft.load(str(out))
-    programs = len(chunks) + len(art.spec.contexts) + sum(1 for t in chunks if t > 1) * len(art.spec.rows)
+    programs = len(chunks) * (1 + len(art.spec.rows))  # max_length 128: no context bucket; the full rows and one
+    assert art.spec.contexts == () and art.spec.rows == (1,) and len(art.steps) == programs
     assert f"generation: {programs} step programs" in done.stdout and "1 searched" in done.stdout, done.stdout
     assert isinstance(art, GenerationArtifact)
     assert list(art.spec.chunks) == list(chunks) and art.spec.max_batch == MAX_BATCH

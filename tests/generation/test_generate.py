@@ -128,8 +128,9 @@ def test_decode_context_buckets_switch_and_give_the_same_tokens(family):
             return program(ids, pos, mask, *state)
         return run
 
-    assert sorted(eager.programs) == [(1, 8, 4), (1, 32, 4), (1, 64, 4), (4, 8, 1), (4, 8, 4), (4, 64, 1),
-                                      (4, 64, 4), (16, 32, 1), (16, 32, 4), (16, 64, 1), (16, 64, 4)]  # 2 T <= C
+    assert sorted(eager.programs) == [(1, 8, 1), (1, 8, 4), (1, 32, 1), (1, 32, 4), (1, 64, 1), (1, 64, 4),
+                                      (4, 8, 1), (4, 8, 4), (4, 64, 1), (4, 64, 4), (16, 32, 1), (16, 32, 4),
+                                      (16, 64, 1), (16, 64, 4)]  # decode at every context; a prompt at 2 T <= C
     programs = StepPrograms(step.spec, {b: counted(b, p) for b, p in eager.programs.items()})
     ids, mask = left_padded([3, 5], seed=21)
     kw = dict(max_new_tokens=40, do_sample=False, eos_token_id=None, pad_token_id=0)
@@ -162,7 +163,7 @@ def test_prompt_row_buckets_compute_only_the_fed_rows_and_give_the_same_tokens(f
     step = step_module(b.model, 3, 64, (1, 4, 16), contexts=(), rows=(1,))
     assert step.spec.rows == (1,)
     eager = eager_programs(step)
-    assert sorted(eager.programs) == [(1, 64, 3), (4, 64, 1), (4, 64, 3), (16, 64, 1), (16, 64, 3)]
+    assert sorted(eager.programs) == [(1, 64, 1), (1, 64, 3), (4, 64, 1), (4, 64, 3), (16, 64, 1), (16, 64, 3)]
     ran = []
 
     def counted(key, program):
@@ -181,12 +182,15 @@ def test_prompt_row_buckets_compute_only_the_fed_rows_and_give_the_same_tokens(f
     assert torch.equal(generate(programs, state, ids, mask, **kw), b.reference(ids, mask, **kw))
     prompt_calls = [r for r in ran if r[1][1] > 1]
     assert prompt_calls == [((16, 64, 1), (1, 16)), ((4, 64, 1), (1, 4))], prompt_calls
+    assert {r for r in ran if r[1][1] == 1} == {((1, 64, 1), (1, 1))}  # every decode step for the one row too
     for s, s0 in zip(state, before):
-        # rows 1 and 2: the prompt calls left them alone (a full chunk program writes filler at their slots 0..15;
-        # the one-row ones only the scratch tail past max_length), the decode steps wrote filler at slot 0
-        assert torch.equal(s[1:, :, 1:64], s0[1:, :, 1:64])
+        # rows 1 and 2 are left alone: a full program would write filler at their slots; the one-row ones write
+        # the other rows' part of their cache write to the scratch tail past max_length
+        assert torch.equal(s[1:, :, :64], s0[1:, :, :64])
     # two rows: the chunk of 16 feeds both (the full program); the rest of the longer prompt is row 0's alone
     ran.clear()
     ids, mask = left_padded([21, 6], seed=5)
     assert torch.equal(generate(programs, state, ids, mask, **kw), b.reference(ids, mask, **kw))
     assert [r for r in ran if r[1][1] > 1] == [((16, 64, 3), (3, 16)), ((4, 64, 1), (1, 4))]
+    ones = [r[0] for r in ran if r[1][1] == 1]  # row 0's last prompt token (21 = 16 + 4 + 1) alone, then decoding
+    assert ones[0] == (1, 64, 1) and set(ones[1:]) == {(1, 64, 3)}, ones  # two rows: no two-row bucket, all rows
