@@ -104,8 +104,11 @@ class MatmulForm:
 MAX_DEPTH = 64  # elementwise ops looked through; deeper, a factor counts as varying (never wrong, only slower)
 
 
-def _invariance(graph: Graph, nid: int, rank: int) -> frozenset[int]:
+def invariant_axes(graph: Graph, nid: int) -> frozenset[int]:
+    """Axes along which node `nid`'s value provably does not vary: size 1, a View's stride-0 axes, and through
+    elementwise ops (up to MAX_DEPTH deep) the axes invariant in every operand."""
     memo: dict[tuple[int, int], bool] = {}
+    rank = len(graph.nodes[nid].shape)
 
     def invariant(i: int, axis: int, depth: int) -> bool:
         key = (i, axis)
@@ -126,7 +129,7 @@ def _invariance(graph: Graph, nid: int, rank: int) -> frozenset[int]:
 
 def _factor(graph: Graph, nid: int) -> Factor:
     n = graph.nodes[nid]
-    invariant = _invariance(graph, nid, len(n.shape))
+    invariant = invariant_axes(graph, nid)
     if n.op != Op.View:
         return Factor(nid, nid, None, tuple(range(len(n.shape))), invariant, False)
     shape, strides, off = n.attrs["shape"], n.attrs["strides"], n.attrs["offset"]

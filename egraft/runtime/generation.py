@@ -229,7 +229,7 @@ class Engine:
         self._slots = torch.arange(spec.full_context, device=device)
         self._cols = {t: torch.arange(t, device=device) for t in spec.chunks}
 
-    def _fed_rows(self, t: int, fed: torch.Tensor) -> int:
+    def _fed_rows(self, fed: torch.Tensor) -> int:
         """One past the last row the call feeds (picks the row bucket; not read without row buckets)."""
         if not self.steps.row_buckets:
             return self.spec.max_batch
@@ -262,7 +262,7 @@ class Engine:
         new_lengths = lengths + fed
         # column j of a row fed k tokens: real token at slot n + (j - (t - k)) for j >= t - k, filler at n + j + k
         pos = lengths[:, None] + (self._cols[t][None, :] - (t - fed)[:, None]) % t
-        program, bucket = self.steps.for_call(t, self._longest(new_lengths, fed), self._fed_rows(t, fed))
+        program, bucket = self.steps.for_call(t, self._longest(new_lengths, fed), self._fed_rows(fed))
         mask = self._slots[None, :bucket.context] < new_lengths[:, None]
         r = bucket.rows
         if r < self.spec.max_batch:  # rows r.. are not fed: their lengths stay, their slots are not written

@@ -237,3 +237,20 @@ def test_an_index_varying_along_every_axis_keeps_the_full_grid():
     upd = b.input("upd", (2, 3), "float32")
     g = b.build([x.scatter(1, idx, upd)])
     assert not find(g)
+
+
+def test_a_tensor_constant_in_the_index_varies_with_its_values():
+    """An index broadcast along rows plus a constant array whose rows differ varies along rows: no row windows."""
+    from egraft.backends.jax.peephole import find
+
+    b = GraphBuilder()
+    x = b.input("x", (2, 5), "float32")
+    pos = b.input("pos", (3,), "int64")
+    upd = b.input("upd", (2, 3), "float32")
+    idx = b.view(pos, (2, 3), (0, 1)) + b.tensor_constant(np.array([[0, 0, 0], [1, 1, 1]], np.int64))
+    g = b.build([x.scatter(1, idx, upd)])
+    assert not find(g)  # every axis varies: the full grid
+    rng = np.random.default_rng(fresh_seed())
+    ins = [rng.standard_normal((2, 5)).astype(np.float32), rng.permutation(3).astype(np.int64),
+           rng.standard_normal((2, 3)).astype(np.float32)]
+    assert_close(lower(g, "jax", "cpu")(*ins), evaluate(g, ins), ["float32"], what="row-varying constant index")

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir import Group, Op, dtypes
+from ...ir import Op, dtypes
 from ...ir.graph import Graph
-from ...ir.matmul_form import Factor, matmul_form
+from ...ir.matmul_form import Factor, invariant_axes, matmul_form
 from ..fold import FOLDED_PREFIX
 from . import windows
 
@@ -105,8 +105,8 @@ def _take_plan(graph: Graph, nid: int) -> TakePlan | None:
 
 @dataclass(frozen=True)
 class PutPlan:
-    """``Scatter(x, idx, upd)`` whose index is constant along every axis but a few (:func:`constant_axes`), as
-    a KV-cache write's is (one slot per row and token, the same for every head and feature): one index per
+    """``Scatter(x, idx, upd)`` whose index is constant along every axis but a few (``invariant_axes``), as a
+    KV-cache write's is (one slot per row and token, the same for every head and feature): one index per
     point of the varying `axes` (the op's axis among them), each writing the whole window of the other axes,
     instead of a full index grid (one index per element)."""
 
@@ -120,33 +120,10 @@ class PutPlan:
         return (self.src, self.index, self.upd)
 
 
-def constant_axes(graph: Graph, nid: int, memo: dict | None = None) -> frozenset:
-    """Axes along which node `nid`'s value is provably constant: stride-0 (or size-1) axes of a View,
-    every axis of a Constant, and through elementwise ops the axes constant in every operand."""
-    memo = {} if memo is None else memo
-    if nid in memo:
-        return memo[nid]
-    n = graph.nodes[nid]
-    ones = frozenset(d for d, sz in enumerate(n.shape) if sz == 1)
-    if n.op == Op.Constant:
-        out = frozenset(range(len(n.shape)))
-    elif n.op == Op.View:
-        out = ones | frozenset(d for d, st in enumerate(n.attrs["strides"]) if st == 0)
-    elif n.op in Group.ELEMENTWISE and all(tuple(graph.nodes[j].shape) == tuple(n.shape) for j in n.inputs):
-        out = frozenset(range(len(n.shape)))
-        for j in n.inputs:
-            out &= constant_axes(graph, j, memo)
-        out |= ones
-    else:
-        out = ones
-    memo[nid] = out
-    return out
-
-
 def _put_plan(graph: Graph, nid: int) -> PutPlan | None:
     n = graph.nodes[nid]
     ax, rank = n.attrs["axis"], len(n.shape)
-    still = constant_axes(graph, n.inputs[1])
+    still = invariant_axes(graph, n.inputs[1])
     axes = tuple(d for d in range(rank) if d == ax or d not in still)
     if len(axes) == rank:  # the index varies along every axis: the full grid it is
         return None
