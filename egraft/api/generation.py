@@ -9,7 +9,9 @@ lists them).  The full decode step (chunk 1, ``max_length`` slots, every row)
 is searched; every other bucket is lowered with its winning backend and knobs
 and checked against eager PyTorch, with no search
 (``search.pipeline.compile_like``), so compile time follows the number of
-buckets, not prompt lengths or batch sizes.  The generation loop is the
+buckets, not prompt lengths or batch sizes.  Their graphs come from one
+``torch.export`` per family of buckets with the chunk and context sizes
+symbolic (``frontend.causal_lm.StepTracer``), not one per bucket.  The generation loop is the
 light runtime's (``runtime.generation``): per step it runs one program call,
 the sampler and the stopping test.
 """
@@ -100,7 +102,7 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
                        max_length: int, chunks: Sequence[int] | None = None,
                        contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None) -> Generation:
     """Compile `model`'s step for every bucket of its spec (the module docstring)."""
-    from ..frontend.causal_lm import DEFAULT_CHUNKS, step_module
+    from ..frontend.causal_lm import DEFAULT_CHUNKS, StepTracer, step_module
     from ..frontend.weights import WeightCopies
 
     if not callable(getattr(model, "get_output_embeddings", None)) or not hasattr(model, "config"):
@@ -120,6 +122,7 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
     times: dict[gen.Bucket, float] = {}
     first = None
     weights = WeightCopies()  # one copy of the model's weights, bound by every bucket's program
+    tracer = StepTracer(step, weights, status)  # one torch.export per family of buckets
     buckets = step.spec.buckets()
     full_decode = gen.Bucket(1, step.spec.full_context, step.spec.max_batch)
     for b in [full_decode] + [b for b in buckets if b != full_decode]:  # the full decode step is the one searched
@@ -127,7 +130,8 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
         status(f"compiling the step for {b.chunk} token(s) of {b.rows} row(s) reading {b.context} cache slots"
                + (" (reusing the decode step's choices)" if first is not None else ""))
         t0 = time.perf_counter()
-        prog = build(step, args, {}, call_key(args, {}), config, status, reuse=first, weights=weights)
+        prog = build(step, args, {}, call_key(args, {}), config, status, reuse=first, weights=weights,
+                     tracer=lambda: tracer(b))
         times[b] = time.perf_counter() - t0
         programs[b] = prog
         first = first or prog

@@ -187,7 +187,8 @@ def check_call(model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
 # --- the stages -----------------------------------------------------------------------------------
 
 def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config: CompileConfig,
-          status: Callable[[str], None], reuse: Program | None = None, weights=None) -> Program:
+          status: Callable[[str], None], reuse: Program | None = None, weights=None,
+          tracer: Callable[[], Any] | None = None) -> Program:
     """Trace one signature, then compile it through the one pipeline (the module docstring).
 
     With `reuse` (another size of the same model, compiled before), the traced
@@ -196,12 +197,15 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     `weights`: the :class:`~egraft.frontend.weights.WeightCopies` the trace
     takes its weight arrays from (the same one for several sizes of a model:
     their programs share one copy of its weights); default: this trace's own.
+    `tracer`: makes the graph instead of ``trace(model, args, kwargs, weights)``
+    (generation's :class:`~egraft.frontend.causal_lm.StepTracer`: one export
+    for many sizes); its seconds count as this program's trace stage.
     """
     check_call(model, args, kwargs)
     name = signature_name(args, kwargs)
     t = _time.perf_counter()
     status(f"tracing {type(model).__name__} for {name}")
-    graph = trace(model, args, kwargs or None, weights)
+    graph = tracer() if tracer is not None else trace(model, args, kwargs or None, weights)
     traced_s = _time.perf_counter() - t
     states = graph.signature.state
     written = [s.source for s in states if s.source is not None]

@@ -36,9 +36,14 @@ def program_signature(ep: torch.export.ExportedProgram) -> Signature:
     return input_specs(ep)[0]
 
 
-def input_specs(ep: torch.export.ExportedProgram) -> tuple[Signature, dict[str, InputSpec]]:
-    """The signature and each tensor placeholder's spec, by placeholder name (what the tracer binds)."""
+def input_specs(ep: torch.export.ExportedProgram, meta=None) -> tuple[Signature, dict[str, InputSpec]]:
+    """The signature and each tensor placeholder's spec, by placeholder name (what the tracer binds).
+
+    `meta`: node -> its value (default ``node.meta['val']``; the tracer passes
+    :meth:`~egraft.frontend.sizes.SizeBinding.meta` for a program with symbolic sizes)."""
     from torch.export.graph_signature import InputKind, OutputKind
+
+    meta = meta or (lambda node: node.meta.get("val"))
 
     gs = ep.graph_signature
     # a buffer's FQN and a user input's placeholder name may coincide (buffer "k", input "k"): kept apart
@@ -51,7 +56,7 @@ def input_specs(ep: torch.export.ExportedProgram) -> tuple[Signature, dict[str, 
     n_user = 0
     for node, spec in zip(placeholders, gs.input_specs):
         kind = spec.kind
-        val = node.meta.get("val")
+        val = meta(node)
         if kind in (InputKind.PARAMETER, InputKind.BUFFER):
             role = "state" if spec.target in mutated_buffers else "weight"
             s = InputSpec(spec.target, role, tuple(int(n) for n in val.shape), _dtype(val, f"weight {spec.target!r}"))
@@ -77,7 +82,7 @@ def input_specs(ep: torch.export.ExportedProgram) -> tuple[Signature, dict[str, 
     outs, aliases = [], []
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
     for spec, arg in zip(gs.output_specs, out_node.args[0]):
-        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        val = meta(arg) if isinstance(arg, torch.fx.Node) else None
         if not isinstance(val, torch.Tensor):
             continue
         if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):

@@ -44,7 +44,7 @@ import operator
 import os
 import re
 import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -56,6 +56,7 @@ from ..ir.graph import Graph
 from ..ir.tensors import ir_dtypes, torch_dtype
 from .lowering import UNSUPPORTED_HINTS, Ctx, Missing, lookup, op_name
 from .signature import input_specs
+from .sizes import SizeBinding, is_size, is_symbolic
 from .weights import WeightCopies
 
 aten = torch.ops.aten
@@ -103,8 +104,11 @@ class _FunctionModule(torch.nn.Module):
 
 
 def export_program(model, example_inputs: Sequence[Any], kwargs: dict | None = None,
-                   decompositions: dict | None = None) -> torch.export.ExportedProgram:
-    """torch.export the model and decompose it to core ATen (minus :data:`KEEP_WHOLE`)."""
+                   decompositions: dict | None = None, dynamic_shapes=None) -> torch.export.ExportedProgram:
+    """torch.export the model and decompose it to core ATen (minus :data:`KEEP_WHOLE`).
+
+    `dynamic_shapes`: torch.export's, to export one program for a range of sizes
+    (:func:`lower_program` then lowers it at concrete shapes)."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     if not isinstance(example_inputs, (tuple, list)):
@@ -124,7 +128,8 @@ def export_program(model, example_inputs: Sequence[Any], kwargs: dict | None = N
     name = type(model).__name__
     try:
         with torch.no_grad():
-            ep = torch.export.export(model, tuple(example_inputs), kwargs=kwargs or None)
+            ep = torch.export.export(model, tuple(example_inputs), kwargs=kwargs or None,
+                                     dynamic_shapes=dynamic_shapes)
     except EgraftError:
         raise
     except Exception as e:  # torch raises many types here; summarise whichever it is
@@ -175,8 +180,14 @@ def _weight_array(t: torch.Tensor, name: str, copies: WeightCopies) -> np.ndarra
     return copies.get(t.detach())  # a copy: the graph must not change when the model's parameters do
 
 
-def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None = None) -> Graph:
+def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None = None,
+                  shapes: Sequence[Sequence[int]] | None = None) -> Graph:
     """Lower an exported (and decomposed) program to an IR graph, one ATen node at a time.
+
+    A program exported with symbolic sizes (``dynamic_shapes``) is lowered at
+    `shapes`, the concrete shape of each of its tensor inputs (in order):
+    :class:`~egraft.frontend.sizes.SizeBinding` gives every node's value at
+    those sizes, so one export serves every size in its range.
 
     The graph's signature is :func:`~egraft.frontend.signature.program_signature`'s (the input names and
     the user's own names for them, the state inputs and their aliases).  `weights`: where the weight
@@ -186,7 +197,8 @@ def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None
     copies = WeightCopies() if weights is None else weights
     from torch.export.graph_signature import InputKind, OutputKind
 
-    sig, specs = input_specs(ep)
+    meta = _metas(ep, shapes)
+    sig, specs = input_specs(ep, meta)
     mutated = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
     b = GraphBuilder()
     gs = ep.graph_signature
@@ -211,7 +223,13 @@ def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None
             env[node] = getattr(spec.arg, "value", None)
     for node in ep.graph.nodes:
         if node.op == "call_function":
-            env[node] = _lower_node(b, node, env)
+            size = node.meta.get("val") if shapes is not None else None
+            if is_size(size):  # a size the model computes (sym_size, operator.sub, ...): its value at `shapes`
+                env[node] = meta(node)
+            elif shapes is not None and node.target is aten._assert_scalar.default:
+                _assert_size(node, env)
+            else:
+                env[node] = _lower_node(b, node, env, meta)
         elif node.op == "output":
             outs = node.args[0]
     outputs, aliases = [], {}
@@ -234,6 +252,24 @@ def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None
     return b.build(outputs, aliases=aliases, sources=sources)
 
 
+def _metas(ep, shapes) -> Callable[[torch.fx.Node], Any]:
+    """node -> its ``meta['val']``, at `shapes` when the program has symbolic sizes (module ``sizes``)."""
+    if shapes is None:
+        if is_symbolic(ep):
+            raise InputError("this program was exported with symbolic sizes: lower it at concrete input shapes "
+                             "(lower_program(ep, shapes=[...]))")
+        return lambda node: node.meta.get("val")
+    return SizeBinding(ep, shapes).meta
+
+
+def _assert_size(node: torch.fx.Node, env) -> None:
+    """torch.export's runtime check of a size (``aten._assert_scalar``), at the bound sizes."""
+    cond = env.get(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else node.args[0]
+    if cond is False:
+        raise InputError(f"these input sizes fail the exported program's check {node.args[1]!r}: "
+                         "export the model at these sizes")
+
+
 def _map_args(node: torch.fx.Node, env) -> tuple[list, dict]:
     def get(a):
         if isinstance(a, torch.fx.Node):
@@ -252,7 +288,7 @@ def _map_args(node: torch.fx.Node, env) -> tuple[list, dict]:
     return [get(a) for a in node.args], {k: get(v) for k, v in node.kwargs.items()}
 
 
-def _lower_node(b: GraphBuilder, node: torch.fx.Node, env):
+def _lower_node(b: GraphBuilder, node: torch.fx.Node, env, meta_of):
     target = node.target
     if target is operator.getitem:
         seq, i = node.args
@@ -267,13 +303,13 @@ def _lower_node(b: GraphBuilder, node: torch.fx.Node, env):
     if rule.upcast:
         args = [_up(a) for a in args]
         kwargs = {k: _up(v) for k, v in kwargs.items()}
-    meta = node.meta.get("val")
+    meta = meta_of(node)
     for m in meta if isinstance(meta, (tuple, list)) else (meta,):
         if isinstance(m, torch.Tensor) and m.dtype not in _TORCH_DTYPES:
             raise UnsupportedOpError(f"{name} (producing {m.dtype})", source,
                                      f"egraft's IR has the dtypes {', '.join(dtypes.DTYPES)}; complex, unsigned "
                                      "and 8-bit tensors must stay outside the compiled region")
-    arg_metas = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args]
+    arg_metas = [meta_of(a) if isinstance(a, torch.fx.Node) else None for a in node.args]
     ctx = Ctx(b, name, meta, source, rule.upcast, arg_metas)
     try:
         result = rule.fn(ctx, *args, **kwargs)

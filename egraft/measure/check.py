@@ -82,7 +82,8 @@ def outputs(got: Sequence, want: Sequence, tolerances: Sequence[float], *, same_
             continue
         if _is_float(wn):
             e = rel_err(gn, wn)
-            unwritten = int(np.count_nonzero(np.isnan(gn.astype(np.float64)) & np.isfinite(wn.astype(np.float64))))
+            unwritten = 0 if e <= tolerances[k] else int(np.count_nonzero(np.isnan(gn.astype(np.float64))
+                                                                          & np.isfinite(wn.astype(np.float64))))
             if unwritten:
                 notes.append(f"{what}: {unwritten} NaN elements where the reference is finite")
             elif not e <= tolerances[k]:

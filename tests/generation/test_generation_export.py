@@ -39,3 +39,46 @@ def test_export_shows_caches_as_buffer_mutations(built):
         written = (x != x0).any(dim=(1, 3))  # [batch, slot]: the slots the call wrote
         assert torch.equal(written, (torch.arange(step.spec.cache_len)[None] >= lengths[:, None]) & (
             torch.arange(step.spec.cache_len)[None] < (lengths + 4)[:, None]))
+
+
+def test_step_tracer_exports_once_per_family_and_gives_each_buckets_own_graph(built, monkeypatch):
+    """StepTracer: one torch.export per family (decode / chunk x row count), each bucket's graph the same as a
+    torch.export at the bucket's own sizes (structural hash, weights bound by name)."""
+    from egraft.frontend import causal_lm
+    from egraft.frontend.tracer import export_program, lower_program
+
+    step = built.step
+    calls = []
+    real = causal_lm.export_program
+    monkeypatch.setattr(causal_lm, "export_program", lambda *a, **k: calls.append(k) or real(*a, **k))
+    tracer = causal_lm.StepTracer(step)
+    buckets = step.spec.buckets()
+    graphs = {b: tracer(b) for b in buckets}
+    assert len(calls) == len({causal_lm.family(b) for b in buckets}) == 4  # decode and chunk, 1 and 4 rows
+    assert all(k.get("dynamic_shapes") for k in calls)
+    for b in [buckets[0], buckets[-1], next(b for b in buckets if b.chunk == 16 and b.rows == 1)]:
+        own = lower_program(export_program(step, step.example_inputs(*b)))
+        assert graphs[b].structural_hash() == own.structural_hash(), b
+        assert sorted(graphs[b].weights) == sorted(own.weights)
+
+
+def test_step_tracer_exports_a_bucket_at_its_own_sizes_when_the_shared_export_fails(built, monkeypatch):
+    from egraft.errors import TraceError
+    from egraft.frontend import causal_lm
+
+    step = built.step
+    real = causal_lm.export_program
+
+    def no_symbolic(*a, dynamic_shapes=None, **k):
+        if dynamic_shapes is not None:
+            raise TraceError("torch.export could not capture it: a guard on the chunk size")
+        return real(*a, **k)
+
+    monkeypatch.setattr(causal_lm, "export_program", no_symbolic)
+    said = []
+    tracer = causal_lm.StepTracer(step, status=said.append)
+    b = step.spec.buckets()[-1]
+    g = tracer(b)
+    assert any("failed" in s and "its own sizes" in s for s in said), said
+    assert tracer.exports[causal_lm.family(b)] is None
+    assert [s.shape for s in g.signature.call_inputs] == [tuple(a.shape) for a in step.example_inputs(*b)]
