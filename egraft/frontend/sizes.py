@@ -10,6 +10,9 @@ tensors (the placeholder dims that are a bare symbol), checks the export's
 ``range_constraints`` (the sizes torch.export proved the graph valid for),
 and gives every node's value as it is at those sizes: a meta tensor of
 concrete shape and strides for a tensor, an int or bool for a size.
+torch.export raises (``Constraints violated``) when the model's own checks
+on a size do not hold over the whole declared range, so every size the
+binding accepts is one the graph was proven for.
 
 Exporting once and lowering per size saves a ``torch.export`` and a core-ATen
 decomposition (about 2 s each on a 4-layer model) for every size after the

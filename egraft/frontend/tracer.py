@@ -226,8 +226,6 @@ def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None
             size = node.meta.get("val") if shapes is not None else None
             if is_size(size):  # a size the model computes (sym_size, operator.sub, ...): its value at `shapes`
                 env[node] = meta(node)
-            elif shapes is not None and node.target is aten._assert_scalar.default:
-                _assert_size(node, env)
             else:
                 env[node] = _lower_node(b, node, env, meta)
         elif node.op == "output":
@@ -260,14 +258,6 @@ def _metas(ep, shapes) -> Callable[[torch.fx.Node], Any]:
                              "(lower_program(ep, shapes=[...]))")
         return lambda node: node.meta.get("val")
     return SizeBinding(ep, shapes).meta
-
-
-def _assert_size(node: torch.fx.Node, env) -> None:
-    """torch.export's runtime check of a size (``aten._assert_scalar``), at the bound sizes."""
-    cond = env.get(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else node.args[0]
-    if cond is False:
-        raise InputError(f"these input sizes fail the exported program's check {node.args[1]!r}: "
-                         "export the model at these sizes")
 
 
 def _map_args(node: torch.fx.Node, env) -> tuple[list, dict]:
