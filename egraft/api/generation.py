@@ -95,7 +95,9 @@ class Generation:
                 "programs": len(self.programs), "searches": self.searches,
                 "searched": [b.name for b, p in self.programs.items() if p.searched],
                 "compile_s": {b.name: round(s, 3) for b, s in self.compile_s.items()},
-                "backends": sorted({p.result.backend for p in self.programs.values()})}
+                "backends": sorted({p.result.backend for p in self.programs.values()}),
+                "choices": {b.name: {"backend": p.result.backend, "knobs": dict(p.result.knobs)}
+                            for b, p in self.programs.items() if p.searched}}  # the search's winner(s)
 
 
 def compile_generation(model: torch.nn.Module, config, status: Callable[[str], None], *, max_batch: int,

@@ -117,6 +117,8 @@ def test_one_search_one_program_per_bucket_and_generate_compiles_nothing(compile
     assert not any(p.searched for b, p in g.programs.items() if b != decode)
     assert not g.programs[decode].result.from_cache  # this run's cache was empty: the search really ran
     assert len(d["backends"]) == 1
+    assert d["choices"] == {decode.name: {"backend": g.programs[decode].result.backend,
+                                          "knobs": g.programs[decode].result.knobs}}
     programs = dict(g.programs)
     ran, calls = [], dict(g.step_programs.programs)
     for b, p in calls.items():  # which bucket each call runs
