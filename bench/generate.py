@@ -49,7 +49,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -62,6 +61,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from generate_models import FULL_MODELS, MODELS, decode_bound, parameter_counts  # noqa: E402
 from generate_worker import SYSTEMS  # noqa: E402
+from machine import host, host_line  # noqa: E402
 
 REFERENCE = "hf_eager"
 # every worker compiles with empty caches (a fresh directory each), so first calls are cold compiles:
@@ -280,15 +280,7 @@ def compile_line(r: dict) -> str:
 # --- the run ------------------------------------------------------------------------------------------------
 
 def _machine() -> str:
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
-        with open("/proc/meminfo") as f:
-            mem = int(next(ln.split()[1] for ln in f if ln.startswith("MemTotal"))) / 2 ** 20
-    except (OSError, StopIteration, ValueError):
-        mem = float("nan")
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()} {platform.release()}"
+    return host_line(host())
 
 
 def _git() -> str:

@@ -62,18 +62,39 @@ def git_commit() -> str:
 
 
 def host() -> dict:
-    """CPU model, logical cores, memory and OS of this machine."""
-    cpu, mem = "unknown CPU", None
+    """CPU model (and which one of that name: family, model, vector extensions), logical cores, memory and OS.
+
+    Hosts that all call themselves "AMD EPYC" differ (a Zen 3 with AVX2 only,
+    a Zen 4 with AVX-512): XLA's kernels, and so the winners and speeds
+    measured, differ between them, so every result names which it ran on.
+    """
+    cpu, mem, fields = "unknown CPU", None, {}
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+            for ln in f:
+                if not ln.strip():
+                    break  # the first processor's block
+                k, _, v = ln.partition(":")
+                fields[k.strip()] = v.strip()
+        cpu = fields.get("model name", cpu)
         with open("/proc/meminfo") as f:
             mem = int(next(ln.split()[1] for ln in f if ln.startswith("MemTotal"))) / 2 ** 20
     except (OSError, StopIteration, ValueError):
         pass
+    flags = set(fields.get("flags", "").split())
+    simd = [x for x in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if x in flags]
+    cpu_id = (f"family {fields['cpu family']} model {fields['model']}" if "cpu family" in fields and "model" in fields
+              else platform.machine())
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "cores_allowed": cores,
-            "memory_gib": round(mem, 1) if mem else None, "os": f"{platform.system()} {platform.release()}"}
+    return {"cpu": cpu, "cpu_id": f"{cpu_id}, {' '.join(simd) or 'no AVX2'}", "logical_cores": os.cpu_count(),
+            "cores_allowed": cores, "memory_gib": round(mem, 1) if mem else None,
+            "os": f"{platform.system()} {platform.release()}"}
+
+
+def host_line(h: dict) -> str:
+    """The host as one line of a report: "AMD EPYC (family 25 model 1, avx2), 2 logical cores, 23.5 GiB, Linux ..."."""
+    cpu = f"{h.get('cpu')} ({h['cpu_id']})" if h.get("cpu_id") else h.get("cpu")
+    return f"{cpu}, {h.get('logical_cores')} logical cores, {h.get('memory_gib')} GiB, {h.get('os')}"
 
 
 def _measure(threads: int, repeats: int, calibrate_s: float) -> dict:

@@ -16,6 +16,7 @@ import re
 
 import ingest
 import plots
+from machine import host_line
 
 BEGIN = "<!-- results:begin: written by `python -m bench` (bench/page.py); do not edit by hand -->"
 END = "<!-- results:end -->"
@@ -62,8 +63,7 @@ def _section_head(sec: dict, title: str) -> list[str]:
 def machine_lines(res: dict) -> list[str]:
     m = res["machine"]
     v = res["versions"]
-    lines = [f"- **Machine:** {m.get('cpu')}, {m.get('logical_cores')} logical cores, "
-             f"{m.get('memory_gib')} GiB, {m.get('os')}"]
+    lines = [f"- **Machine:** {host_line(m)}"]
     for t, x in sorted(m.get("per_threads", {}).items()):
         bw = x["read_bandwidth"]
         lines.append(f"- **{t} thread(s)** on core(s) {x['cores']}: read bandwidth {bw['median'] / 1e9:.1f} GB/s "

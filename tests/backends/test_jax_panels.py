@@ -30,14 +30,15 @@ def _linear_graph(rows: int, k: int, n: int, seed: int, transposed=True, extra_u
 
 @pytest.mark.parametrize("rows", [1, 4, 9, panels.MAX_ROWS])
 @pytest.mark.parametrize("transposed", [True, False])
-def test_few_rows_read_the_weight_in_panels(rows, transposed):
+@pytest.mark.parametrize("width", [16, 64])
+def test_few_rows_read_the_weight_in_panels(rows, transposed, width):
     seed = fresh_seed()
     g = _linear_graph(rows, 96, 256, seed, transposed)
-    ex = check_graph(g, seed, knobs={"panels": 64}, what=f"panels rows={rows} transposed={transposed}")
+    ex = check_graph(g, seed, knobs={"panels": width}, what=f"panels {width} rows={rows} transposed={transposed}")
     assert ex.stats["panel_dots"] == 1
     names = ex.program.weight_names
-    assert names == (f"w{panels.SEP}64{'T' if transposed else ''}",), names  # the plain form is not passed too
-    assert ex.weights[0].shape == (256 // 64, 96, 64)
+    assert names == (f"w{panels.SEP}{width}{'T' if transposed else ''}",), names  # the plain form is not passed too
+    assert ex.weights[0].shape == (256 // width, 96, width)
     off = check_graph(g, seed, knobs={"panels": 0}, what="panels off")
     assert off.stats["panel_dots"] == 0 and off.program.weight_names == ("w",)
 
@@ -58,11 +59,11 @@ def test_a_weight_read_elsewhere_is_passed_in_both_forms():
     assert set(ex.program.weight_names) == {"w", f"w{panels.SEP}64T"}
 
 
-@pytest.mark.parametrize("n", [130, 97 * 2])
-def test_ragged_last_panel_is_padded_and_cropped(n):
+@pytest.mark.parametrize("n,width", [(130, 64), (97 * 2, 64), (50, 16)])
+def test_ragged_last_panel_is_padded_and_cropped(n, width):
     seed = fresh_seed()
-    ex = check_graph(_linear_graph(5, 48, n, seed), seed, knobs={"panels": 64}, what=f"ragged N={n}")
-    assert ex.stats["panel_dots"] == 1 and ex.weights[0].shape == (-(-n // 64), 48, 64)
+    ex = check_graph(_linear_graph(5, 48, n, seed), seed, knobs={"panels": width}, what=f"ragged N={n}")
+    assert ex.stats["panel_dots"] == 1 and ex.weights[0].shape == (-(-n // width), 48, width)
 
 
 def test_panel_form_layout():

@@ -37,7 +37,7 @@ def _timing(median: float, rng, n: int = 20, rel: float = 0.03) -> dict:
 
 def _raw(rng) -> dict:
     machine = {"date": "2026-12-02", "command": "python -m bench --quick", "mode": "quick", "device": "cpu",
-               "host": {"cpu": "Test CPU 9000", "logical_cores": 2, "memory_gib": 24.0, "os": "Linux"},
+               "host": {"cpu": "Test CPU 9000", "cpu_id": "family 25 model 1, avx2", "logical_cores": 2, "memory_gib": 24.0, "os": "Linux"},
                "versions": {"python": "3.11", "torch": "2.13.0", "jax": "0.10.2", "egraft": "abc1234"},
                "per_threads": {"1": {"threads": 1, "cores": [1], "peak_flops_float32": 1.1e11, "peak_how": "test",
                                      "read_bandwidth": {"median": 2.0e10, "spread": 0.02, "n": 5,
@@ -99,6 +99,7 @@ def test_page_states_only_concluded_ratios(tmp_path):
 
     md = (tmp_path / "results.md").read_text()
     assert md.startswith("# egraft: measured results") and "2026-12-02" in md and "Test CPU 9000" in md
+    assert "Test CPU 9000 (family 25 model 1, avx2)" in md  # which host of that name: speeds differ between them
     assert "torch 2.13.0" in md and "20.0 GB/s" in md and "110 GFLOP/s" in md and "python -m bench --quick" in md
     assert "not concluded against" in md
     quoted = {r["text"] for r in res["ratios"].values()}
@@ -114,6 +115,13 @@ def test_page_states_only_concluded_ratios(tmp_path):
     block = text.split(page.BEGIN)[1].split(page.END)[0]
     found = RATIO.findall(block)
     assert found and set(found) <= quoted
+
+
+def test_host_names_the_cpu_family_and_vector_extensions():
+    import machine
+
+    h = machine.host()
+    assert h["cpu_id"] and h["cpu_id"] in machine.host_line(h)
 
 
 def test_readme_without_block_is_a_clear_error(tmp_path):

@@ -56,8 +56,9 @@ KNOBS = {
     "precision": ["highest", "default"],
     # weights as jit arguments or as closed-over constants
     "weights": ["arguments", "constants"],
-    # products of at most panels.MAX_ROWS rows against a weight read it as panels of this many columns (0: off)
-    "panels": [64, 0],
+    # products of at most panels.MAX_ROWS rows against a weight read it as panels of this many columns (0: off);
+    # the best width depends on the CPU (panels.py), so the search measures it
+    "panels": [16, 64, 0],
 }
 
 

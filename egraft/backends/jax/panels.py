@@ -13,6 +13,15 @@ as they are: 4 rows then took 3.8-4.7 ms, 16 rows 8-11 ms against 13; at
 per product: 32.5 ms against 36.8 with panels), so panels stop at
 ``MAX_ROWS = 16``.
 
+The best width depends on the CPU.  Those times were panels of 64 columns;
+on another host of the same name (an AVX2-only Zen 3 EPYC, where one row
+took 4.4 ms) panels of 64 gave 4 rows in 8.7-10 ms, panels of 16 in 6.0-6.7
+ms and the plain dot 9.2-11.3 ms; at 1 and 16 rows the widths were level.
+The whole Llama decode step at 4 rows: 8.7 ms with panels of 16, 11.9 with
+64, 14.3 without (interleaved medians, one pinned core).  So the knob offers
+16 (first, the direct candidate's) and 64 and the search times them on the
+machine it compiles for.
+
 So under the knob ``panels`` (the width ``w``; 0 is off) a product
 ``a [M, K] @ W [K, N]`` whose right side is a weight (as stored, or the
 transposed view of a ``[N, K]`` weight, as ``nn.Linear`` keeps it), with
