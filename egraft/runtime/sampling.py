@@ -111,9 +111,9 @@ def warp(scores: torch.Tensor, s: Sampling) -> torch.Tensor:
 
 def choose(logits: torch.Tensor, s: Sampling, generator: torch.Generator | None = None) -> torch.Tensor:
     """The next token of each row of `logits` [rows, vocab] (int64 [rows]): argmax, or one draw after `warp`."""
+    if not s.do_sample:  # the first of equal maxima, as transformers' argmax (float32 holds every lower precision)
+        return torch.argmax(logits, dim=-1)
     scores = logits.to(dtype=torch.float32, copy=True)
-    if not s.do_sample:
-        return torch.argmax(scores, dim=-1)
     probs = torch.nn.functional.softmax(warp(scores, s), dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
 
