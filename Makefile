@@ -10,9 +10,11 @@ install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install torch==2.13.0
 	$(PYTHON) -m pip install -e '.[dev]'
 
-# the CI suite (tests marked slow or gpu are deselected in pyproject.toml)
+# the CI suite (tests marked slow or gpu are deselected in pyproject.toml); then the tests that assert a
+# wall-clock bound (marked timing), alone, so that no other test process shares the cores while they time
 test: install
 	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m timing
 
 # compile a GPT-2 block for this CPU (20 s search), report the speed-up over eager and torch.compile,
 # save the artifact and run it in a fresh process through egraft.load

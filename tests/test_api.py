@@ -349,6 +349,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.timing
 def test_a_second_process_compiles_from_the_cache(mlp, store, tmp_path):
     """The first compile (the `mlp` fixture) filled the cache; a new process compiling the same model and
     shapes reads it."""

@@ -209,6 +209,7 @@ def test_a_second_process_reads_the_search_cache(second):
     assert first.programs[(1, MAX_LENGTH, MAX_BATCH)].stages["saturate"] > 0.0
 
 
+@pytest.mark.timing
 def test_a_second_process_compiles_in_under_5_s_beyond_tracing(second, search_cache):
     """The acceptance bound.  Beyond tracing, a cached compile lowers each ladder program (JAX tracing; XLA's
     own disk cache, which egraft.compile turns on with the search cache, skips XLA's compile) and checks it:
