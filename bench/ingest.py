@@ -102,7 +102,8 @@ def search_section(raw: dict, step: str, ratios: Ratios) -> tuple[dict, list[dic
         share = bound / mine.median if bound and mine is not None and mine.median > 0 else None
         v = verdict(mine, {k: tims.get(k) for k in SEARCH_PEERS}, ratios, f"{step}/{w['workload']}",
                     f"{w['workload']} ({step})", share)
-        v.update(section=step, workload=w["workload"])
+        v.update(section=step, workload=f"{w['workload']}, {raw['threads']} thread(s)" if raw.get("threads")
+                 else w["workload"])  # a search step per thread count: the label says which
         verdicts.append(v)
         rows.append({"workload": w["workload"], "backend": w.get("backend"), "knobs": w.get("knobs"),
                      "over_eager": over_eager, "eager_ms": eager.median * 1e3 if eager else None,
