@@ -279,10 +279,6 @@ def compile_line(r: dict) -> str:
 
 # --- the run ------------------------------------------------------------------------------------------------
 
-def _machine() -> str:
-    return host_line(host())
-
-
 def _git() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -344,7 +340,7 @@ def main(argv=None) -> int:
     commit = _git()
     cfg = {k: getattr(a, k) for k in ("systems", "models", "threads", "prompts", "batches", "new_tokens", "rounds",
                                       "max_batch", "max_length", "vllm_venv", "quick")}
-    info = {"date": datetime.date.today().isoformat(), "machine": _machine(), "egraft_commit": commit,
+    info = {"date": datetime.date.today().isoformat(), "machine": host_line(host()), "egraft_commit": commit,
             "command": shlex.join(["python3", "bench/generate.py", *argv]), "config": cfg}
     runs, model_dirs = [], {}
     vllm_python = os.path.join(a.vllm_venv, "bin", "python")

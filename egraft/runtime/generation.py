@@ -269,7 +269,7 @@ class Engine:
         it; ``generate`` and the session refuse a request that could pass it).
         `fed`: ints on the host (a numpy array or list), or a tensor (read once).
         """
-        fed = (fed.detach().cpu().numpy() if isinstance(fed, torch.Tensor) else np.asarray(fed)).astype(np.int64)
+        fed = _host(fed).astype(np.int64)
         lengths = self.lengths
         new_lengths = lengths + fed
         if t == 1:  # the token (or filler) of each row at its length
@@ -321,10 +321,14 @@ class Engine:
     def decode(self, tokens, active) -> torch.Tensor:
         """Feed `tokens` [max_batch] to the `active` [max_batch] rows (tensors, or numpy arrays on the host);
         logits [r, vocab] (see :meth:`run`)."""
-        host = lambda x: x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)  # noqa: E731
-        act = host(active).astype(bool)
-        ids = np.where(act, host(tokens), self.spec.filler_token).astype(np.int64)
+        act = _host(active).astype(bool)
+        ids = np.where(act, _host(tokens), self.spec.filler_token).astype(np.int64)
         return self.run(1, self._tensor(ids[:, None]), act)
+
+
+def _host(x) -> np.ndarray:
+    """A tensor (read back once) or host values (numpy array, list) as a numpy array."""
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 def check_request(spec: StepSpec, prompt_length: int, max_new_tokens) -> None:
