@@ -3,7 +3,7 @@
 A causal LM is compiled as its *step* (``frontend.causal_lm``): one forward
 over ``T`` new tokens per row that writes their keys and values into KV
 caches held as ``state`` and returns each row's last logits.  One program is
-compiled per bucket (``runtime.generation.Bucket``: a chunk size of the
+compiled per bucket (``runtime.step_spec.Bucket``: a chunk size of the
 ladder, the cache slots it reads, the rows it computes; ``StepSpec.buckets``
 lists them).  The full decode step (chunk 1, ``max_length`` slots, every row)
 is searched; every other bucket is lowered with its winning backend and knobs

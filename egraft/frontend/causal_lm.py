@@ -4,7 +4,7 @@
 (GPT-2, Llama and the models built like them) in an ``nn.Module`` whose
 buffers are the per-layer K and V caches, ``[max_batch, kv_heads, cache_len,
 head_dim]``, and whose forward is the calling convention of
-``egraft.runtime.generation`` (see its docstring)::
+``egraft.runtime.step_spec`` (see its docstring)::
 
     logits = step(input_ids, position_ids, slot_mask)   # int64 [r, T], int64 [r, T], bool [r, C]
 
@@ -13,7 +13,7 @@ token at the slot its position names (``scatter_`` along the sequence axis,
 per row, so rows may be at different lengths), and returns the logits of each
 row's last column, ``[r, vocab]``; it reads the caches' first ``C`` slots
 (``slot_mask``'s width) of the first ``r`` rows, a bucket of
-``runtime.generation``.  The model runs unchanged: it is handed a
+``runtime.step_spec``.  The model runs unchanged: it is handed a
 ``transformers.cache_utils.Cache`` whose layers do that scatter and return the
 whole cache, and a prepared 4-D additive mask (transformers passes a 4-D mask
 through as it is): ``allowed[b, 0, t, j] = slot_mask[b, j] and j <= position_ids[b, t]``.
@@ -34,7 +34,7 @@ from typing import Sequence
 import torch
 
 from ..errors import EgraftError, InputError
-from ..runtime.generation import Bucket, StateSpec, StepPrograms, StepSpec
+from ..runtime.step_spec import Bucket, StateSpec, StepPrograms, StepSpec
 from ..runtime.sampling import Sampling, eos_tuple
 from .tracer import export_program, lower_program
 

@@ -4,7 +4,7 @@ The directory ``CompiledModel.save`` writes for a model compiled with
 ``max_batch`` / ``max_length``::
 
     generation.json          what the steps were built for (spec) and each program's bucket and directory
-    step_1_ctx640_rows4/ ... one ordinary artifact per bucket (``runtime.generation.Bucket``: chunk size,
+    step_1_ctx640_rows4/ ... one ordinary artifact per bucket (``runtime.step_spec.Bucket``: chunk size,
                              cache slots read, rows computed); each manifest lists the caches as inputs of
                              role ``state``, each aliased by the output that holds its new value (shape,
                              dtype and aliasing are the manifest's)
