@@ -61,7 +61,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from generate_models import FULL_MODELS, MODELS, decode_bound, parameter_counts  # noqa: E402
 from generate_worker import SYSTEMS  # noqa: E402
-from machine import host, host_line  # noqa: E402
+from machine import git_commit, host, host_line  # noqa: E402
 
 REFERENCE = "hf_eager"
 # every worker compiles with empty caches (a fresh directory each), so first calls are cold compiles:
@@ -279,16 +279,6 @@ def compile_line(r: dict) -> str:
 
 # --- the run ------------------------------------------------------------------------------------------------
 
-def _git() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
-    return head + ("+uncommitted" if dirty.strip() else "")
-
-
 def _versions_line(runs, commit) -> str:
     ref = next((r["versions"] for r in runs if r.get("versions") and r["system"] != "vllm"), {})
     parts = [f"{k} {ref[k]}" for k in ("torch", "transformers", "numpy", "python") if k in ref]
@@ -337,7 +327,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     log_path = os.path.splitext(a.out)[0] + ".log"
-    commit = _git()
+    commit = git_commit()
     cfg = {k: getattr(a, k) for k in ("systems", "models", "threads", "prompts", "batches", "new_tokens", "rounds",
                                       "max_batch", "max_length", "vllm_venv", "quick")}
     info = {"date": datetime.date.today().isoformat(), "machine": host_line(host()), "egraft_commit": commit,

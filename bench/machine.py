@@ -50,11 +50,13 @@ def versions() -> dict:
 
 
 def git_commit() -> str:
-    """This checkout's short commit, with "+uncommitted" when its tracked files differ from it."""
+    """This checkout's short commit, with "+uncommitted" when the measured code (egraft/, bench/,
+    pyproject.toml) differs from it; the results the benchmarks write (docs/, README.md) do not count."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "egraft", "bench", "pyproject.toml"], cwd=ROOT,
                                capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
