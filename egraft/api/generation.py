@@ -64,6 +64,7 @@ class Generation:
     programs: dict[gen.Bucket, Program]  # bucket -> the compiled program
     compile_s: dict[gen.Bucket, float]  # bucket -> seconds to trace and compile it
     state: list = field(default_factory=list)
+    weights: object = None  # the frontend.weights.WeightCopies every program binds (views of the model's weights)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
@@ -80,16 +81,49 @@ class Generation:
 
     def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:
         """transformers' ``generate`` on the compiled steps (``runtime.generation.generate``); one at a time."""
+        self.check_weights()
         with self._lock:  # one set of caches: calls from several threads take turns (a Session shares slots)
             return gen.generate(self.step_programs, self.state, input_ids, attention_mask, **options)
+
+    def check_weights(self) -> None:
+        """InputError if a weight the programs bind was updated in place after compiling (module docstring)."""
+        changed = self.weights.changed() if self.weights is not None else []
+        if changed:
+            raise InputError(f"the model's weights were updated in place after egraft.compile ({changed[0]}"
+                             f"{f' and {len(changed) - 1} more' if len(changed) > 1 else ''}): the compiled programs "
+                             "bind the model's own weight memory but computed some forms of them (folded, "
+                             "relaid) when compiled, so they would mix old and new values; compile the model again")
 
     def session(self):
         """A :class:`~egraft.runtime.slots.Session` over fresh caches: requests from several threads share the rows."""
         from ..runtime.slots import Session
 
+        self.check_weights()
         return Session(self.step_programs)
 
+    def weight_report(self) -> dict:
+        """What the programs bind: the model's weights (bytes, and how many are views of the model's own memory)
+        and the forms derived from them (folded, relaid: ``runtime.derived``), each array counted once."""
+        from ..runtime.derived import provenance
+
+        bound, derived = {}, {}
+        for p in self.programs.values():
+            ex = p.executable
+            for a in ex.graph.weights.values():
+                bound[id(a)] = a
+            for a in list(getattr(ex, "_host", ())) + list(getattr(ex, "folded", {}).values()):
+                if id(a) not in bound and provenance(a) is not None:
+                    derived[id(a)] = a
+        held = self.weights.counts() if self.weights is not None else {}
+        return {"weights": len(bound), "weight_bytes": int(sum(a.nbytes for a in bound.values())),
+                "views_of_the_model": held.get("views", 0), "copies_of_the_model": held.get("copies", 0),
+                "derived": len(derived), "derived_bytes": int(sum(a.nbytes for a in derived.values()))}
+
     def describe(self) -> dict:
+        stages: dict[str, float] = {}
+        for p in self.programs.values():
+            for k, v in p.stages.items():
+                stages[k] = stages.get(k, 0.0) + float(v)
         return {"max_batch": self.spec.max_batch, "max_length": self.spec.max_length,
                 "chunks": list(self.spec.chunks), "contexts": list(self.spec.contexts), "rows": list(self.spec.rows),
                 "programs": len(self.programs), "searches": self.searches,
@@ -97,7 +131,9 @@ class Generation:
                 "compile_s": {b.name: round(s, 3) for b, s in self.compile_s.items()},
                 "backends": sorted({p.result.backend for p in self.programs.values()}),
                 "choices": {b.name: {"backend": p.result.backend, "knobs": dict(p.result.knobs)}
-                            for b, p in self.programs.items() if p.searched}}  # the search's winner(s)
+                            for b, p in self.programs.items() if p.searched},  # the search's winner(s)
+                "stages_s": {k: round(v, 3) for k, v in stages.items()},  # summed over the programs
+                "memory": self.weight_report()}
 
 
 def compile_generation(model: torch.nn.Module, config, status: Callable[[str], None], *, max_batch: int,
@@ -123,7 +159,7 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
     programs: dict[gen.Bucket, Program] = {}
     times: dict[gen.Bucket, float] = {}
     first = None
-    weights = WeightCopies()  # one copy of the model's weights, bound by every bucket's program
+    weights = WeightCopies(views=True)  # the model's own weight memory, bound by every bucket's program
     tracer = StepTracer(step, weights, status)  # one torch.export per family of buckets
     buckets = step.spec.buckets()
     full_decode = gen.Bucket(1, step.spec.full_context, step.spec.max_batch)
@@ -137,7 +173,7 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
         times[b] = time.perf_counter() - t0
         programs[b] = prog
         first = first or prog
-    return Generation(step.spec, programs, times)
+    return Generation(step.spec, programs, times, weights=weights)
 
 
 __all__ = ["Generation", "compile_generation", "state_program"]

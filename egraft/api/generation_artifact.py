@@ -1,8 +1,9 @@
 """Write a compiled generation as a directory ``egraft.load`` runs (the layout: ``runtime.generation_artifact``).
 
-Each bucket's program is saved as an ordinary artifact under ``Bucket.name``
+Each bucket's program is saved as an artifact under ``Bucket.name``
 (``step_<T>_ctx<C>_rows<r>/``; ``backends.artifact.save_artifact``, which declares the caches as inputs of
-role ``state`` with their aliases); ``generation.json`` is written last, into
+role ``state`` with their aliases), its weights named in one ``weights.safetensors`` beside them that holds
+every tensor once (``backends.artifact.WeightStore``); ``generation.json`` is written last, into
 a staging directory that replaces the target only when complete, so a failed
 save leaves the target as it was.
 """
@@ -21,7 +22,9 @@ from ..runtime.manifest import is_artifact
 
 def save_generation(generation, directory: str, *, model: str) -> str:
     """Write `generation` (an ``api.generation.Generation``) to `directory`; returns its path."""
-    from ..backends.artifact import save_artifact
+    from ..backends.artifact import WeightStore, save_artifact
+    from ..runtime.manifest import sha256_file
+    from ..runtime.weights import WEIGHTS_FILE
 
     directory = os.path.abspath(os.fspath(directory))
     if os.path.exists(directory) and not os.path.isdir(directory):
@@ -34,13 +37,18 @@ def save_generation(generation, directory: str, *, model: str) -> str:
     stage = tempfile.mkdtemp(prefix=".egraft-gen-", dir=parent)
     try:
         programs = {}
+        store = WeightStore()
         for b, prog in sorted(generation.programs.items()):
-            save_artifact(prog.executable, os.path.join(stage, b.name),
+            save_artifact(prog.executable, os.path.join(stage, b.name), store=store,
                           meta={"model": f"{model} step x{b.chunk} of {b.rows} row(s) reading {b.context} slots",
                                 "input_names": list(prog.input_names)})
             programs[b.name] = {"chunk": b.chunk, "context": b.context, "rows": b.rows}
+        store.write(os.path.join(stage, WEIGHTS_FILE))
         doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model,
-               "spec": spec_to_dict(generation.spec), "programs": programs, "compiled": generation.describe()}
+               "spec": spec_to_dict(generation.spec), "programs": programs,
+               "weights": {"file": WEIGHTS_FILE, "sha256": sha256_file(os.path.join(stage, WEIGHTS_FILE)),
+                           "tensors": len(store.arrays), "bytes": store.nbytes},
+               "compiled": generation.describe()}
         with open(os.path.join(stage, GENERATION_FILE), "w") as f:
             json.dump(doc, f, indent=1)
         if os.path.isdir(directory):

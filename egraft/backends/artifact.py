@@ -31,12 +31,74 @@ import numpy as np
 from ..errors import ArtifactError, BackendError
 from ..ir import dtypes
 from ..runtime import outputs
+from ..runtime.derived import provenance
 from ..runtime.manifest import is_artifact, write_manifest
 from ..runtime.weights import WEIGHTS_FILE, write_weights
 from . import get_backend, registered
 from .base import Backend
 
 META_KEYS = ("input_names", "output_tree", "model", "report", "source")
+
+
+class WeightStore:
+    """The tensors of several programs, each stored once: one ``weights.safetensors`` for a saved generation.
+
+    What a program binds is either a weight or an array derived from weights
+    (folded, relaid as panels: ``runtime.derived``); derived arrays are not
+    stored, their recipes are (:meth:`entry`), so the file holds the model's
+    weights about once.  Programs of one compiled model bind the same weight
+    arrays, so a tensor is recognised by
+    identity; an equal array under the same name (a per-program conversion,
+    say) is stored once too.  A different array under a name already taken
+    (a folded value ``__folded_0`` means what its own program folded) gets
+    a key of its own.  :meth:`add` returns the key a program's manifest names.
+    """
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}  # key -> array
+        self._by_id: dict[int, str] = {}
+        self._seen: list[np.ndarray] = []  # every array added, held so that no id in _by_id is reused
+
+    def entry(self, name: str, array: np.ndarray) -> dict:
+        """A program's weight as its manifest names it: ``{"tensor": key}`` in this store, or, for an array derived
+        from weights (``runtime.derived``), ``{"derived": recipe}`` whose sources are stored instead."""
+        made = provenance(array)
+        if made is None:
+            return {"tensor": self.add(name, array)}
+        return {"derived": self._recipe(made)}
+
+    def _recipe(self, made) -> dict:
+        recipe, params, sources = made
+        out = []
+        for n, a in sources:
+            inner = provenance(a)
+            out.append([n, {"tensor": self.add(n, a)} if inner is None else self._recipe(inner)])
+        # the parameters as a JSON string of their own: a fold's graph holds -inf and nan constants, which the
+        # manifest (strict JSON) refuses, and Python's json writes and reads back exactly
+        return {"recipe": recipe, "params": json.dumps(params, sort_keys=True), "sources": out}
+
+    def add(self, name: str, array: np.ndarray) -> str:
+        key = self._by_id.get(id(array))
+        if key is not None:
+            return key
+        k, key = 0, name
+        while key in self.arrays:
+            held = self.arrays[key]
+            if held.shape == array.shape and held.dtype == array.dtype and np.array_equal(held, array):
+                break
+            k += 1
+            key = f"{name}~{k}"
+        self.arrays.setdefault(key, array)
+        self._by_id[id(array)] = key
+        self._seen.append(array)
+        return key
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self.arrays.values()))
+
+    def write(self, path: str) -> None:
+        write_weights(path, self.arrays)
 
 
 @dataclass
@@ -86,7 +148,7 @@ def _record(executable) -> Backend:
     return rec
 
 
-def _manifest(ex, meta: dict, checked: dict, written: WrittenProgram, loader: str) -> dict:
+def _manifest(ex, meta: dict, checked: dict, written: WrittenProgram, loader: str, keys: dict | None) -> dict:
     g = ex.graph
     m = {"model": str(meta.get("model") or "model")}
     if meta.get("source"):
@@ -102,8 +164,10 @@ def _manifest(ex, meta: dict, checked: dict, written: WrittenProgram, loader: st
     m["aliases"] = [{"output": k, "input": rename.get(n, n)} for k, n in sig.aliases]
     m["outputs"] = [{"shape": list(s), "dtype": d} for s, d in g.output_types()]
     m["output_tree"] = checked["output_tree"]
-    m["weights"] = [{"name": n, "shape": list(a.shape), "dtype": dtypes.from_numpy(a.dtype)}
-                    for n, a in written.weights.items()]
+    m["weights"] = [{"name": n, "shape": list(a.shape), "dtype": dtypes.from_numpy(a.dtype),
+                     **(keys[n] if keys is not None else {})} for n, a in written.weights.items()]
+    if keys is not None:  # the tensors live in the enclosing directory's shared file (runtime.load's `shared`)
+        m["weights_store"] = "shared"
     m["report"] = meta.get("report") or {}
     return m
 
@@ -136,13 +200,17 @@ def _commit(staging: str, directory: str) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None = None, **options) -> str:
+def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None = None,
+                  store: WeightStore | None = None, **options) -> str:
     """Write `executable` to `directory` (see the module docstring); returns the directory's path.
 
     `meta` keys: ``input_names``, ``output_tree`` (from
     ``egraft.runtime.outputs.describe(model_output)``; default: a list of the
     outputs), ``model`` (a display name), ``report`` (JSON-able), ``source``.
     `options` go to the backend's writer (JAX: ``platforms``; Triton: ``ptx_archs``).
+    With a `store`, the weights go to it (the caller writes it once for several programs) and the
+    manifest names each weight's tensor there, or the recipe of a derived one (``weights_store:
+    "shared"``), instead of writing ``weights.safetensors`` in `directory`.
     """
     rec = _record(executable)
     checked = _check_meta(dict(meta or {}), executable)
@@ -153,8 +221,12 @@ def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None
     staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(directory)}.tmp-")
     try:
         written = importlib.import_module(rec.writer).write(executable, staging, **options)
-        write_weights(os.path.join(staging, WEIGHTS_FILE), written.weights)
-        write_manifest(staging, _manifest(executable, dict(meta or {}), checked, written, rec.loader))
+        if store is None:
+            write_weights(os.path.join(staging, WEIGHTS_FILE), written.weights)
+            keys = None
+        else:
+            keys = {n: store.entry(n, a) for n, a in written.weights.items()}
+        write_manifest(staging, _manifest(executable, dict(meta or {}), checked, written, rec.loader, keys))
         os.chmod(staging, 0o755)  # mkdtemp makes it private; an artifact is as readable as any directory
         _commit(staging, directory)
     except BaseException:
@@ -163,4 +235,4 @@ def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None
     return directory
 
 
-__all__ = ["META_KEYS", "WrittenProgram", "save_artifact"]
+__all__ = ["META_KEYS", "WeightStore", "WrittenProgram", "save_artifact"]

@@ -21,8 +21,10 @@ import numpy as np
 
 from ..ir import Op, dtypes
 from ..ir.analysis import weight_only
-from ..ir.evaluate import evaluate
 from ..ir.graph import Attrs, Graph, Node
+from ..errors import InputError
+from ..ir.serialize import graph_to_dict
+from ..runtime.derived import derived
 
 FOLDED_PREFIX = "__folded_"
 
@@ -88,13 +90,46 @@ def plan(graph: Graph) -> FoldPlan:
 
 
 def compute_folded(p: FoldPlan) -> dict[str, np.ndarray]:
-    """Evaluate the fold graph once (reference semantics, in the values' own dtypes)."""
+    """Evaluate each folded value once (reference semantics, in the values' own dtypes).
+
+    Each is the ``fold`` recipe of ``runtime.derived`` over the weight arrays
+    it reads, so it is shared with every other program that folds the same
+    computation over the same arrays (the bucket programs of a generation,
+    the search's candidates), and a saved generation stores the recipe.
+    """
     if p.fold is None:
         return {}
-    # the fold graph keeps the model's inputs as (unused) inputs; feed placeholders
-    dummies = [np.zeros(s, dtype=dtypes.to_numpy(d)) for s, d in p.fold.input_types()]
-    vals = evaluate(p.fold, dummies)
-    return dict(zip(p.folded_names, vals))
+    g = p.fold
+    hashes = g.node_hashes()
+    out = {}
+    for name, o in zip(p.folded_names, g.outputs):
+        sub = target_graph(g, o)
+        names = sub.weight_names()
+        missing = [w for w in names if w not in g.weights]
+        if missing:
+            raise InputError(f"weight {missing[0]!r} has no bound value; bind it with graph.with_weights(...)")
+        out[name] = derived("fold", lambda sub=sub, names=names: {"graph": graph_to_dict(sub), "weights": list(names)},
+                            tuple(g.weights[w] for w in names), names, key=hashes[o])
+    return out
+
+
+def target_graph(g: Graph, o: int) -> Graph:
+    """Node `o` of the weight-only graph `g` alone: the nodes it depends on, its weights unbound, no model inputs."""
+    need = sorted(_cone(g, o))
+    remap = {j: k for k, j in enumerate(need)}
+    nodes = [Node(g.nodes[j].op, tuple(remap[i] for i in g.nodes[j].inputs), g.nodes[j].attrs, g.nodes[j].shape,
+                  g.nodes[j].dtype) for j in need]
+    return Graph(nodes, [remap[o]], [])
+
+
+def _cone(g: Graph, o: int) -> set[int]:
+    seen, stack = set(), [o]
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(g.nodes[i].inputs)
+    return seen
 
 
 def fold_weights(graph: Graph) -> tuple[Graph, dict[str, np.ndarray]]:

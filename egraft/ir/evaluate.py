@@ -90,15 +90,33 @@ def evaluate(
     alive = graph.live()
     fused = _contractions(graph) if oracle else {}
     skip = set(fused.values())
+    # a value is dropped after its last reader, and a weight is read (in the oracle: widened to float64) only
+    # when first needed, so a model's weights are never all held twice (once as float64) at the same time
+    reads = {i: (graph.nodes[fused[i]].inputs if i in fused else n.inputs) for i, n in enumerate(graph.nodes)
+             if alive[i] and i not in skip and n.op != Op.Input}
+    last = {}
+    for i, ins in reads.items():
+        for j in ins:
+            last[j] = i
+    keep = set(graph.outputs) | set(graph.input_ids)
     with np.errstate(all="ignore"):
-        for i, n in enumerate(graph.nodes):
-            if not alive[i] or vals[i] is not None or i in skip:
+        for i, ins in reads.items():
+            if vals[i] is not None:
                 continue
+            for j in ins:
+                if vals[j] is None and graph.nodes[j].op == Op.Input:
+                    vals[j] = _eval_node(graph, j, graph.nodes[j], vals, wmap, oracle)
+            n = graph.nodes[i]
             if i in fused:
-                m = graph.nodes[fused[i]]
-                vals[i] = _contract(vals[m.inputs[0]], vals[m.inputs[1]], n.attrs["axis"], n.shape)
-                continue
-            vals[i] = _eval_node(graph, i, n, vals, wmap, oracle)
+                vals[i] = _contract(vals[ins[0]], vals[ins[1]], n.attrs["axis"], n.shape)
+            else:
+                vals[i] = _eval_node(graph, i, n, vals, wmap, oracle)
+            for j in ins:
+                if last.get(j) == i and j not in keep:
+                    vals[j] = None
+        for o in graph.outputs:  # an output that is a weight itself
+            if vals[o] is None and graph.nodes[o].op == Op.Input:
+                vals[o] = _eval_node(graph, o, graph.nodes[o], vals, wmap, oracle)
     # an output that is an input or weight would alias the caller's (or the graph's bound) array, and a
     # View's value may be a read-only strided view
     return [np.array(vals[o]) if graph.nodes[o].op == Op.Input or not np.asarray(vals[o]).flags.writeable

@@ -28,7 +28,7 @@ from . import outputs
 from .device import parse
 from .artifact import Artifact, TensorSpec
 from .manifest import FORMAT, FORMAT_VERSION, is_generation, read_manifest, read_verified
-from .weights import WEIGHTS_FILE, check_weights, parse_weights
+from .weights import WEIGHTS_FILE, check_weights, map_weights
 
 # compatibility: artifacts written before the manifest named its loader (target["loader"]) hold one of
 # egraft's own three backends; their loader is found by backend name (docs/artifacts.md)
@@ -62,11 +62,15 @@ def loader_of(manifest: dict, directory: str = "") -> ModuleType:
     return mod
 
 
-def load(directory: str | os.PathLike, device: str = "cpu") -> "Artifact | GenerationArtifact":
+def load(directory: str | os.PathLike, device: str = "cpu", *, shared: dict | None = None
+         ) -> "Artifact | GenerationArtifact":
     """The artifact in `directory`, ready to call on `device` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"tpu"``).
 
     A directory holding a saved generation (``generation.json``) loads as a
     :class:`GenerationArtifact`, whose ``generate`` runs the step programs.
+    `shared`: the tensors of the generation's one weights file, for a step
+    program whose manifest says ``weights_store: "shared"`` (the generation's
+    loader passes them).
     """
     directory = os.fspath(directory)
     device = str(device)
@@ -85,10 +89,21 @@ def load(directory: str | os.PathLike, device: str = "cpu") -> "Artifact | Gener
     for rel in m["files"]:  # the files the loader does not read are checked here
         if rel not in used and rel != WEIGHTS_FILE:
             read_verified(directory, m, rel, keep=False)
-    path = os.path.join(directory, WEIGHTS_FILE)
-    weights = check_weights(parse_weights(read_verified(directory, m, WEIGHTS_FILE), path), m["weights"], path)
+    if m.get("weights_store") == "shared":
+        if shared is None:
+            raise ArtifactError(f"{directory!r} is one step program of a saved generation: its weights are in the "
+                                "generation's directory above it; load that directory with egraft.load")
+        path = os.path.join(os.path.dirname(os.path.abspath(directory)), WEIGHTS_FILE)
+        weights = check_weights(shared, m["weights"], path)
+    else:
+        path = os.path.join(directory, WEIGHTS_FILE)
+        weights = check_weights(map_weights(path, m["files"].get(WEIGHTS_FILE) or _unlisted(path)), m["weights"], path)
     runner = loader.load(directory, m, weights, device)
     return Artifact(directory, m, device, runner)
+
+
+def _unlisted(path: str):
+    raise ArtifactError(f"{path} is not listed in the manifest; rebuild the artifact with `egraft compile`")
 
 
 __all__ = ["Artifact", "FORMAT", "FORMAT_VERSION", "LEGACY_LOADERS", "TensorSpec", "load", "loader_of", "outputs",

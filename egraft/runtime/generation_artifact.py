@@ -3,22 +3,26 @@
 The directory ``CompiledModel.save`` writes for a model compiled with
 ``max_batch`` / ``max_length``::
 
-    generation.json          what the steps were built for (spec) and each program's bucket and directory
-    step_1_ctx640_rows4/ ... one ordinary artifact per bucket (``runtime.step_spec.Bucket``: chunk size,
+    generation.json          what the steps were built for (spec), each program's bucket and directory, and
+                             the weights file's SHA-256
+    weights.safetensors      every tensor any program binds, once (memory-mapped at load, shared by all)
+    step_1_ctx640_rows4/ ... one artifact per bucket (``runtime.step_spec.Bucket``: chunk size,
                              cache slots read, rows computed); each manifest lists the caches as inputs of
                              role ``state``, each aliased by the output that holds its new value (shape,
-                             dtype and aliasing are the manifest's)
+                             dtype and aliasing are the manifest's), and names each of its weights'
+                             tensor in the shared file (``weights_store: "shared"``)
 
-(format version 1, before buckets, listed ``steps``, ``decoders`` and
-``row_programs`` under three keys; it still loads.)
+(format version 2 held a weights file in each program's directory, version 1 also listed ``steps``,
+``decoders`` and ``row_programs`` under three keys; both still load.)
 
 ``egraft.load(dir)`` returns a :class:`GenerationArtifact` whose
 ``generate`` takes transformers' arguments and runs ``runtime.generation``:
 no transformers, egglog or deap is imported.  The caches are allocated once
 at load (zeros, of the shapes the manifests declare) and updated in place
 by every step; the program of each size is checked at load to declare the
-same caches.  Each step artifact holds its own copy of the weights (a
-known cost: the artifact holds the weights once per program).
+same caches.  The weights are mapped once and every program binds the
+same arrays, so a loaded generation costs about its weights' size in
+memory, however many programs it holds.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from .manifest import GENERATION_FILE, is_generation
 from .sampling import Sampling
 
 FORMAT = "egraft-generation"
-FORMAT_VERSION = 2  # 2: one "programs" map of buckets (1: steps, decoders, row_programs)
+FORMAT_VERSION = 3  # 3: one shared weights file; 2: one "programs" map of buckets (1: steps, decoders, row_programs)
 
 
 def spec_to_dict(spec: gen.StepSpec) -> dict:
@@ -109,7 +113,7 @@ def jax_step_program(runner, order: list[int], logit: int):
     import numpy as np
     import torch
 
-    from ..ir.tensors import view_numpy
+    from ..ir.tensors import view_numpy, view_torch
 
     ids_dt, pos_dt, mask_dt = runner.program_dtypes[:3]
 
@@ -120,7 +124,7 @@ def jax_step_program(runner, order: list[int], logit: int):
         outs = runner.call([input_ids.cpu().numpy().astype(ids_dt, copy=False),
                             position_ids.cpu().numpy().astype(pos_dt, copy=False),
                             slot_mask.cpu().numpy().astype(mask_dt, copy=False), *map(as_input, state)])
-        return torch.from_numpy(np.array(outs[logit])), [outs[k] for k in order]
+        return view_torch(np.array(outs[logit])), [outs[k] for k in order]
 
     return program
 
@@ -172,14 +176,25 @@ def load_generation(directory: str, device: str, load_one) -> GenerationArtifact
         raise ArtifactError(f"{path} has format_version {doc.get('format_version')!r}; this egraft reads up to "
                             f"{FORMAT_VERSION}: upgrade egraft or save the model again")
     spec = spec_from_dict(doc.get("spec") or {}, path)
+    shared = _shared_weights(directory, doc, path) if doc["format_version"] >= 3 else None
 
     def load_sub(rel):
         if os.path.dirname(os.path.normpath(str(rel))) or str(rel).startswith("."):
             raise ArtifactError(f"{path}: step directory {rel!r} is not a plain name inside the artifact")
-        return load_one(os.path.join(directory, str(rel)), device)
+        return load_one(os.path.join(directory, str(rel)), device, shared=shared)
 
     listed = _listed_v1(doc, spec, path) if doc["format_version"] < 2 else _listed(doc, path)
     return GenerationArtifact(directory, doc, spec, {b: load_sub(rel) for rel, b in listed.items()}, device)
+
+
+def _shared_weights(directory: str, doc: dict, path: str) -> dict:
+    """The generation's one weights file, checked against its recorded SHA-256 and memory-mapped."""
+    from .weights import WEIGHTS_FILE, map_weights
+
+    entry = doc.get("weights")
+    if not isinstance(entry, dict) or entry.get("file") != WEIGHTS_FILE or not isinstance(entry.get("sha256"), str):
+        raise ArtifactError(f"{path}: its weights entry is missing or malformed ({entry!r:.200}); save the model again")
+    return map_weights(os.path.join(directory, WEIGHTS_FILE), entry["sha256"], "save the model again")
 
 
 def _listed(doc: dict, path: str) -> dict:

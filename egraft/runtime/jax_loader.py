@@ -71,8 +71,12 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
                                 "rebuild the artifact with `egraft compile`") from None
     inputs = [(i["name"], tuple(i["shape"]), i["dtype"]) for i in manifest["inputs"]]
     aliased = tuple(sorted(int(a["output"]) for a in manifest.get("aliases", ())))
-    return JaxRunner(compiled, ws, inputs, prog_dtypes, [o["dtype"] for o in manifest["outputs"]], dev, x64,
-                     state_outputs=aliased)
+    runner = JaxRunner(compiled, ws, inputs, prog_dtypes, [o["dtype"] for o in manifest["outputs"]], dev, x64,
+                       state_outputs=aliased)
+    # the host arrays are kept: XLA aliases an aligned read-only array's memory on the CPU but not the array,
+    # and a derived weight (runtime.derived) is shared with the other programs only while one holds it
+    runner.host = tuple(weights)
+    return runner
 
 
 __all__ = ["files", "load"]

@@ -1,19 +1,31 @@
 """An artifact's weights: ``weights.safetensors``, written with safetensors and read back zero-copy.
 
 The file holds what the program uses per call (values folded at build
-included), under their weight names, in the dtypes the program takes them.
-Writing goes through ``safetensors.numpy.save_file`` (it accepts ml_dtypes'
-bfloat16 by its dtype name).  Reading parses the format here (8-byte
-little-endian header length, a JSON header of name -> dtype / shape / byte
-offsets, then the data) because safetensors' numpy binding has no bfloat16,
-and because the bytes read once serve both the SHA-256 check and the arrays
-(``numpy.frombuffer`` views of one buffer, no second copy, no window between
-checking and parsing).
+included), under their weight names, in the dtypes the program takes them;
+a saved generation holds one such file for all its step programs, each
+tensor once (``backends.artifact.WeightStore``).
+
+The format is safetensors' (8-byte little-endian header length, a JSON
+header of name -> dtype / shape / byte offsets, then the data, no holes), written
+and parsed here because safetensors' numpy binding has no bfloat16, and
+because of two choices safetensors leaves open:
+
+* **aligned data.**  The header is padded with spaces (the format allows
+  it) so the data starts on a 64-byte boundary, and tensors whose byte size
+  is a multiple of 64 come first, so each of them starts on one too: XLA's
+  CPU client then uses a tensor where it lies instead of copying it
+  (``ir.tensors.ALIGN``);
+* **memory-mapped reads.**  :func:`map_weights` checks the file's SHA-256
+  (streamed) and maps it read-only: the arrays are views of the page cache,
+  shared by every program that binds them, so loading costs about the
+  weights' size in memory once, and nothing more per program.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import struct
 from typing import Mapping
 
@@ -21,6 +33,7 @@ import numpy as np
 
 from ..errors import ArtifactError
 from ..ir import dtypes
+from ..ir.tensors import ALIGN
 
 WEIGHTS_FILE = "weights.safetensors"
 
@@ -30,16 +43,48 @@ _HEADER_MAX = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
 
 
 def write_weights(path: str, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write `arrays` (name -> array in an IR dtype) to the safetensors file `path`."""
-    from safetensors.numpy import save_file
-
+    """Write `arrays` (name -> array in an IR dtype) to the safetensors file `path` (aligned: the module docstring)."""
     clean = {}
     for name, a in arrays.items():
         a = np.asarray(a)
-        a = a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
         dtypes.from_numpy(a.dtype)  # an IRError for a dtype the IR does not have
         clean[name] = a
-    save_file(clean, path, metadata={"format": "egraft"})
+    order = sorted(clean, key=lambda n: clean[n].nbytes % ALIGN != 0)  # stable: aligned sizes first
+    header: dict = {"__metadata__": {"format": "egraft"}}
+    offset = 0
+    for name in order:
+        a = clean[name]
+        header[name] = {"dtype": dtypes.row(dtypes.from_numpy(a.dtype)).safetensors, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((-(8 + len(text))) % ALIGN)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for name in order:
+            a = clean[name]
+            f.write(memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8)))
+
+
+def map_weights(path: str, sha256: str | None = None, remedy: str = "rebuild it with `egraft compile`"
+                ) -> dict[str, np.ndarray]:
+    """name -> read-only array views of the safetensors file `path`, memory-mapped (the module docstring).
+
+    With `sha256`, the file's hash is checked first (ArtifactError naming the file if it differs, and `remedy`)."""
+    if not os.path.isfile(path):
+        raise ArtifactError(f"{path} is missing from the artifact; copy the whole directory (or {remedy})")
+    if sha256 is not None:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        if h.hexdigest() != sha256:
+            raise ArtifactError(f"{path} was modified after the artifact was written (its SHA-256 differs from the "
+                                f"one recorded): {remedy}")
+    if os.path.getsize(path) == 0:
+        raise ArtifactError(f"{path} is not a valid safetensors file (empty); {remedy}")
+    return parse_weights(np.memmap(path, dtype=np.uint8, mode="r"), path)
 
 
 def parse_weights(data: bytearray, path: str) -> dict[str, np.ndarray]:
@@ -49,7 +94,7 @@ def parse_weights(data: bytearray, path: str) -> dict[str, np.ndarray]:
 
     if len(data) < 8:
         raise bad("shorter than its header")
-    (n,) = struct.unpack("<Q", bytes(data[:8]))
+    (n,) = struct.unpack("<Q", bytes(data[:8]))  # (data: a bytearray, or a read-only memmap)
     if n > min(_HEADER_MAX, len(data) - 8):
         raise bad(f"header length {n} exceeds the file")
     try:
@@ -75,13 +120,22 @@ def parse_weights(data: bytearray, path: str) -> dict[str, np.ndarray]:
 
 
 def check_weights(arrays: Mapping[str, np.ndarray], specs: list[dict], path: str) -> list[np.ndarray]:
-    """The arrays in the manifest's order, each checked against its entry (name, shape, dtype)."""
+    """The arrays in the manifest's order, each checked against its entry (name, shape, dtype).
+
+    In a program of a saved generation an entry names its ``tensor`` in the shared file, or the recipe that
+    ``derived`` it from such tensors (``runtime.derived.build``, made once for every program); else its name."""
+    from .derived import build
+
+    def tensor(key: str) -> np.ndarray:
+        a = arrays.get(key)
+        if a is None:
+            raise ArtifactError(f"{path} lacks the weight {key!r} the manifest lists; "
+                                "rebuild the artifact with `egraft compile`")
+        return a
+
     out = []
     for spec in specs:
-        a = arrays.get(spec["name"])
-        if a is None:
-            raise ArtifactError(f"{path} lacks the weight {spec['name']!r} the manifest lists; "
-                                "rebuild the artifact with `egraft compile`")
+        a = build(spec["derived"], tensor, path) if "derived" in spec else tensor(spec.get("tensor", spec["name"]))
         if list(a.shape) != list(spec["shape"]) or dtypes.from_numpy(a.dtype) != spec["dtype"]:
             raise ArtifactError(f"{path}: weight {spec['name']!r} is {tuple(a.shape)}:{dtypes.from_numpy(a.dtype)}, "
                                 f"the manifest says {tuple(spec['shape'])}:{spec['dtype']}; rebuild the artifact")
@@ -89,4 +143,4 @@ def check_weights(arrays: Mapping[str, np.ndarray], specs: list[dict], path: str
     return out
 
 
-__all__ = ["WEIGHTS_FILE", "check_weights", "parse_weights", "write_weights"]
+__all__ = ["WEIGHTS_FILE", "check_weights", "map_weights", "parse_weights", "write_weights"]

@@ -86,6 +86,10 @@ class JaxExecutable(Executable):
         self._x64 = self.program.x64
         with x64_scope(self._x64):
             host = self.program.host_weights()
+            # the host arrays are kept: on the CPU XLA aliases an aligned read-only array instead of copying it,
+            # but holds its memory, not the array, and a derived array (``backends.derived``) is shared with
+            # other executables only while some executable holds the array itself
+            self._host = tuple(host)
             self.weights = tuple(jax.device_put(w, self._dev) for w in host)
             self._in_types = [(s, program_dtype(d, self._x64)) for s, d in main.input_types()]
             specs = [jax.ShapeDtypeStruct(s, d) for s, d in self._in_types]

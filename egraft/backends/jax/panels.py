@@ -44,15 +44,13 @@ context bucket, bind the same weights and so the same panels.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...ir import Op
 from ...ir.graph import Graph
-from ...ir.tensors import aligned_copy
+from ...runtime.derived import derived
 from .peephole import DotPlan, place_output
 
 MAX_ROWS = 16  # past this the plain dot catches up (64 rows: the plain dot 12 % faster in a model's chunk step;
@@ -155,35 +153,11 @@ def find(graph: Graph, width: int, dots: dict | None = None) -> tuple[dict[int, 
     return plans, weights
 
 
-_SHARED: dict[tuple, tuple] = {}  # (id of the weight array, width, transposed) -> (weakref to it, its panels)
-_LOCK = threading.Lock()
-
-
 def panel_form(value: np.ndarray, p: PanelWeight) -> np.ndarray:
     """The weight ``[K, N]`` (or ``[N, K]`` when transposed) as C-contiguous panels ``[ceil(N / w), K, w]``, the
-    last one padded with zero columns; read-only, made once per weight array while that array lives."""
-    key = (id(value), p.width, p.transposed)
-    with _LOCK:
-        hit = _SHARED.get(key)
-        if hit is not None and hit[0]() is value:
-            return hit[1]
-    panels = aligned_copy(_panels(value, p))
-    try:
-        ref = weakref.ref(value, lambda _, key=key: _SHARED.pop(key, None))
-    except TypeError:  # not weak-referenceable: not shared
-        return panels
-    with _LOCK:
-        _SHARED[key] = (ref, panels)
-    return panels
-
-
-def _panels(value: np.ndarray, p: PanelWeight) -> np.ndarray:
-    kn = value.T if p.transposed else value
-    k, n = kn.shape
-    j = -(-n // p.width)
-    if j * p.width != n:
-        kn = np.concatenate([kn, np.zeros((k, j * p.width - n), kn.dtype)], axis=1)
-    return np.ascontiguousarray(kn.reshape(k, j, p.width).transpose(1, 0, 2))
+    last one padded with zero columns; read-only, made once per weight array while a program binds it
+    (the ``panels`` recipe of ``runtime.derived``, which a saved generation stores instead of the panels)."""
+    return derived("panels", {"width": p.width, "transposed": p.transposed}, (value,), (p.source,))
 
 
 def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn):

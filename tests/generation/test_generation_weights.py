@@ -1,0 +1,111 @@
+"""One copy of the weights: every program of a compiled generation binds the model's own weight memory and the forms
+derived from it once; the saved generation stores each tensor once and derived forms as recipes; a loaded one maps
+the file and shares every array between its programs.  A bfloat16 model goes the same way end to end."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from compiled_helpers import left_padded, reference, tiny
+
+import egraft
+from egraft.errors import InputError
+from egraft.runtime.weights import WEIGHTS_FILE
+
+GREEDY = dict(max_new_tokens=6, do_sample=False)
+
+
+def _model_bytes(model) -> int:
+    return sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
+
+
+def _compile(model, search_cache, **kw):
+    return egraft.compile(model, device="cpu", backend="jax", budget="1s", max_batch=2, max_length=64,
+                          chunks=(1, 4), contexts=(32,), cache=search_cache, progress=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def llama(search_cache):
+    model = tiny("llama")
+    return model, _compile(model, search_cache)
+
+
+def _host_arrays(cm):
+    return {b: p.executable._host for b, p in cm.generation.programs.items()}
+
+
+def test_every_program_binds_the_model_memory_and_shares_derived_forms(llama):
+    model, cm = llama
+    params = {p.data_ptr() for p in model.parameters()}
+    hosts = _host_arrays(cm)
+    bound = {a.ctypes.data for arrays in hosts.values() for a in arrays}
+    assert params & bound, "no program binds a parameter's own memory"
+    # the same derived form (a folded value, a panel form) is the same array in every program that binds it
+    by_bytes: dict = {}
+    for arrays in hosts.values():
+        for a in arrays:
+            if a.nbytes < 4096:  # (small int64 values held as int32 are converted per program)
+                continue
+            by_bytes.setdefault((a.shape, a.dtype.str, a.tobytes()[:256], float(np.asarray(a, np.float64).sum())),
+                                set()).add(a.ctypes.data)
+    assert all(len(ptrs) == 1 for ptrs in by_bytes.values()), "equal weight forms held twice"
+
+
+def test_a_weight_updated_in_place_after_compiling_is_refused(search_cache):
+    model = tiny("llama")
+    cm = _compile(model, search_cache)
+    ids, mask = left_padded([5, 3], seed=7)
+    assert cm.generate(ids, attention_mask=mask, **GREEDY).tolist() == reference(model, ids, mask, **GREEDY).tolist()
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.mul_(1.5)
+    with pytest.raises(InputError, match=r"updated in place after egraft.compile \(a \(128, 64\) torch.float32 "
+                                         r"tensor\).*compile the model again"):
+        cm.generate(ids, attention_mask=mask, **GREEDY)
+
+
+def test_the_saved_generation_stores_each_tensor_once_and_loads_shared(llama, tmp_path):
+    model, cm = llama
+    d = cm.save(tmp_path / "gen")
+    files = sorted(os.listdir(d))
+    assert WEIGHTS_FILE in files
+    steps = [f for f in files if f.startswith("step_")]
+    assert len(steps) == len(cm.generation.programs)
+    assert not any(os.path.exists(os.path.join(d, s, WEIGHTS_FILE)) for s in steps)  # one file for all programs
+    size = os.path.getsize(os.path.join(d, WEIGHTS_FILE))
+    assert size <= 1.05 * _model_bytes(model) + 4096  # derived forms are recipes, not tensors
+    art = egraft.load(d)
+    ids, mask = left_padded([6, 2], seed=3)
+    assert art.generate(ids, attention_mask=mask, **GREEDY).tolist() == reference(model, ids, mask, **GREEDY).tolist()
+    # one array per tensor or recipe, whichever program binds it
+    seen: dict = {}
+    for a in art.steps.values():
+        for spec, w in zip(a.manifest["weights"], a.runner.host):
+            key = spec.get("tensor") or repr(spec["derived"])
+            assert seen.setdefault(key, w) is w
+    assert any("derived" in s for a in art.steps.values() for s in a.manifest["weights"])
+
+
+def test_a_step_program_alone_names_the_directory_to_load(llama, tmp_path):
+    _, cm = llama
+    d = cm.save(tmp_path / "gen")
+    step = next(f for f in sorted(os.listdir(d)) if f.startswith("step_"))
+    with pytest.raises(egraft.errors.ArtifactError, match="one step program of a saved generation.*load that directory"):
+        egraft.load(os.path.join(d, step))
+
+
+def test_a_bfloat16_model_generates_transformers_tokens_compiled_saved_and_loaded(search_cache, tmp_path):
+    model = tiny("llama").to(torch.bfloat16)
+    with torch.no_grad():  # random weights give near-tied logits that bfloat16 rounding can flip; a trained
+        model.lm_head.weight.mul_(8.0)  # model's greedy choices are clear: scale the output layer so they are
+    cm = _compile(model, search_cache)
+    ids, mask = left_padded([7, 4], seed=11)
+    want = reference(model, ids, mask, **GREEDY).tolist()
+    assert cm.generate(ids, attention_mask=mask, **GREEDY).tolist() == want
+    d = cm.save(tmp_path / "bf16")
+    art = egraft.load(d)
+    assert art.spec.state[0].dtype == "bfloat16"  # the caches keep the model's dtype
+    assert art.generate(ids, attention_mask=mask, **GREEDY).tolist() == want
+    assert os.path.getsize(os.path.join(d, WEIGHTS_FILE)) <= 1.05 * _model_bytes(model) + 4096
