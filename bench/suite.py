@@ -61,13 +61,15 @@ class Step:
         return shlex.join(["python3", f"bench/{self.script}", *self.args])
 
 
-# bench/*.py that are not steps: the suite's own parts and the benchmarks' helpers, and two run by hand
+# bench/*.py that are not steps: the suite's own parts and the benchmarks' helpers, and those run by hand
 PARTS = {"__init__.py", "__main__.py", "suite.py", "machine.py", "ingest.py", "page.py", "plots.py", "envelope.py",
          "generate_worker.py", "generate_models.py"}
 BY_HAND = {
     "cpu_backends.py": "the direct JAX lowering against eager and Inductor, which the search step measures as its "
                        "'direct' variant; kept for its per-library diagnostics (--settle, egraft(torch) vs (jax))",
     "gpu_check.py": "the Triton backend's tests on a GPU, then timings; a correctness check first, run where a GPU is",
+    "real_size.py": "models at deployed sizes (135 M, 494 M; fp32 and bf16): compile time and peak memory, artifact "
+                    "size, load time and memory, decode against HF eager; about an hour, its JSON read by hand",
 }
 
 

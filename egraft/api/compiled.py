@@ -49,6 +49,11 @@ class CompiledModel(torch.nn.Module):
         self.model = model  # a reference, registered as a submodule: no weights are copied here
         self.config = config
         self._programs: dict[tuple, Program] = {}
+        # one copy of each weight for every signature's program (a parameter updated in place in between
+        # gets a fresh copy: frontend.weights.WeightCopies), and the forms derived from it made once
+        from ..frontend.weights import WeightCopies
+
+        self._weights = WeightCopies()
         self._fast = None  # see _set_fast
         self._fast_rebuild = None
         self._status = _status_printer(config.progress)
@@ -96,7 +101,8 @@ class CompiledModel(torch.nn.Module):
             if len(self._programs) >= self.config.max_shapes:
                 raise InputError(f"{len(self._programs)} input signatures are compiled already (max_shapes="
                                  f"{self.config.max_shapes}); pass max_shapes=N to egraft.compile for more")
-            self._programs[key] = build(self.model, tuple(args), dict(kwargs), key, self.config, self._status)
+            self._programs[key] = build(self.model, tuple(args), dict(kwargs), key, self.config, self._status,
+                                        weights=self._weights)
             self._set_fast()
         return self._programs[key]
 

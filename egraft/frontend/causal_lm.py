@@ -1,7 +1,8 @@
 """A Hugging Face causal LM as ONE step function with its KV cache as in-place state.
 
 ``step_module(model, max_batch, max_length)`` wraps a transformers causal LM
-(GPT-2, Llama and the models built like them) in an ``nn.Module`` whose
+(GPT-2, Llama, Mistral, Gemma 2, OPT, Bloom, Falcon, MPT, ...: the families of
+tests/generation/test_families.py) in an ``nn.Module`` whose
 buffers are the per-layer K and V caches, ``[max_batch, kv_heads, cache_len,
 head_dim]``, and whose forward is the calling convention of
 ``egraft.runtime.step_spec`` (see its docstring)::
@@ -15,10 +16,31 @@ row's last column, ``[r, vocab]``; it reads the caches' first ``C`` slots
 (``slot_mask``'s width) of the first ``r`` rows, a bucket of
 ``runtime.step_spec``.  The model runs unchanged: it is handed a
 ``transformers.cache_utils.Cache`` whose layers do that scatter and return the
-whole cache, and a prepared 4-D additive mask (transformers passes a 4-D mask
-through as it is): ``allowed[b, 0, t, j] = slot_mask[b, j] and j <= position_ids[b, t]``.
-Positions past ``max_length - 1`` (only filler has them) are clamped for the
-model's position embeddings, so a filler column never indexes past the table.
+first ``C`` slots, ``position_ids``, and the slot mask as its 2-D
+``attention_mask`` (int64 ``[r, C]``, 1 where a slot holds a token).  Every
+4-D mask the model builds through transformers' ``masking_utils``
+(``create_causal_mask``, ``create_sliding_window_causal_mask``, ...) is made
+by :class:`~egraft.frontend.slot_cache.SlotMasks` while the step runs: the model's own mask function
+(causal, a sliding window, chunks) evaluated at each query's position and each
+key's slot, and the slot mask, as an additive mask (0 or ``finfo.min``)::
+
+    allowed[b, 0, t, j] = slot_mask[b, j] and mask_function(b, 0, position_ids[b, t], j)  # causal: j <= position
+
+So a sliding window follows each row's positions (Mistral, Gemma 2's alternating
+layers, Starcoder2).  A slot's position is the slot, so the cumsum of the 2-D
+mask minus one is every key's position, as it is for transformers' left-padded
+mask: ALiBi built from it (Bloom, Falcon) gives each key the bias transformers
+gives it, and a model that reads positions from the mask (OPT, BioGPT) is
+handed ``position_ids``.  ``get_seq_length`` is ``C - T`` (past + new = the
+keys returned; rows differ, there is no one count).  Positions past
+``max_length - 1`` (only filler has them) are clamped for the model's
+position embeddings, so a filler column never indexes past the table.
+
+:func:`step_module` refuses, with an InputError naming it, a construct the
+step cannot reproduce (:func:`~egraft.frontend.step_check.refuse_unsupported`: GPT-Neo's local attention,
+layers without a K/V cache, attention implementations without dense masks),
+then runs the step on a left-padded batch against the model's own forward
+(:func:`~egraft.frontend.step_check.check_step`), before any compile work.
 
 ``torch.export`` of the module (:func:`export_step`, one per chunk size) shows
 each cache as a ``BUFFER_MUTATION`` written by ``aten.scatter``.
@@ -36,6 +58,8 @@ import torch
 from ..errors import EgraftError, InputError
 from ..runtime.step_spec import Bucket, StateSpec, StepPrograms, StepSpec
 from ..runtime.sampling import Sampling, eos_tuple
+from .slot_cache import SlotMasks, slot_layer_class
+from .step_check import check_step, refuse_unsupported, text_config
 from .tracer import export_program, lower_program
 
 DEFAULT_CHUNKS = (1, 4, 16, 64, 256)
@@ -52,57 +76,9 @@ _NEUTRAL = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_re
             "watermarking_config": None, "num_return_sequences": 1}
 
 
-def _slot_layer_class():
-    from transformers.cache_utils import CacheLayerMixin
-
-    class SlotLayer(CacheLayerMixin):
-        """One layer's K and V caches; ``update`` scatters the new tokens to their slots and returns the whole cache."""
-
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, context: int):
-            super().__init__()
-            self.keys, self.values, self.slots, self.context = keys, values, slots, context
-            self.is_initialized = True
-
-        def lazy_initialization(self, key_states, value_states) -> None:
-            return None
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            b, h, t, d = key_states.shape
-            rows, length = self.keys.shape[0], self.keys.shape[2]
-            slots, ks, vs = self.slots, key_states.to(self.keys.dtype), value_states.to(self.values.dtype)
-            if b < rows:
-                # a row bucket: the call holds rows 0..b-1; the others' rows of the update go to the scratch tail
-                # (slots past max_length, never read), so one scatter still covers every row, as Scatter requires
-                tail = torch.arange(length - t, length, device=slots.device)[None, :].expand(rows - b, t)
-                slots = torch.cat([slots, tail], 0)
-                ks = torch.cat([ks, ks.new_zeros(rows - b, h, t, d)], 0)
-                vs = torch.cat([vs, vs.new_zeros(rows - b, h, t, d)], 0)
-            idx = slots[:, None, :, None].expand(rows, h, t, d)
-            self.keys.scatter_(2, idx, ks)
-            self.values.scatter_(2, idx, vs)
-            c = self.context  # the slots the call reads: a prefix of the cache (max_length of them, or a bucket's)
-            return self.keys[:b, :, :c], self.values[:b, :, :c]
-
-        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            return self.context, 0
-
-        def get_seq_length(self) -> int:
-            raise InputError("the slot cache has no one sequence length (rows differ): pass position_ids")
-
-        def get_max_length(self) -> int:
-            return self.keys.shape[2]
-
-    return SlotLayer
-
-
-def _text_config(model):
-    cfg = model.config
-    return cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
-
-
 def _kv_shapes(model) -> list[tuple[int, int]]:
     """(kv_heads, head_dim) of each layer, from the config as transformers' own static cache reads it."""
-    cfg = _text_config(model)
+    cfg = text_config(model)
     layers = cfg.num_hidden_layers
     try:
         from transformers.configuration_utils import get_head_shapes
@@ -151,9 +127,13 @@ class StepModule(torch.nn.Module):
         for name, v in (("max_batch", max_batch), ("max_length", max_length)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InputError(f"{name}={v!r}: it must be an int >= 1")
-        limit = getattr(_text_config(model), "max_position_embeddings", None)
-        if isinstance(limit, int) and max_length > limit:
-            raise InputError(f"max_length={max_length} is over the model's max_position_embeddings={limit}")
+        cfg = text_config(model)
+        for key in ("max_position_embeddings", "max_seq_len"):  # MPT sizes its ALiBi table by max_seq_len
+            limit = getattr(cfg, key, None)
+            if isinstance(limit, int):
+                if max_length > limit:
+                    raise InputError(f"max_length={max_length} is over the model's {key}={limit}")
+                break
         ladder = sorted({int(c) for c in chunks if 1 <= int(c) <= max_length} | {1})
         self.model = model
         self.max_length = max_length
@@ -182,7 +162,7 @@ class StepModule(torch.nn.Module):
                              state=tuple(specs), defaults=generation_defaults(model),
                              contexts=tuple(sorted(set(contexts))), rows=tuple(sorted(set(rows))),
                              max_context=max_length)
-        self._layer = _slot_layer_class()
+        self._layer = slot_layer_class()
         self.register_buffer("_slots", torch.arange(cache_len, device=device), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, slot_mask: torch.Tensor) -> torch.Tensor:
@@ -193,13 +173,17 @@ class StepModule(torch.nn.Module):
         layers = [self._layer(getattr(self, k), getattr(self, v), position_ids, context)
                   for k, v in zip(names[::2], names[1::2])]
         cache = Cache(layers=layers)
-        slots = self._slots[:context]
-        allowed = (slot_mask != 0)[:, None, None, :] & (slots[None, None, None, :] <= position_ids[:, None, :, None])
-        dtype = self.spec.state[0].dtype
-        zero = torch.zeros((), dtype=getattr(torch, dtype), device=input_ids.device)
-        mask = torch.where(allowed, zero, torch.finfo(zero.dtype).min)
-        out = self.model(input_ids=input_ids, position_ids=position_ids.clamp(max=self.max_length - 1),
-                         attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1)
+        # the 2-D mask transformers' models take (int64, 1 = a token): the slot mask, over the slots the call reads.
+        # Its cumsum - 1 is each slot's position (= the slot), which is what an ALiBi model (Bloom, Falcon) builds
+        # its key biases from, as it does from a left-padded mask; every 4-D mask comes from SlotMasks.
+        with SlotMasks(position_ids, self._slots[:context]) as masks:
+            out = self.model(input_ids=input_ids, position_ids=position_ids.clamp(max=self.max_length - 1),
+                             attention_mask=slot_mask.to(torch.int64), cache=cache, use_cache=True,
+                             logits_to_keep=1)
+        if not masks.built:
+            raise InputError(f"{type(self.model).__name__} built no attention mask through transformers' "
+                             "masking_utils (create_causal_mask, ...), which is how egraft's step masks each "
+                             "row's slots: its attention would read filler and other rows' stale slots")
         return out.logits[:, -1, :]
 
     def state(self) -> list[torch.Tensor]:
@@ -229,14 +213,24 @@ def default_contexts(max_length: int) -> tuple[int, ...]:
 
 
 def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS,
-                contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None) -> StepModule:
+                contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None,
+                check: bool = True) -> StepModule:
     """`model` (a transformers causal LM, in eval mode) as a :class:`StepModule`; its ladder is `chunks` capped
     by `max_length`, with 1 (decoding) always in it; `contexts` are its context buckets (None:
     :func:`default_contexts`; ``()``: every call reads max_length slots); `rows` its row buckets
-    (None: ``DEFAULT_ROWS`` below max_batch; ``()``: every call runs max_batch rows)."""
+    (None: ``DEFAULT_ROWS`` below max_batch; ``()``: every call runs max_batch rows).
+
+    A model whose attention the step cannot reproduce is refused first, with an InputError naming the
+    construct (:func:`~.step_check.refuse_unsupported`); then, with `check`, the step runs a left-padded
+    two-row batch and its logits are compared with the model's own forward (:func:`~.step_check.check_step`),
+    before any compile work."""
     if model.training:
         raise InputError("the model is in training mode (dropout would make each step random): call model.eval()")
-    return StepModule(model, max_batch, max_length, chunks, contexts, rows)
+    refuse_unsupported(model)
+    step = StepModule(model, max_batch, max_length, chunks, contexts, rows)
+    if check:
+        check_step(step, eager_programs(step))
+    return step
 
 
 def eager_programs(step: StepModule) -> StepPrograms:
@@ -318,5 +312,6 @@ class StepTracer:
         return lower_program(export_program(self.step, args), self.weights)
 
 
-__all__ = ["DEFAULT_CHUNKS", "DEFAULT_ROWS", "FIRST_CONTEXT", "StepModule", "StepTracer", "default_contexts",
-           "eager_programs", "export_step", "family", "generation_defaults", "step_module"]
+__all__ = ["DEFAULT_CHUNKS", "DEFAULT_ROWS", "FIRST_CONTEXT", "StepModule", "StepTracer", "check_step",
+           "default_contexts", "eager_programs", "export_step", "family", "generation_defaults",
+           "refuse_unsupported", "step_module"]

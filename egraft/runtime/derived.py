@@ -62,7 +62,9 @@ RECIPES: dict[str, Callable[..., np.ndarray]] = {"panels": _panels, "fold": _fol
 
 _ENTRIES: dict[tuple, tuple] = {}  # key -> (weakrefs to the sources, weakref to the array, recipe, params, names)
 _BY_ARRAY: dict[int, tuple] = {}  # id of a held derived array -> its key
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # re-entrant: a weakref callback (drop) can run inside any block holding it
+_MAKING: dict[tuple, threading.Lock] = {}
+_KEEP: dict[int, tuple] = {}  # id of a derived array -> its derived sources, held while it lives  # key -> the lock of the thread making it now
 _COUNTS = {"hits": 0, "misses": 0, "unshared": 0}
 
 
@@ -77,16 +79,34 @@ def derived(recipe: str, params: dict | Callable[[], dict], sources: Sequence[np
         key = json.dumps(params() if callable(params) else params, sort_keys=True)
     full = (recipe, key, tuple(id(s) for s in sources))
     with _LOCK:
+        making = _MAKING.setdefault(full, threading.Lock())
+    with making:  # one thread makes it; another asking for the same array meanwhile waits and shares it
+        value = _lookup(full, sources)
+        if value is None:
+            value = _make(full, recipe, params, sources, names)
+    with _LOCK:
+        _MAKING.pop(full, None)
+    return value
+
+
+def _lookup(full: tuple, sources: Sequence[np.ndarray]) -> np.ndarray | None:
+    with _LOCK:
         hit = _ENTRIES.get(full)
         value = hit[1]() if hit is not None else None
         if value is not None and all(r() is s for r, s in zip(hit[0], sources)):
             _COUNTS["hits"] += 1
             return value
+    return None
+
+
+def _make(full: tuple, recipe: str, params, sources: Sequence[np.ndarray], names: Sequence[str]) -> np.ndarray:
     p = params() if callable(params) else params
     value = aligned_copy(np.asarray(RECIPES[recipe](p, *sources)))
 
-    def drop(ref, full=full, entries=_ENTRIES, by_array=_BY_ARRAY, lock=_LOCK, vid=id(value)):
+    def drop(ref, full=full, entries=_ENTRIES, by_array=_BY_ARRAY, keep=_KEEP, lock=_LOCK, vid=id(value)):
         with lock:  # (bound as defaults: module globals are gone at interpreter exit)
+            if ref is mine:
+                keep.pop(vid, None)
             e = entries.get(full)
             if e is not None and (e[1] is ref or any(r is ref for r in e[0])):
                 del entries[full]
@@ -104,6 +124,11 @@ def derived(recipe: str, params: dict | Callable[[], dict], sources: Sequence[np
         _COUNTS["misses"] += 1
         _ENTRIES[full] = (refs, mine, recipe, p, tuple(names))
         _BY_ARRAY[id(value)] = full
+        # a derived source (panels of a folded value) lives as long as this array: nothing else may hold it
+        # (a loaded program binds the panels only), and its death would drop this entry
+        inner = tuple(x for x in sources if id(x) in _BY_ARRAY)
+        if inner:
+            _KEEP[id(value)] = inner
     return value
 
 
@@ -148,7 +173,7 @@ def build(tree: Mapping, tensor: Callable[[str], np.ndarray], where: str) -> np.
 def stats() -> dict:
     """Hits and misses since the process started, and the derived arrays held now (count and bytes)."""
     with _LOCK:
-        held = [v for v in (e[1]() for e in _ENTRIES.values()) if v is not None]
+        held = [v for v in (e[1]() for e in list(_ENTRIES.values())) if v is not None]
         return {**_COUNTS, "held": len(held), "held_bytes": int(sum(v.nbytes for v in held))}
 
 

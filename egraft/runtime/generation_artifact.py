@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ArtifactError, InputError
 from . import generation as gen
@@ -184,7 +185,21 @@ def load_generation(directory: str, device: str, load_one) -> GenerationArtifact
         return load_one(os.path.join(directory, str(rel)), device, shared=shared)
 
     listed = _listed_v1(doc, spec, path) if doc["format_version"] < 2 else _listed(doc, path)
-    return GenerationArtifact(directory, doc, spec, {b: load_sub(rel) for rel, b in listed.items()}, device)
+    # each program's XLA compile releases the GIL: JAX programs compile side by side, on the cores this process
+    # has (torch.export.load is not thread-safe: torch programs load one at a time)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    workers = max(1, min(len(listed), cores)) if all(_backend(directory, rel) == "jax" for rel in listed) else 1
+    with ThreadPoolExecutor(workers) as pool:
+        loaded = dict(zip(listed.values(), pool.map(load_sub, listed)))
+    return GenerationArtifact(directory, doc, spec, loaded, device)
+
+
+def _backend(directory: str, rel: str) -> str | None:
+    try:
+        with open(os.path.join(directory, str(rel), "manifest.json")) as f:
+            return json.load(f)["target"]["backend"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # the load itself says what is wrong
 
 
 def _shared_weights(directory: str, doc: dict, path: str) -> dict:

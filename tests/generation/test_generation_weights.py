@@ -79,12 +79,16 @@ def test_the_saved_generation_stores_each_tensor_once_and_loads_shared(llama, tm
     art = egraft.load(d)
     ids, mask = left_padded([6, 2], seed=3)
     assert art.generate(ids, attention_mask=mask, **GREEDY).tolist() == reference(model, ids, mask, **GREEDY).tolist()
-    # one array per tensor or recipe, whichever program binds it
+    _assert_shared(art)
+
+
+def _assert_shared(art):
+    """One array per tensor or recipe, whichever program binds it."""
     seen: dict = {}
     for a in art.steps.values():
         for spec, w in zip(a.manifest["weights"], a.runner.host):
             key = spec.get("tensor") or repr(spec["derived"])
-            assert seen.setdefault(key, w) is w
+            assert seen.setdefault(key, w) is w, key[:200]
     assert any("derived" in s for a in art.steps.values() for s in a.manifest["weights"])
 
 
@@ -108,4 +112,5 @@ def test_a_bfloat16_model_generates_transformers_tokens_compiled_saved_and_loade
     art = egraft.load(d)
     assert art.spec.state[0].dtype == "bfloat16"  # the caches keep the model's dtype
     assert art.generate(ids, attention_mask=mask, **GREEDY).tolist() == want
+    _assert_shared(art)  # panels of an upcast weight included: the upcast made once, kept while its panels live
     assert os.path.getsize(os.path.join(d, WEIGHTS_FILE)) <= 1.05 * _model_bytes(model) + 4096
