@@ -120,7 +120,7 @@ def test_each_signature_is_compiled_once_on_first_call(store, monkeypatch):
     assert cm.executables == {}
     builds = []
     real = pipeline.build
-    monkeypatch.setattr("egraft.api.compiled.build", lambda *a: builds.append(a[3]) or real(*a))
+    monkeypatch.setattr("egraft.api.compiled.build", lambda *a, **k: builds.append(a[3]) or real(*a, **k))
     a, b = torch.randn(2, 8), torch.randn(3, 5, 8)
     ya = cm(a)
     yb = cm(b)

@@ -24,6 +24,7 @@ from ..ir import dtypes
 from .device import parse
 from .jax_runner import JaxRunner, jax_device, x64_scope
 from .manifest import read_verified, single_kernel
+from .xla_cache import enable_xla_cache
 
 PLATFORMS = {"cpu": "cpu", "cuda": "cuda", "tpu": "tpu"}  # egraft device kind -> jax.export platform
 
@@ -46,6 +47,7 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
         raise ArtifactError(f"{directory!r} was exported for {entry['platforms']}, not for {platform}; "
                             f"save it again with platforms including {platform!r}")
     blob = read_verified(directory, manifest, entry["file"])
+    enable_xla_cache()  # a program compiled once on this machine is read back next time (runtime.xla_cache)
     x64 = bool(entry["x64"])
     path = os.path.join(directory, entry["file"])
     try:

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import filelock
-import platformdirs
 
 __all__ = [
     "ENV_VAR",
@@ -55,7 +54,7 @@ __all__ = [
     "library_versions",
 ]
 
-ENV_VAR = "EGRAFT_CACHE_DIR"
+from ..runtime.xla_cache import ENV_VAR, cache_root  # noqa: E402 - the one cache root
 FORMAT = 1  # the entry file layout; bump it when the layout changes (old entries become misses)
 VERSIONED_LIBRARIES = ("egraft", "torch", "jax", "jaxlib", "triton", "egglog")
 LOCK_TIMEOUT_S = 60.0
@@ -149,14 +148,6 @@ class Entry:
     digest: str
     created: float
     key: dict[str, Any]
-
-
-def cache_root() -> Path:
-    """``$EGRAFT_CACHE_DIR`` if set (and not empty), else the user cache directory for egraft."""
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env).expanduser()
-    return Path(platformdirs.user_cache_dir("egraft"))
 
 
 # roots already warned about as unwritable, so each gets one warning per process

@@ -33,24 +33,12 @@ from .cache import cache_root
 from ..ir import Op, dtypes
 from ..ir.serialize import graph_from_dict, graph_to_dict
 from .candidate import Candidate, Executables, Outcome, Task, evaluate_one
+from ..runtime.xla_cache import enable_xla_cache, xla_cache_dir  # noqa: F401 - used here and by callers
 
 
 def default_workers() -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return 0 if cores < 3 else min(4, cores - 2)
-
-
-def xla_cache_dir() -> str:
-    return str(cache_root() / "xla")
-
-
-def enable_xla_cache(path: str) -> None:
-    import jax
-
-    if not jax.config.jax_compilation_cache_dir:  # a user's own setting is kept
-        jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def _worker_init(path: str) -> None:

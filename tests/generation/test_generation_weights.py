@@ -4,6 +4,7 @@ the file and shares every array between its programs.  A bfloat16 model goes the
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -43,15 +44,20 @@ def test_every_program_binds_the_model_memory_and_shares_derived_forms(llama):
     hosts = _host_arrays(cm)
     bound = {a.ctypes.data for arrays in hosts.values() for a in arrays}
     assert params & bound, "no program binds a parameter's own memory"
-    # the same derived form (a folded value, a panel form) is the same array in every program that binds it
-    by_bytes: dict = {}
+    # the same derived form (the same recipe over the same source arrays: a folded value, a panel form) is the
+    # same array in every program that binds it
+    from egraft.runtime.derived import provenance
+
+    by_recipe: dict = {}
     for arrays in hosts.values():
         for a in arrays:
-            if a.nbytes < 4096:  # (small int64 values held as int32 are converted per program)
-                continue
-            by_bytes.setdefault((a.shape, a.dtype.str, a.tobytes()[:256], float(np.asarray(a, np.float64).sum())),
-                                set()).add(a.ctypes.data)
-    assert all(len(ptrs) == 1 for ptrs in by_bytes.values()), "equal weight forms held twice"
+            made = provenance(a)
+            if made is not None:
+                recipe, params, sources = made
+                key = (recipe, json.dumps(params, sort_keys=True), tuple(id(x) for _, x in sources))
+                by_recipe.setdefault(key, set()).add(id(a))
+    assert by_recipe, "no program binds a derived form"
+    assert all(len(ids) == 1 for ids in by_recipe.values()), "one recipe made twice"
 
 
 def test_a_weight_updated_in_place_after_compiling_is_refused(search_cache):
@@ -114,3 +120,21 @@ def test_a_bfloat16_model_generates_transformers_tokens_compiled_saved_and_loade
     assert art.generate(ids, attention_mask=mask, **GREEDY).tolist() == want
     _assert_shared(art)  # panels of an upcast weight included: the upcast made once, kept while its panels live
     assert os.path.getsize(os.path.join(d, WEIGHTS_FILE)) <= 1.05 * _model_bytes(model) + 4096
+
+
+def test_loading_fills_the_xla_cache_a_restarted_server_reads(llama, tmp_path):
+    """egraft.load compiles each program with XLA once per machine: the programs land in XLA's persistent cache
+    under egraft's cache directory, where the next process's load finds them."""
+    from compiled_helpers import run_python
+
+    _, cm = llama
+    d = cm.save(tmp_path / "gen")
+    code = ("import json, os, egraft; art = egraft.load(%r); "
+            "root = os.path.join(os.environ['EGRAFT_CACHE_DIR'], 'xla'); "
+            "print(json.dumps({'entries': len(os.listdir(root)) if os.path.isdir(root) else 0}))") % str(d)
+    cache = tmp_path / "cache"
+    first = run_python(code, env={"EGRAFT_CACHE_DIR": str(cache)})
+    assert first["entries"] >= len(cm.generation.programs)
+    off = run_python(code, env={"EGRAFT_CACHE_DIR": str(tmp_path / "off"),
+                                                         "EGRAFT_XLA_CACHE": "0"})
+    assert off["entries"] == 0  # EGRAFT_XLA_CACHE=0 leaves JAX's settings alone

@@ -1,0 +1,229 @@
+"""Models at the sizes people serve: compile time and memory, artifact size, load time and memory, decode speed.
+
+Random weights (seeded; nothing is downloaded) at the published shapes of two
+small deployed models, in float32 and bfloat16:
+
+* ``llama-135m``: the Llama architecture, 30 layers x 576, 9 / 3 heads,
+  intermediate 1536, vocab 49152, tied embeddings (135 M parameters);
+* ``qwen2-0.5b``: the Qwen2 architecture, 24 layers x 896, 14 / 2 heads,
+  intermediate 4864, vocab 151936, tied embeddings, QKV biases (494 M).
+
+The output layer is scaled (x 8) so that greedy choices are clear, as a
+trained model's are: random weights give near-tied logits that bfloat16
+rounding flips.  Each model and dtype runs two fresh processes, both pinned
+to one core with one thread before torch and jax start
+(``egraft.measure.fix_threads``):
+
+1. ``compile``: ``egraft.compile(model, device="cpu", max_batch=1,
+   max_length=256, budget=...)``; its wall time, the process's peak RSS
+   (``VmHWM``) against the weights' bytes, ``describe()`` (per-stage
+   seconds, memory), then ``save`` and the artifact's size on disk, and
+   greedy tokens against transformers' eager ``generate`` on the same model;
+2. ``load``: ``egraft.load(dir)`` in a new process: its wall time and the RSS
+   it added; then decode speed, the loaded artifact against HF eager
+   (``model.generate``, the same dtype) in the same process, interleaved,
+   ``--rounds`` rounds: prompt 16, ``generate(1)`` (prefill) and
+   ``generate(1 + new)``; decode tokens/s = new / (the difference).  Medians
+   and spreads (``egraft.measure.summarize``), a ratio only where
+   ``egraft.measure.compare`` concludes.
+
+    python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s]
+                               [--rounds 5] [--new 32] [--out docs/results/raw/real_size.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+MODELS = {
+    "llama-135m": dict(kind="llama", layers=30, hidden=576, heads=9, kv_heads=3, intermediate=1536, vocab=49152),
+    "qwen2-0.5b": dict(kind="qwen2", layers=24, hidden=896, heads=14, kv_heads=2, intermediate=4864, vocab=151936),
+    "llama-tiny": dict(kind="llama", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=256),  # --quick
+}
+SEED, PROMPT, MAX_LENGTH = 0, 16, 256
+
+
+def build(name: str, dtype: str):
+    import torch
+    import transformers as T
+
+    m = MODELS[name]
+    common = dict(num_hidden_layers=m["layers"], hidden_size=m["hidden"], num_attention_heads=m["heads"],
+                  num_key_value_heads=m["kv_heads"], intermediate_size=m["intermediate"], vocab_size=m["vocab"],
+                  max_position_embeddings=2048, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
+                  pad_token_id=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = (T.LlamaForCausalLM(T.LlamaConfig(**common)) if m["kind"] == "llama"
+                 else T.Qwen2ForCausalLM(T.Qwen2Config(**common)))
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(8.0)  # (tied: the embedding too, which norms absorb)
+    model = model.to(getattr(torch, dtype)).eval()
+    gc = model.generation_config
+    gc.eos_token_id = gc.bos_token_id = gc.pad_token_id = None
+    return model
+
+
+def _vm(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _prompt(vocab: int):
+    import torch
+
+    return torch.randint(0, vocab, (1, PROMPT), generator=torch.Generator().manual_seed(SEED + 1))
+
+
+def child_compile(a) -> dict:
+    import torch
+
+    import egraft
+
+    model = build(a.model, a.dtype)
+    weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
+    before = _vm("VmRSS")
+    t0 = time.perf_counter()
+    cm = egraft.compile(model, device="cpu", max_batch=1, max_length=MAX_LENGTH, budget=a.budget, progress=False)
+    compile_s = time.perf_counter() - t0
+    peak = _vm("VmHWM")
+    t0 = time.perf_counter()
+    cm.save(a.dir)
+    save_s = time.perf_counter() - t0
+    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(a.dir) for f in fs)
+    ids = _prompt(MODELS[a.model]["vocab"])
+    got = cm.generate(ids, max_new_tokens=a.new, do_sample=False)
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=a.new, do_sample=False)
+    same = got.tolist() == want.tolist()
+    first = next((k for k, (x, y) in enumerate(zip(got[0].tolist(), want[0].tolist())) if x != y), None)
+    d = cm.generation.describe()
+    return {"weights_bytes": weights, "rss_before_compile": before, "compile_s": compile_s, "peak_rss": peak,
+            "peak_over_weights": peak / weights, "save_s": save_s, "artifact_bytes": size,
+            "artifact_over_weights": size / weights, "tokens_equal": same, "first_difference": first,
+            "programs": d["programs"], "stages_s": d["stages_s"], "memory": d["memory"], "choices": d["choices"]}
+
+
+def child_load(a) -> dict:
+    import torch
+
+    import egraft
+    from egraft.measure import compare, summarize
+
+    before = _vm("VmRSS")
+    t0 = time.perf_counter()
+    art = egraft.load(a.dir)
+    load_s = time.perf_counter() - t0
+    after = _vm("VmRSS")
+    model = build(a.model, a.dtype)
+    ids = _prompt(MODELS[a.model]["vocab"])
+
+    def hf(n):
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=n, do_sample=False)
+
+    def eg(n):
+        return art.generate(ids, max_new_tokens=n, do_sample=False)
+
+    systems = {"egraft": eg, "hf_eager": hf}
+    first = {}
+    for name, f in systems.items():
+        t0 = time.perf_counter()
+        f(1 + a.new)
+        first[name] = time.perf_counter() - t0
+    decode = {n: [] for n in systems}
+    prefill = {n: [] for n in systems}
+    names = list(systems)
+    for r in range(a.rounds):
+        for name in names[r % 2:] + names[:r % 2]:  # the order alternates
+            f = systems[name]
+            t0 = time.perf_counter()
+            f(1)
+            t1 = time.perf_counter()
+            f(1 + a.new)
+            t2 = time.perf_counter()
+            prefill[name].append(t1 - t0)
+            decode[name].append(((t2 - t1) - (t1 - t0)) / a.new)  # seconds per decode step
+    steps = {n: summarize(v) for n, v in decode.items()}
+    verdict = compare(steps["egraft"], steps["hf_eager"])
+    return {"load_s": load_s, "rss_added_by_load": after - before, "rss_after_load": after,
+            "first_call_s": first,
+            "decode_tok_s": {n: 1.0 / t.median for n, t in steps.items()},
+            "decode_spread": {n: t.spread for n, t in steps.items()},
+            "prefill_ms": {n: 1e3 * float(sorted(v)[len(v) // 2]) for n, v in prefill.items()},
+            "egraft_vs_hf_eager": verdict}
+
+
+def run_child(kind: str, a, directory: str) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--models", a.model, "--dtypes", a.dtype,
+           "--budget", a.budget, "--rounds", str(a.rounds), "--new", str(a.new), "--dir", directory]
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        return {"error": out.stderr[-3000:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=["llama-135m", "qwen2-0.5b"])
+    p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    p.add_argument("--budget", default="60s")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--new", type=int, default=32)
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "raw", "real_size.json"))
+    p.add_argument("--quick", action="store_true", help="the tiny Llama, 3 rounds, 8 tokens, budget 5s")
+    p.add_argument("--child", choices=["compile", "load"], help=argparse.SUPPRESS)
+    p.add_argument("--dir", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        from egraft.measure import fix_threads
+
+        fix_threads(1)  # before torch and jax start: one core, one thread
+        a.model, a.dtype = a.models[0], a.dtypes[0]
+        res = child_compile(a) if a.child == "compile" else child_load(a)
+        print(json.dumps(res))
+        return 0
+    if a.quick:
+        a.models, a.rounds, a.new, a.budget = ["llama-tiny"], 3, 8, "5s"
+    sys.path.insert(0, ROOT)
+    from bench.machine import host
+
+    rows = []
+    for model in a.models:
+        for dtype in a.dtypes:
+            a.model, a.dtype = model, dtype
+            d = tempfile.mkdtemp(prefix="egraft-real-size-")
+            try:
+                art = os.path.join(d, "artifact")
+                row = {"model": model, "dtype": dtype, "budget": a.budget, "threads": 1}
+                row["compile"] = run_child("compile", a, art)
+                row["load"] = run_child("load", a, art) if "error" not in row["compile"] else {"error": "no artifact"}
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    doc = {"date": time.strftime("%Y-%m-%d"), "host": host(), "command": " ".join(["python3", "bench/real_size.py"]
+                                                                                    + (argv or sys.argv[1:])),
+           "rows": rows}
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
