@@ -115,21 +115,12 @@ def compute_folded(p: FoldPlan) -> dict[str, np.ndarray]:
 
 def target_graph(g: Graph, o: int) -> Graph:
     """Node `o` of the weight-only graph `g` alone: the nodes it depends on, its weights unbound, no model inputs."""
-    need = sorted(_cone(g, o))
+    alive = g.rebuilt(g.nodes, [o], g.input_ids).needed()  # (no model input: the value is weight-only)
+    need = [j for j, keep in enumerate(alive) if keep]
     remap = {j: k for k, j in enumerate(need)}
     nodes = [Node(g.nodes[j].op, tuple(remap[i] for i in g.nodes[j].inputs), g.nodes[j].attrs, g.nodes[j].shape,
                   g.nodes[j].dtype) for j in need]
     return Graph(nodes, [remap[o]], [])
-
-
-def _cone(g: Graph, o: int) -> set[int]:
-    seen, stack = set(), [o]
-    while stack:
-        i = stack.pop()
-        if i not in seen:
-            seen.add(i)
-            stack.extend(g.nodes[i].inputs)
-    return seen
 
 
 def fold_weights(graph: Graph) -> tuple[Graph, dict[str, np.ndarray]]:
