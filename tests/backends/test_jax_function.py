@@ -124,6 +124,14 @@ def test_knob_space_and_rule_table():
     assert space == {k: list(v) for k, v in KNOBS.items()}
     assert all(len(v) >= 2 for v in space.values())
     assert set(be.devices) == {"cpu", "cuda", "tpu"}
+    # a model's worth of weights: never as constants (each candidate would embed its own copy)
+    from egraft.backends.jax.executable import CONSTANT_WEIGHTS_MAX
+
+    b = GraphBuilder()
+    x, w = b.input("x", (1, 1024), "float32"), b.weight("w", np.ones((1024, CONSTANT_WEIGHTS_MAX // 4096 + 1), "float32"))
+    big = be.knobs(b.build([x.matmul(w)]))
+    assert big["weights"] == ["arguments"] and {k: v for k, v in big.items() if k != "weights"} == \
+        {k: list(v) for k, v in KNOBS.items() if k != "weights"}
 
 
 def test_outputs_that_are_inputs_or_weights():

@@ -62,8 +62,17 @@ KNOBS = {
 }
 
 
+# weights as closed-over constants only for a graph whose weights are small: XLA embeds constants in the compiled
+# program, so each candidate would hold its own copy of a model's weights and compile for minutes
+CONSTANT_WEIGHTS_MAX = 64 << 20  # bytes
+
+
 def knobs(graph: Graph) -> dict[str, list]:
-    return {k: list(v) for k, v in KNOBS.items()}
+    """The search space of this backend for `graph` (KNOBS, less weights as constants for large weights)."""
+    out = {k: list(v) for k, v in KNOBS.items()}
+    if sum(np.asarray(w).nbytes for w in graph.weights.values()) > CONSTANT_WEIGHTS_MAX:
+        out["weights"] = ["arguments"]
+    return out
 
 
 @dataclass(eq=False)  # identity equality/hash: executables are cache values, not data
@@ -93,7 +102,10 @@ class JaxExecutable(Executable):
             self.weights = tuple(jax.device_put(w, self._dev) for w in host)
             self._in_types = [(s, program_dtype(d, self._x64)) for s, d in main.input_types()]
             specs = [jax.ShapeDtypeStruct(s, d) for s, d in self._in_types]
-            as_arguments = self.knobs.get("weights", "arguments") != "constants" and bool(self.weights)
+            # (a graph whose weights are large takes them as arguments whatever the knob: a per-layer search may
+            # have picked constants for one layer's weights; the whole model's would be copied into the program)
+            as_arguments = bool(self.weights) and (self.knobs.get("weights", "arguments") != "constants"
+                                                   or sum(w.nbytes for w in host) > CONSTANT_WEIGHTS_MAX)
             # the state inputs (the last of the inputs) are donated: their buffers hold the new state
             states = range(len(main.input_ids) - len(main.state_ids), len(main.input_ids))
             if not as_arguments:
