@@ -119,9 +119,52 @@ DESCRIPTION = ("Show an artifact's format, egraft version, target, inputs and ou
                "file is an error).")
 
 
-def cmd_inspect(args) -> int:
-    from ..runtime.manifest import read_manifest
+def generation_summary(doc: dict, directory: str) -> str:
+    """A saved generation (``generation.json``): its spec, its one weights file (checked), and each program."""
+    import os
 
+    from ..errors import ArtifactError
+    from ..runtime.manifest import read_manifest, sha256_file
+
+    spec, w = doc.get("spec") or {}, doc.get("weights") or {}
+    lines = [f"generation {directory}  ({doc.get('format')} v{doc.get('format_version')})",
+             f"model      {doc.get('model', '?')}",
+             f"spec       max_batch {spec.get('max_batch')}, max_length {spec.get('max_length')}, chunks "
+             f"{spec.get('chunks')}, contexts {spec.get('contexts')}, rows {spec.get('rows')}, "
+             f"{len(spec.get('state') or [])} caches"]
+    if w:
+        path = os.path.join(directory, str(w.get("file")))
+        if not os.path.isfile(path):
+            raise ArtifactError(f"{path} is missing from the generation; copy the whole directory (or save it again)")
+        if sha256_file(path) != w.get("sha256"):
+            raise ArtifactError(f"{path} was modified after the generation was saved (its SHA-256 differs from "
+                                "generation.json's): save the model again")
+        lines.append(f"weights    {w.get('file')}: {w.get('tensors')} tensors, {_bytes(w.get('bytes') or 0)}, "
+                     "shared by every program; SHA-256 checked: OK")
+    lines.append(f"programs   {len(doc.get('programs') or {})}")
+    for rel in sorted(doc.get("programs") or {}):  # (a missing or modified file is an error, as in one artifact)
+        m = read_manifest(os.path.join(directory, rel), files=True, versions=False)
+        derived = sum(1 for s in m["weights"] if "derived" in s)
+        lines.append(f"  {rel}: {m['target'].get('backend')}, {len(m['weights'])} weights "
+                     f"({derived} derived from them at load), files checked: OK")
+    return "\n".join(lines)
+
+
+def cmd_inspect(args) -> int:
+    from ..runtime.manifest import GENERATION_FILE, is_generation, read_manifest
+
+    if is_generation(args.dir):
+        import os
+
+        from ..errors import ArtifactError
+
+        try:
+            with open(os.path.join(args.dir, GENERATION_FILE)) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ArtifactError(f"{args.dir}/{GENERATION_FILE} is corrupt ({e}); save the model again") from None
+        print(json.dumps(doc, indent=1) if args.json else generation_summary(doc, args.dir))
+        return 0
     m = read_manifest(args.dir, files=True, versions=False)  # raises ArtifactError when missing or tampered
     print(json.dumps(m, indent=1) if args.json else summary(m, args.dir))
     return 0

@@ -31,8 +31,14 @@ def input_pairs(art) -> list[tuple[tuple[int, ...], str]]:
 
 def load_artifact(directory: str, device: str = "cpu"):
     from .. import load
+    from ..errors import InputError
 
-    return load(directory, device=device)  # a missing, tampered or too-new artifact: ArtifactError, one line
+    art = load(directory, device=device)  # a missing, tampered or too-new artifact: ArtifactError, one line
+    if not hasattr(art, "input_specs"):  # a saved generation: a dozen programs and their caches, not one call
+        raise InputError(f"{directory!r} holds a saved generation, which `egraft run` does not call: generate with "
+                         f"egraft.load({directory!r}).generate(input_ids, max_new_tokens=...) (or inspect it with "
+                         "`egraft inspect`)")
+    return art
 
 
 def _read_files(paths) -> tuple:

@@ -138,3 +138,32 @@ def test_loading_fills_the_xla_cache_a_restarted_server_reads(llama, tmp_path):
     off = run_python(code, env={"EGRAFT_CACHE_DIR": str(tmp_path / "off"),
                                                          "EGRAFT_XLA_CACHE": "0"})
     assert off["entries"] == 0  # EGRAFT_XLA_CACHE=0 leaves JAX's settings alone
+
+
+def test_inspect_shows_a_saved_generation_and_its_checked_weights(llama, tmp_path, capsys):
+    from egraft.cli import main
+
+    _, cm = llama
+    d = cm.save(tmp_path / "gen")
+    assert main(["inspect", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "egraft-generation v3" in out and "shared by every program; SHA-256 checked: OK" in out
+    assert f"programs   {len(cm.generation.programs)}" in out and "derived from them at load" in out
+    with open(os.path.join(d, WEIGHTS_FILE), "r+b") as f:  # one byte of the weights changed
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([byte ^ 0xFF]))
+    assert main(["inspect", str(d)]) != 0  # a modified file is an error, as for one artifact
+    assert "was modified after the generation was saved" in capsys.readouterr().err
+    with pytest.raises(egraft.errors.ArtifactError, match="was modified after the artifact was written"):
+        egraft.load(d)
+
+
+def test_egraft_run_names_what_to_do_with_a_saved_generation(llama, tmp_path, capsys):
+    from egraft.cli import main
+
+    _, cm = llama
+    d = cm.save(tmp_path / "gen")
+    assert main(["run", str(d)]) != 0
+    assert "holds a saved generation, which `egraft run` does not call" in capsys.readouterr().err
