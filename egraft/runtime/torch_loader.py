@@ -21,7 +21,7 @@ import torch
 
 from ..errors import ArtifactError
 from .manifest import read_verified, single_kernel
-from ..ir.tensors import to_torch
+from ..ir.tensors import to_torch, view_torch
 from .torch_runner import TorchRunner, torch_device
 
 
@@ -49,7 +49,7 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
         from torch.export.passes import move_to_device_pass
 
         ep = move_to_device_pass(ep, dev)
-    ws = tuple(to_torch(w, dev, copy=False) for w in weights)
+    ws = tuple(_weight(w, dev) for w in weights)
     types = [(tuple(i["shape"]), i["dtype"]) for i in manifest["inputs"]]
     return TorchRunner(plain_forward(ep), ws, types, dev, entry.get("mode") == "inductor")
 
@@ -73,3 +73,16 @@ def plain_forward(ep):
 
 
 __all__ = ["files", "load", "plain_forward"]
+
+
+def _weight(w, dev):
+    """A weight as a tensor on `dev`; on the CPU the array's own memory, even read-only (a memory-mapped weights
+    file shared by a generation's programs): the program never writes a weight, and a copy per program would
+    hold the weights once per program."""
+    if dev.type != "cpu":
+        return to_torch(w, dev, copy=False)
+    import warnings
+
+    with warnings.catch_warnings():  # torch warns that a read-only array's tensor is writable
+        warnings.simplefilter("ignore", UserWarning)
+        return view_torch(np.ascontiguousarray(w))

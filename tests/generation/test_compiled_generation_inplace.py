@@ -142,6 +142,15 @@ def test_a_loaded_artifact_stays_in_place_too(long, tmp_path):
     backend, g, ids, want, _ = long
     art = egraft.load(save_generation(g, str(tmp_path / "gen"), model="tiny llama"))
     assert torch.equal(art.generate(ids, **KW), want)  # (the warm-up: the caches become the program's own)
+    # every program binds the one mapped weights file: a stored tensor is the same memory in each program
+    where: dict = {}
+    for a in art.steps.values():
+        held = a.runner.host if backend == "jax" else a.runner.weights
+        for spec, w in zip(a.manifest["weights"], held):
+            if "tensor" in spec:
+                ptr = w.ctypes.data if backend == "jax" else w.data_ptr()
+                assert where.setdefault(spec["tensor"], ptr) == ptr, spec["tensor"]
+    assert where
     programs, seen = _recording(art)
     out = []
     _rss_growth(art, lambda: out.append(generate(programs, art.state, ids, None, **KW)))
