@@ -97,13 +97,11 @@ def load(directory: str | os.PathLike, device: str = "cpu", *, shared: dict | No
         weights = check_weights(shared, m["weights"], path)
     else:
         path = os.path.join(directory, WEIGHTS_FILE)
-        weights = check_weights(map_weights(path, m["files"].get(WEIGHTS_FILE) or _unlisted(path)), m["weights"], path)
+        if WEIGHTS_FILE not in m["files"]:
+            raise ArtifactError(f"{path} is not listed in the manifest; rebuild the artifact with `egraft compile`")
+        weights = check_weights(map_weights(path, m["files"][WEIGHTS_FILE]), m["weights"], path)
     runner = loader.load(directory, m, weights, device)
     return Artifact(directory, m, device, runner)
-
-
-def _unlisted(path: str):
-    raise ArtifactError(f"{path} is not listed in the manifest; rebuild the artifact with `egraft compile`")
 
 
 __all__ = ["Artifact", "FORMAT", "FORMAT_VERSION", "LEGACY_LOADERS", "TensorSpec", "load", "loader_of", "outputs",

@@ -63,8 +63,8 @@ RECIPES: dict[str, Callable[..., np.ndarray]] = {"panels": _panels, "fold": _fol
 _ENTRIES: dict[tuple, tuple] = {}  # key -> (weakrefs to the sources, weakref to the array, recipe, params, names)
 _BY_ARRAY: dict[int, tuple] = {}  # id of a held derived array -> its key
 _LOCK = threading.RLock()  # re-entrant: a weakref callback (drop) can run inside any block holding it
-_MAKING: dict[tuple, threading.Lock] = {}
-_KEEP: dict[int, tuple] = {}  # id of a derived array -> its derived sources, held while it lives  # key -> the lock of the thread making it now
+_MAKING: dict[tuple, threading.Lock] = {}  # key -> the lock of the thread making it now
+_KEEP: dict[int, tuple] = {}  # id of a derived array -> its derived sources, held while it lives
 _COUNTS = {"hits": 0, "misses": 0, "unshared": 0}
 
 

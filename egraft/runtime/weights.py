@@ -23,7 +23,6 @@ because of two choices safetensors leaves open:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -34,6 +33,7 @@ import numpy as np
 from ..errors import ArtifactError
 from ..ir import dtypes
 from ..ir.tensors import ALIGN
+from .manifest import sha256_file
 
 WEIGHTS_FILE = "weights.safetensors"
 
@@ -75,11 +75,7 @@ def map_weights(path: str, sha256: str | None = None, remedy: str = "rebuild it 
     if not os.path.isfile(path):
         raise ArtifactError(f"{path} is missing from the artifact; copy the whole directory (or {remedy})")
     if sha256 is not None:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        if h.hexdigest() != sha256:
+        if sha256_file(path) != sha256:
             raise ArtifactError(f"{path} was modified after the artifact was written (its SHA-256 differs from the "
                                 f"one recorded): {remedy}")
     if os.path.getsize(path) == 0:

@@ -67,10 +67,14 @@ KNOBS = {
 CONSTANT_WEIGHTS_MAX = 64 << 20  # bytes
 
 
+def _weights_too_large(arrays) -> bool:
+    return sum(np.asarray(w).nbytes for w in arrays) > CONSTANT_WEIGHTS_MAX
+
+
 def knobs(graph: Graph) -> dict[str, list]:
     """The search space of this backend for `graph` (KNOBS, less weights as constants for large weights)."""
     out = {k: list(v) for k, v in KNOBS.items()}
-    if sum(np.asarray(w).nbytes for w in graph.weights.values()) > CONSTANT_WEIGHTS_MAX:
+    if _weights_too_large(graph.weights.values()):
         out["weights"] = ["arguments"]
     return out
 
@@ -105,7 +109,7 @@ class JaxExecutable(Executable):
             # (a graph whose weights are large takes them as arguments whatever the knob: a per-layer search may
             # have picked constants for one layer's weights; the whole model's would be copied into the program)
             as_arguments = bool(self.weights) and (self.knobs.get("weights", "arguments") != "constants"
-                                                   or sum(w.nbytes for w in host) > CONSTANT_WEIGHTS_MAX)
+                                                   or _weights_too_large(host))
             # the state inputs (the last of the inputs) are donated: their buffers hold the new state
             states = range(len(main.input_ids) - len(main.state_ids), len(main.input_ids))
             if not as_arguments:
