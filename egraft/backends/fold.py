@@ -89,8 +89,42 @@ def plan(graph: Graph) -> FoldPlan:
     return FoldPlan(main, fold, names)
 
 
-def compute_folded(p: FoldPlan) -> dict[str, np.ndarray]:
-    """Evaluate each folded value once (reference semantics, in the values' own dtypes).
+@dataclass(frozen=True)
+class Widened:
+    """A folded value that is a 2-D weight widened to float32, as stored or through its plain transpose."""
+
+    source: str  # the weight's name
+    dtype: str  # its stored dtype
+    transposed: bool  # the folded value is the weight's transpose
+
+
+def widened(p: FoldPlan) -> dict[str, Widened]:
+    """The folded values that are ``Cast(W)`` or ``Cast(transpose(W))`` to float32 of a 2-D weight ``W``
+    (name -> :class:`Widened`): a backend that reads the stored weight itself (a product that widens it in
+    registers) need not make the float32 copy."""
+    if p.fold is None:
+        return {}
+    g = p.fold
+    out = {}
+    for name, o in zip(p.folded_names, g.outputs):
+        n = g.nodes[o]
+        if n.op != Op.Cast or n.dtype != "float32" or len(n.shape) != 2:
+            continue
+        src, transposed = g.nodes[n.inputs[0]], False
+        if src.op == Op.View:
+            k, m = src.shape
+            inner = g.nodes[src.inputs[0]]
+            if not (tuple(inner.shape) == (m, k) and tuple(src.attrs["strides"]) == (1, k) and src.attrs["offset"] == 0):
+                continue
+            src, transposed = inner, True
+        if src.op == Op.Input and src.attrs["role"] == "weight" and len(src.shape) == 2:
+            out[name] = Widened(src.attrs["name"], src.dtype, transposed)
+    return out
+
+
+def compute_folded(p: FoldPlan, names=None) -> dict[str, np.ndarray]:
+    """Evaluate each folded value (those in `names`, default all) once (reference semantics, in the values' own
+    dtypes).
 
     Each is the ``fold`` recipe of ``runtime.derived`` over the weight arrays
     it reads, so it is shared with every other program that folds the same
@@ -103,13 +137,15 @@ def compute_folded(p: FoldPlan) -> dict[str, np.ndarray]:
     hashes = g.node_hashes()
     out = {}
     for name, o in zip(p.folded_names, g.outputs):
+        if names is not None and name not in names:
+            continue
         sub = target_graph(g, o)
-        names = sub.weight_names()
-        missing = [w for w in names if w not in g.weights]
+        reads = sub.weight_names()
+        missing = [w for w in reads if w not in g.weights]
         if missing:
             raise InputError(f"weight {missing[0]!r} has no bound value; bind it with graph.with_weights(...)")
-        out[name] = derived("fold", lambda sub=sub, names=names: {"graph": graph_to_dict(sub), "weights": list(names)},
-                            tuple(g.weights[w] for w in names), names, key=hashes[o])
+        out[name] = derived("fold", lambda sub=sub, reads=reads: {"graph": graph_to_dict(sub), "weights": list(reads)},
+                            tuple(g.weights[w] for w in reads), reads, key=hashes[o])
     return out
 
 

@@ -9,7 +9,7 @@ range-checked and narrowed per call, and outputs come back in the dtypes the
 manifest records.  Calls go through :class:`~egraft.runtime.jax_runner.JaxRunner`,
 the same runner (fast path included) the JAX backend's executable uses.
 
-This module imports jax and numpy only.
+This module imports jax and numpy only (and llvmlite, for a program that calls a generated CPU product).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import os
 import jax
 import numpy as np
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, BackendError
 from ..ir import dtypes
+from . import llvm_kernels
 from .device import parse
 from .jax_runner import JaxRunner, jax_device, x64_scope
 from .manifest import read_verified, single_kernel
@@ -38,6 +39,21 @@ def files(manifest: dict) -> list[str]:
     return [_entry(manifest)["file"]]
 
 
+def _register_kernels(directory: str, entry: dict) -> None:
+    """The generated CPU products the program calls, compiled and registered with XLA before it compiles."""
+    specs = entry.get("cpu_kernels", ())
+    if specs and not llvm_kernels.available():
+        raise ArtifactError(f"{directory!r} calls egraft's generated CPU products, which need llvmlite and jax's FFI "
+                            "(pip install llvmlite; EGRAFT_LLVM_KERNELS=0 turns them off): install it, or compile "
+                            "the model again here")
+    for d in specs:
+        try:
+            llvm_kernels.ensure(llvm_kernels.KernelSpec.from_json(d))
+        except (KeyError, TypeError, ValueError, BackendError) as e:
+            raise ArtifactError(f"{directory!r}: its manifest's cpu_kernels entry {d!r} is not a kernel this egraft "
+                                f"makes ({type(e).__name__}: {e}); rebuild the artifact with `egraft compile`") from None
+
+
 def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str) -> JaxRunner:
     """The artifact's program compiled for `device`, as the JAX backend's runner (the executable's call path)."""
     entry = _entry(manifest)
@@ -47,6 +63,7 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
         raise ArtifactError(f"{directory!r} was exported for {entry['platforms']}, not for {platform}; "
                             f"save it again with platforms including {platform!r}")
     blob = read_verified(directory, manifest, entry["file"])
+    _register_kernels(directory, entry)
     enable_xla_cache()  # a program compiled once on this machine is read back next time (runtime.xla_cache)
     x64 = bool(entry["x64"])
     path = os.path.join(directory, entry["file"])

@@ -38,7 +38,7 @@ def test_egraft_models(name):
     args = spec.example_inputs(model, seed=seed)
     ex = _check_model(model, args, seed=seed)
     if name not in ("mlp",):  # every other workload multiplies matrices (or convolves) inside a block
-        assert ex.stats["peephole_dots"] + ex.stats["peephole_convs"] + ex.stats["panel_dots"] >= 1
+        assert ex.stats["peephole_dots"] + ex.stats["peephole_convs"] + ex.stats["panel_dots"] + ex.stats["kernel_dots"] >= 1
 
 
 def test_model_with_library_idioms_off_and_default_precision():

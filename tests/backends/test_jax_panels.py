@@ -34,12 +34,12 @@ def _linear_graph(rows: int, k: int, n: int, seed: int, transposed=True, extra_u
 def test_few_rows_read_the_weight_in_panels(rows, transposed, width):
     seed = fresh_seed()
     g = _linear_graph(rows, 96, 256, seed, transposed)
-    ex = check_graph(g, seed, knobs={"panels": width}, what=f"panels {width} rows={rows} transposed={transposed}")
+    ex = check_graph(g, seed, knobs={"panels": width, "stream": "xla"}, what=f"panels {width} rows={rows} transposed={transposed}")
     assert ex.stats["panel_dots"] == 1
     names = ex.program.weight_names
     assert names == (f"w{panels.SEP}{width}{'T' if transposed else ''}",), names  # the plain form is not passed too
     assert ex.weights[0].shape == (256 // width, 96, width)
-    off = check_graph(g, seed, knobs={"panels": 0}, what="panels off")
+    off = check_graph(g, seed, knobs={"panels": 0, "stream": "xla"}, what="panels off")
     assert off.stats["panel_dots"] == 0 and off.program.weight_names == ("w",)
 
 
@@ -47,14 +47,14 @@ def test_where_panels_do_not_apply():
     seed = fresh_seed()
     for g, why in ((_linear_graph(panels.MAX_ROWS + 1, 32, 128, seed), "too many rows"),
                    (_linear_graph(4, 32, 64, seed), "a single panel")):
-        ex = check_graph(g, seed, knobs={"panels": 64}, what=why)
+        ex = check_graph(g, seed, knobs={"panels": 64, "stream": "xla"}, what=why)
         assert ex.stats["panel_dots"] == 0, why
 
 
 def test_a_weight_read_elsewhere_is_passed_in_both_forms():
     seed = fresh_seed()
     g = _linear_graph(3, 32, 128, seed, extra_use=True)
-    ex = check_graph(g, seed, knobs={"panels": 64}, what="both forms")
+    ex = check_graph(g, seed, knobs={"panels": 64, "stream": "xla"}, what="both forms")
     assert ex.stats["panel_dots"] == 1
     assert set(ex.program.weight_names) == {"w", f"w{panels.SEP}64T"}
 
@@ -62,7 +62,7 @@ def test_a_weight_read_elsewhere_is_passed_in_both_forms():
 @pytest.mark.parametrize("n,width", [(130, 64), (97 * 2, 64), (50, 16)])
 def test_ragged_last_panel_is_padded_and_cropped(n, width):
     seed = fresh_seed()
-    ex = check_graph(_linear_graph(5, 48, n, seed), seed, knobs={"panels": width}, what=f"ragged N={n}")
+    ex = check_graph(_linear_graph(5, 48, n, seed), seed, knobs={"panels": width, "stream": "xla"}, what=f"ragged N={n}")
     assert ex.stats["panel_dots"] == 1 and ex.weights[0].shape == (-(-n // width), 48, width)
 
 
@@ -109,7 +109,7 @@ def test_primitive_products_read_panels_too(x_shape, transposed):
         y = x @ w
     g = b.build([y])
     assert "MatMul" not in g.op_counts()
-    ex = check_graph(g, seed, knobs={"panels": 64}, what=f"primitive x{x_shape} transposed={transposed}")
+    ex = check_graph(g, seed, knobs={"panels": 64, "stream": "xla"}, what=f"primitive x{x_shape} transposed={transposed}")
     assert ex.stats["panel_dots"] == 1 and ex.stats["peephole_dots"] == 0
     assert ex.program.weight_names == (f"w{panels.SEP}64{'T' if transposed else ''}",)
 
@@ -118,7 +118,7 @@ def test_batched_primitive_products_keep_the_plain_dot():
     seed = fresh_seed()
     b = GraphBuilder()
     a, c = b.input("a", (2, 4, 96), "float32"), b.input("c", (2, 96, 128), "float32")
-    ex = check_graph(b.build([a @ c]), seed, knobs={"panels": 64}, what="batched")
+    ex = check_graph(b.build([a @ c]), seed, knobs={"panels": 64, "stream": "xla"}, what="batched")
     assert ex.stats["panel_dots"] == 0 and ex.stats["peephole_dots"] == 1
 
 

@@ -41,7 +41,8 @@ from ...ir.graph import Graph
 from ...runtime.jax_runner import JaxRunner, jax_device
 from ...runtime.checked import checked_tensors, torch_signature
 from ..base import Executable, device_kind, guarded_lower
-from ..fold import fold_weights
+from ...runtime import llvm_kernels
+from ..fold import compute_folded, plan as fold_plan, widened
 from .function import Program, program_dtype, x64_scope
 
 
@@ -59,6 +60,9 @@ KNOBS = {
     # products of at most panels.MAX_ROWS rows against a weight read it as panels of this many columns (0: off);
     # the best width depends on the CPU (panels.py), so the search measures it
     "panels": [16, 64, 0],
+    # products against a weight (on the CPU): XLA's dot, or a generated product that reads the weight's panels in
+    # its stored dtype, widening bfloat16 / float16 in registers (runtime.llvm_kernels; offered where llvmlite is)
+    "stream": ["llvm", "xla"],
 }
 
 
@@ -76,6 +80,8 @@ def knobs(graph: Graph) -> dict[str, list]:
     out = {k: list(v) for k, v in KNOBS.items()}
     if _weights_too_large(graph.weights.values()):
         out["weights"] = ["arguments"]
+    if not llvm_kernels.available():
+        out["stream"] = ["xla"]
     return out
 
 
@@ -94,8 +100,23 @@ class JaxExecutable(Executable):
     def __post_init__(self):
         device_kind(self.device)  # an unknown device string is refused first
         self._dev = jax_device(self.device, BackendError)
-        main, self.folded = fold_weights(self.graph)
-        self.program = Program(main, self.knobs)
+        knobs = dict(self.knobs)
+        if knobs.get("stream") == "llvm" and (device_kind(self.device) != "cpu" or not llvm_kernels.available()):
+            knobs["stream"] = "xla"  # the generated products are CPU code
+        # weight-only values are folded once; a float32 copy that only widens a stored weight is made only if the
+        # program reads it (the generated product reads the stored weight itself)
+        fold = fold_plan(self.graph)
+        wide = widened(fold) if knobs.get("stream") == "llvm" else {}
+        self.folded = compute_folded(fold, [n for n in fold.folded_names if n not in wide])
+        main = fold.main.with_weights(self.folded) if self.folded else fold.main
+
+        def more(names, fold=fold, into=self.folded, stored=self.graph.weights):
+            """Folded values read after all, and stored weights only a folded value read (a widened one)."""
+            got = compute_folded(fold, [n for n in names if n not in stored])
+            into.update(got)
+            return {**{n: stored[n] for n in names if n in stored}, **got}
+
+        self.program = Program(main, knobs, widened=wide, fold=more)
         self._x64 = self.program.x64
         with x64_scope(self._x64):
             host = self.program.host_weights()

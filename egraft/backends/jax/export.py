@@ -40,7 +40,10 @@ def _serialise(ex, platforms: list[str]) -> bytes:
         host = prog.host_weights()
         wspecs = tuple(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in host)
         specs = [jax.ShapeDtypeStruct(s, d) for s, d in ex._in_types]
-        exported = jax.export.export(jax.jit(prog.fn), platforms=platforms)(wspecs, *specs)
+        # egraft's generated CPU products are custom calls jax.export does not know: the loader registers them
+        # from the manifest's ``cpu_kernels`` before it compiles the program (runtime.llvm_kernels)
+        checks = [jax.export.DisabledSafetyCheck.custom_call(k.name) for k in prog.kernels]
+        exported = jax.export.export(jax.jit(prog.fn), platforms=platforms, disabled_checks=checks)(wspecs, *specs)
         return exported.serialize()
 
 
@@ -79,6 +82,8 @@ def write(ex, directory: str, *, platforms: Sequence[str] | None = None):
         "calling_convention": "fn(weights, *inputs) -> tuple of outputs (weights in the manifest's order)",
         "input_program_dtypes": [dtypes.from_numpy(d) for _, d in ex._in_types],
     }
+    if prog.kernels:
+        kernel["cpu_kernels"] = [k.to_json() for k in prog.kernels]
     fields = {
         "target": {"device": ex.device, "backend": "jax", "platforms": plats},
         "backend_versions": {"jax": library_version("jax") or jax.__version__,

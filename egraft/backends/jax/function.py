@@ -30,6 +30,7 @@ from . import panels, peephole, windows
 from .rules import RULES, STAT_ZERO, LowerCtx, realise_view
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+STREAM_WIDTH = 64  # panel width of the generated CPU product under ``panels=0`` (llvm_kernels: fastest measured)
 
 
 def fits_int32(a: np.ndarray) -> bool:
@@ -59,12 +60,17 @@ def x64_scope(x64: bool):
 class Program:
     """The traced form of one per-call graph under fixed knobs."""
 
-    def __init__(self, graph: Graph, knobs: dict, x64: bool | None = None):
+    def __init__(self, graph: Graph, knobs: dict, x64: bool | None = None, widened: dict | None = None,
+                 fold=None):
+        """`widened` and `fold` (``backends.fold``): the folded values that only widen a stored weight, and a
+        function giving values by name that `graph` leaves unbound until the program reads one (folded values,
+        and the stored weights those widen)."""
         self.graph = graph
         self.knobs = dict(knobs)
         self.x64 = needs_x64(graph) if x64 is None else x64
         self.ctx = LowerCtx(self.knobs, self.x64)
-        self.lowered, self.plans, self.panel_weights = plan(graph, self.knobs)
+        self._fold = fold
+        self.lowered, self.plans, self.panel_weights = plan(graph, self.knobs, widened)
         # the weights the program takes: those a computed node reads, then the panel forms (panels.py)
         need = _needed(self.lowered, self.plans)
         read = {n.attrs["name"] for i, n in enumerate(self.lowered.nodes)
@@ -77,15 +83,25 @@ class Program:
         env = dict(zip(self.weight_names, weights))
         return tuple(emit(self.lowered, list(inputs), env, self.ctx, self.plans))
 
+    @property
+    def kernels(self) -> list:
+        """The generated CPU products (``runtime.llvm_kernels.KernelSpec``) the program calls, once each."""
+        return list(dict.fromkeys(p.kernel for p in self.plans.values()
+                                  if isinstance(p, panels.PanelPlan) and p.kernel is not None))
+
     def host_weights(self) -> list[np.ndarray]:
         """Bound weight values converted to the dtypes the program holds them in (panel forms made here)."""
         out = []
         for name in self.weight_names:
             pw = self.panel_weights.get(name)
             source = pw.source if pw else name
-            if source not in self.graph.weights:
-                raise BackendError(f"weight {source!r} has no bound value; bind it with graph.with_weights(...)")
-            value = np.asarray(self.graph.weights[source])
+            if source in self.graph.weights:
+                value = self.graph.weights[source]
+            else:  # a folded value read after all, or a stored weight only a widened folded value read
+                value = (self._fold([source]) if self._fold is not None else {}).get(source)
+                if value is None:
+                    raise BackendError(f"weight {source!r} has no bound value; bind it with graph.with_weights(...)")
+            value = np.asarray(value)
             if pw:
                 value = panels.panel_form(value, pw)
             out.append(to_program_dtype(value, self.x64, f"weight {name!r}"))
@@ -106,13 +122,14 @@ def _needed(graph: Graph, plans: dict) -> list[bool]:
     return graph.needed(lambda i: plans[i].deps() if i in plans else graph.nodes[i].inputs)
 
 
-def plan(graph: Graph, knobs: dict) -> tuple[Graph, dict, dict]:
+def plan(graph: Graph, knobs: dict, widened: dict | None = None) -> tuple[Graph, dict, dict]:
     """The graph the program lowers (idioms decomposed under ``idioms="primitive"``), its node plans, and the
     panel weights those plans read (name -> :class:`.panels.PanelWeight`).
 
     Plans replace a node (and the intermediates only it used) by one library
     op: the peepholes (knob ``peephole``) and products read through a
-    weight's panels (knob ``panels``, :mod:`.panels`).  Under ``peephole`` a
+    weight's panels (knob ``panels``, :mod:`.panels`; under ``stream="llvm"`` through the generated CPU
+    product, reading the stored weight that a `widened` folded value copies).  Under ``peephole`` a
     product over a repeated operand (grouped-query attention's keys and
     values) is first split so the repeat stays a broadcast the dot reads as
     it is (:mod:`egraft.ir.grouped`), not a copy.
@@ -122,7 +139,9 @@ def plan(graph: Graph, knobs: dict) -> tuple[Graph, dict, dict]:
     if knobs.get("peephole", True):
         graph = split_grouped_products(graph)
     plans = peephole.find(graph, knobs.get("windows", True)) if knobs.get("peephole", True) else {}
-    panel_plans, panel_weights = panels.find(graph, int(knobs.get("panels", 0) or 0), plans)
+    stream = knobs.get("stream", "xla") == "llvm"
+    width = int(knobs.get("panels", 0) or 0) or (STREAM_WIDTH if stream else 0)
+    panel_plans, panel_weights = panels.find(graph, width, plans, stream, widened)
     plans.update(panel_plans)
     return graph, plans, panel_weights
 

@@ -40,6 +40,16 @@ in panel form.  The panel form of one weight array is made once per process
 and shared (read-only, 64-byte aligned, so XLA's CPU client aliases it
 rather than copying): a generation's step programs, one per chunk size and
 context bucket, bind the same weights and so the same panels.
+
+Under the knob ``stream="llvm"`` (the JAX backend's, on the CPU) the panels
+are read by a generated CPU product instead (``runtime.llvm_kernels``), for
+any number of rows, and in the weight's stored dtype: a bfloat16 or float16
+model's product is traced as float32 over ``Cast(W)`` (a folded float32 copy
+of the weight, ``backends.fold.widened``), and the kernel reads ``W``'s own
+panels and widens them in registers, so the float32 copy is never made and
+a step reads half the bytes.  XLA's own dot of bfloat16 weights is a slow
+path on the CPU (18x the float32 dot, measured), so this is the only form
+that gains from the narrower weights; the search times both.
 """
 
 from __future__ import annotations
@@ -50,7 +60,10 @@ import numpy as np
 
 from ...ir import Op
 from ...ir.graph import Graph
+from ...runtime import llvm_kernels
 from ...runtime.derived import derived
+from ...runtime.llvm_kernels import WIDEN, KernelSpec
+from ..fold import Widened
 from .peephole import DotPlan, place_output
 
 MAX_ROWS = 16  # past this the plain dot catches up (64 rows: the plain dot 12 % faster in a model's chunk step;
@@ -66,6 +79,7 @@ class PanelPlan:
     name: str  # the panel weight's name
     n: int  # N, the product's columns
     dot: DotPlan | None = None  # the primitive product this replaces (None: a MatMul idiom node)
+    kernel: KernelSpec | None = None  # the generated CPU product that reads the panels (None: XLA's batched dot)
 
     def deps(self) -> tuple[int, ...]:
         return (self.lhs,)
@@ -73,7 +87,7 @@ class PanelPlan:
 
 @dataclass(frozen=True)
 class PanelWeight:
-    source: str  # the weight it is made from
+    source: str  # the weight it is made from (under ``stream``, the stored weight a folded float32 copy widens)
     width: int
     transposed: bool  # the source is [N, K] (read through its transposed view)
 
@@ -93,8 +107,8 @@ def _weight_operand(graph: Graph, nid: int) -> tuple[str, bool] | None:
     return None
 
 
-def _dot_weight(graph: Graph, p: DotPlan) -> tuple[str, bool, int, int] | None:
-    """(weight name, transposed, M, N) when a primitive product is rows @ a 2-D weight with no batch axis."""
+def _dot_weight(graph: Graph, p: DotPlan) -> tuple[str, bool, int, int, int] | None:
+    """(weight name, transposed, M, N, K) when a primitive product is rows @ a 2-D weight with no batch axis."""
     src = graph.nodes[p.rhs.src]
     r = p.axis
     if src.op != Op.Input or src.attrs["role"] != "weight" or len(src.shape) != 2 or len(p.rhs.axes) != 2:
@@ -122,34 +136,51 @@ def _dot_weight(graph: Graph, p: DotPlan) -> tuple[str, bool, int, int] | None:
     for d in p.lhs.axes:
         if d != r:
             m *= p.mul_shape[d]
-    return src.attrs["name"], transposed, m, n
+    return src.attrs["name"], transposed, m, n, k
 
 
-def find(graph: Graph, width: int, dots: dict | None = None) -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
+def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = False,
+         widened: dict[str, Widened] | None = None) -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
     """The products that read a weight in panels of `width` columns (MatMul nodes, and the primitive products
-    among the peephole's `dots`: node id -> DotPlan), and the panel weights they need."""
+    among the peephole's `dots`: node id -> DotPlan), and the panel weights they need.
+
+    Under `stream` every such product of a float32, bfloat16 or float16 weight (any number of rows) is the
+    generated CPU product of ``runtime.llvm_kernels``, and a product of a folded value that only widens a
+    stored weight (`widened`: ``backends.fold.widened``) reads that weight's own panels, in its stored dtype.
+    """
     plans: dict[int, PanelPlan] = {}
     weights: dict[str, PanelWeight] = {}
     if width <= 0:
         return plans, weights
+    stored = {n.attrs["name"]: n.dtype for n in graph.nodes if n.op == Op.Input and n.attrs["role"] == "weight"}
 
-    def add(i, lhs, w, m, cols, dot=None):
-        if m > MAX_ROWS or cols < 2 * width:
+    def add(i, lhs, w, m, cols, k, dot=None):
+        name, transposed = w
+        kernel = None
+        if stream:
+            wide = (widened or {}).get(name)
+            dtype = stored[name]
+            if wide is not None:
+                name, transposed, dtype = wide.source, transposed != wide.transposed, wide.dtype
+            if dtype not in WIDEN or cols < 2 * width:
+                return
+            kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
+        elif m > MAX_ROWS or cols < 2 * width:
             return
-        name = f"{w[0]}{SEP}{width}{'T' if w[1] else ''}"
-        weights[name] = PanelWeight(w[0], width, w[1])
-        plans[i] = PanelPlan(lhs, name, cols, dot)
+        pname = f"{name}{SEP}{width}{'T' if transposed else ''}"
+        weights[pname] = PanelWeight(name, width, transposed)
+        plans[i] = PanelPlan(lhs, pname, cols, dot, kernel)
 
     for i, n in enumerate(graph.nodes):
         if n.op == Op.MatMul and len(n.shape) == 2 and n.dtype == "float32":
             w = _weight_operand(graph, n.inputs[1])
             if w is not None:
-                add(i, n.inputs[0], w, n.shape[0], n.shape[1])
+                add(i, n.inputs[0], w, n.shape[0], n.shape[1], graph.nodes[n.inputs[0]].shape[1])
     for i, p in (dots or {}).items():
         if isinstance(p, DotPlan) and graph.nodes[i].dtype == "float32":
             found = _dot_weight(graph, p)
             if found is not None:
-                add(i, p.lhs.src, found[:2], found[2], found[3], p)
+                add(i, p.lhs.src, found[:2], found[2], found[3], found[4], p)
     return plans, weights
 
 
@@ -180,10 +211,14 @@ def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn):
         free_shape = a.shape[:-1]
         a = a.reshape(-1, k)
     m = a.shape[0]
-    ctx.stats["panel_dots"] += 1
-    y = lax.dot_general(jnp.broadcast_to(a[None], (j, m, k)), panels, (((2,), (1,)), ((0,), (0,))),
-                        precision=ctx.precision)  # [J, M, w]
-    y = y.transpose(1, 0, 2).reshape(m, j * w)
+    if plan.kernel is not None:  # the generated CPU product (runtime.llvm_kernels): [M, J * w] float32
+        ctx.stats["kernel_dots"] += 1
+        y = llvm_kernels.call(plan.kernel, a.astype(jnp.float32), panels)
+    else:
+        ctx.stats["panel_dots"] += 1
+        y = lax.dot_general(jnp.broadcast_to(a[None], (j, m, k)), panels, (((2,), (1,)), ((0,), (0,))),
+                            precision=ctx.precision)  # [J, M, w]
+        y = y.transpose(1, 0, 2).reshape(m, j * w)
     if j * w != plan.n:
         y = y[:, :plan.n]  # the padded columns of the last panel
     if p is None:

@@ -1,0 +1,144 @@
+"""Generated CPU products against a stored weight (egraft/runtime/llvm_kernels.py), checked against float64 numpy
+on fresh random values: the kernel alone, inside XLA through its FFI, in a JAX program (knob ``stream``), and in a
+saved program loaded by a fresh process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from egraft.errors import ArtifactError, BackendError
+from egraft.runtime import llvm_kernels as lk
+from egraft.runtime.derived import RECIPES
+from egraft.testing import fresh_seed
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "backends"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "generation"))
+from compiled_helpers import run_python  # noqa: E402
+from jax_helpers import check_graph  # noqa: E402
+
+NUMPY = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
+
+
+def _case(dtype, rows, k, n, width, seed):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)).astype(NUMPY[dtype])  # nn.Linear's [N, K]
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    panels = RECIPES["panels"]({"width": width, "transposed": True}, w)
+    spec = lk.KernelSpec(dtype, rows, k, panels.shape[0], width)
+    return x, w, panels, spec
+
+
+def _check(got, x, w, what):
+    """float32 sums of K products against float64: within K float32 roundings of the sum of magnitudes."""
+    xa, wa = x.astype(np.float64), w.astype(np.float64)
+    want = xa @ wa.T
+    bound = x.shape[1] * 2.0 ** -23 * (np.abs(xa) @ np.abs(wa).T) + 1e-30
+    bad = np.abs(got.astype(np.float64) - want) > bound
+    assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.size} values off, e.g. {got[bad][:3]} vs {want[bad][:3]}"
+
+
+@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+@pytest.mark.parametrize("rows,k,n,width", [(1, 37, 64, 16), (3, 64, 96, 32), (4, 128, 256, 64),
+                                            (5, 200, 384, 128), (9, 96, 130, 64)])
+def test_the_product_equals_float64_numpy(dtype, rows, k, n, width):
+    seed = fresh_seed()
+    x, w, panels, spec = _case(dtype, rows, k, n, width, seed)
+    out = np.full((rows, spec.panels * width), np.nan, np.float32)  # every column written, padded ones as zeros
+    lk.compiled(spec)(x.ctypes.data, panels.ctypes.data, out.ctypes.data)
+    _check(out[:, :n], x, w, f"{spec} seed={seed}")
+    assert np.all(out[:, n:] == 0)
+
+
+@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+def test_xla_calls_the_product_through_its_ffi(dtype):
+    import jax
+
+    seed = fresh_seed()
+    x, w, panels, spec = _case(dtype, 6, 80, 192, 32, seed)
+    f = jax.jit(lambda a, p: lk.call(spec, a, p) * 2.0)  # the custom call inside a program with other ops
+    got = np.asarray(f(x, panels)) / 2.0
+    _check(got, x, w, f"{spec} through XLA seed={seed}")
+    assert lk.ensure(spec) == spec.name  # registered once; asking again is harmless
+
+
+def test_bad_specs_are_refused_with_what_to_do():
+    with pytest.raises(BackendError, match="dtype 'int8'.*float32, bfloat16, float16"):
+        lk.KernelSpec("int8", 1, 8, 2, 16)
+    with pytest.raises(BackendError, match="width in"):
+        lk.KernelSpec("float32", 1, 8, 2, 24)
+    spec = lk.KernelSpec("bfloat16", 2, 8, 3, 16)
+    assert lk.KernelSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+def _linear_graph(dtype: str, rows: int, k: int, n: int, seed: int, bias: bool = True):
+    """The traced graph of a one-layer model in `dtype` (the product in float32 over widened weights)."""
+    import torch
+
+    from egraft.frontend.tracer import trace
+
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(k, n, bias=bias), torch.nn.SiLU(), torch.nn.Linear(n, k, bias=False))
+    m = m.to(getattr(torch, dtype))
+    return trace(m, (torch.randn(rows, k, dtype=getattr(torch, dtype)),))
+
+
+@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+@pytest.mark.parametrize("rows", [1, 4, 20])
+def test_a_program_under_stream_reads_the_stored_weights_and_equals_the_reference(dtype, rows):
+    seed = fresh_seed()
+    g = _linear_graph(dtype, rows, 48, 160, seed)
+    ex = check_graph(g, seed, knobs={"stream": "llvm", "panels": 16}, what=f"stream {dtype} rows={rows}")
+    assert ex.stats["kernel_dots"] == 2 and ex.stats["panel_dots"] == 0
+    assert not ex.folded, "a float32 copy of a widened weight was made"
+    assert all(a.dtype == NUMPY[dtype] for a in ex._host), [a.dtype for a in ex._host]
+    assert {s.dtype for s in ex.program.kernels} == {dtype}
+    xla = check_graph(g, seed, knobs={"stream": "xla", "panels": 16}, what=f"xla {dtype} rows={rows}")
+    assert xla.stats["kernel_dots"] == 0
+
+
+def test_without_llvmlite_the_knob_offers_only_xla(monkeypatch):
+    from egraft.backends.jax import knobs
+
+    g = _linear_graph("float32", 2, 16, 64, fresh_seed())
+    assert knobs(g)["stream"][0] == "llvm"
+    monkeypatch.setenv("EGRAFT_LLVM_KERNELS", "0")
+    assert knobs(g)["stream"] == ["xla"]
+
+
+def test_a_saved_program_registers_its_kernels_when_loaded(tmp_path):
+    """The artifact lists the products it calls; a fresh process loads it and computes the same outputs. A
+    manifest naming a kernel egraft does not make is refused with what to do."""
+    import torch
+
+    import egraft
+    from egraft.backends import lower
+    from egraft.runtime.manifest import MANIFEST_FILE, write_manifest
+
+    seed = fresh_seed()
+    g = _linear_graph("bfloat16", 3, 32, 128, seed)
+    ex = lower(g, "jax", "cpu", {"stream": "llvm", "panels": 16})
+    d = str(ex.export(str(tmp_path / "art")))
+    manifest = json.load(open(os.path.join(d, MANIFEST_FILE)))
+    listed = manifest["kernels"][0]["cpu_kernels"]
+    assert [lk.KernelSpec.from_json(s) for s in listed] == ex.program.kernels
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    want = ex(x)[0].float().numpy()
+    np.save(tmp_path / "x.npy", x.float().numpy())
+    code = (f"import numpy as np, torch, egraft; art = egraft.load({d!r}); "
+            f"x = torch.from_numpy(np.load({str(tmp_path / 'x.npy')!r})).to(torch.bfloat16); "
+            f"np.save({str(tmp_path / 'y.npy')!r}, art(x)[0].float().numpy()); print('{{}}')")
+    run_python(code)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
+
+    manifest["kernels"][0]["cpu_kernels"][0]["dtype"] = "int3"
+    for k in ("format", "format_version", "egraft_version", "files"):
+        manifest.pop(k)
+    write_manifest(d, manifest)
+    with pytest.raises(ArtifactError, match="cpu_kernels entry.*not a kernel this egraft makes.*egraft compile"):
+        egraft.load(d)
