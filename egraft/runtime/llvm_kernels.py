@@ -28,6 +28,15 @@ dot of the same weights in float32 took 1.67 ms; at four rows 0.85 against
 2.38 ms.  Whether a program uses it is a search knob (``stream`` of the JAX
 backend), timed on the machine, never assumed.
 
+On more than one core the product is shared with XLA's own CPU thread
+pool (the FFI's ``ThreadPool_Schedule``): helper tasks and the calling
+thread claim panels one at a time from a job on the heap; the caller waits
+only for panels already claimed, so a helper that starts late (its pool
+busy with other ops of the program) finds nothing left and no schedule can
+deadlock.  Each panel is computed by one thread in one order, so the values
+do not depend on the thread count.  Pinned to one core (XLA sizes its pool
+from the CPU affinity) the caller computes every panel itself.
+
 A program that calls one of these kernels names it in its custom call
 (:attr:`KernelSpec.name`); a saved program lists its specs in its manifest
 and :func:`ensure` compiles and registers them before XLA compiles or reads
@@ -45,6 +54,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import BackendError
 
+MAX_THREADS = 8  # threads of XLA's pool one product is shared among (at most one per panel)
 ROW_GROUP = 4  # rows a panel pass accumulates at once (4 rows x 64 columns: 16 AVX-512 registers)
 
 # stored dtype -> (the LLVM element type loaded, the widening of a loaded vector %v to <w x float> named %f)
@@ -140,7 +150,8 @@ exit:
 
 
 def _product(spec: KernelSpec) -> str:
-    """``@product(x, panels, out)``: every panel in turn, its row groups against it while it is in cache."""
+    """``@panel(x, panels, out, p)``: panel `p`'s row groups against it while it is in cache; ``@product``: every
+    panel in turn; ``@work(job)``: panels claimed one at a time from a shared job (:data:`_SHARED`)."""
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
     full, rest = divmod(spec.rows, ROW_GROUP)
     n = spec.panels * w
@@ -148,7 +159,7 @@ def _product(spec: KernelSpec) -> str:
     if full:  # a loop over the full row groups
         groups += f"""  br label %group
 group:
-  %g = phi i64 [0, %panel], [%g1, %group]
+  %g = phi i64 [0, %entry], [%g1, %group]
   %gxo = mul i64 %g, {ROW_GROUP * k}
   %gx = getelementptr float, ptr %x, i64 %gxo
   %goo = mul i64 %g, {ROW_GROUP * n}
@@ -167,23 +178,82 @@ groups_done:
     return f"""declare <{w} x float> @llvm.fma.v{w}f32(<{w} x float>, <{w} x float>, <{w} x float>)
 {blocks}
 
-define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out) {{
+define internal void @panel(ptr noalias %x, ptr noalias %panels, ptr noalias %out, i64 %p) {{
 entry:
-  br label %panel
-panel:
-  %p = phi i64 [0, %entry], [%p1, %next]
   %po = mul i64 %p, {k * w}
   %pp = getelementptr {elem}, ptr %panels, i64 %po
   %oo = mul i64 %p, {w}
   %oc = getelementptr float, ptr %out, i64 %oo
-{groups}  br label %next
-next:
+{groups}  ret void
+}}
+
+define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out) {{
+entry:
+  br label %loop
+loop:
+  %p = phi i64 [0, %entry], [%p1, %loop]
+  call void @panel(ptr %x, ptr %panels, ptr %out, i64 %p)
   %p1 = add i64 %p, 1
   %pd = icmp eq i64 %p1, {spec.panels}
-  br i1 %pd, label %done, label %panel
+  br i1 %pd, label %done, label %loop
 done:
   ret void
 }}
+""" + _SHARED.replace("{panels}", str(spec.panels))
+
+
+# Sharing a product with XLA's CPU thread pool (the FFI's ThreadPool_Schedule).  A job on the heap holds
+# {x, panels, out, next panel, panels done, references}.  The handler schedules helper tasks on XLA's pool and
+# then claims panels itself; a helper claims panels until none is left.  The caller waits only for panels that
+# were claimed (they are being computed by a running thread), never for a helper to start: a helper that starts
+# late (its pool busy with other work, or one thread) finds nothing left, so no schedule can deadlock.  The last
+# holder of the job (caller or helper) frees it.  Panel writes are released by the count of panels done.
+_SHARED = """
+declare ptr @malloc(i64)
+declare void @free(ptr)
+
+define internal void @work(ptr %job) {
+entry:
+  %xp = getelementptr i8, ptr %job, i64 0
+  %x = load ptr, ptr %xp
+  %wp = getelementptr i8, ptr %job, i64 8
+  %w = load ptr, ptr %wp
+  %op = getelementptr i8, ptr %job, i64 16
+  %o = load ptr, ptr %op
+  %nextp = getelementptr i8, ptr %job, i64 24
+  %donep = getelementptr i8, ptr %job, i64 32
+  br label %claim
+claim:
+  %p = atomicrmw add ptr %nextp, i64 1 seq_cst
+  %left = icmp ult i64 %p, {panels}
+  br i1 %left, label %run, label %out
+run:
+  call void @panel(ptr %x, ptr %w, ptr %o, i64 %p)
+  %d = atomicrmw add ptr %donep, i64 1 seq_cst
+  br label %claim
+out:
+  ret void
+}
+
+define internal void @release(ptr %job) {
+entry:
+  %refsp = getelementptr i8, ptr %job, i64 40
+  %r = atomicrmw sub ptr %refsp, i64 1 seq_cst
+  %last = icmp eq i64 %r, 1
+  br i1 %last, label %free, label %keep
+free:
+  call void @free(ptr %job)
+  ret void
+keep:
+  ret void
+}
+
+define void @helper(ptr %job) {
+entry:
+  call void @work(ptr %job)
+  call void @release(ptr %job)
+  ret void
+}
 """
 
 
@@ -239,6 +309,7 @@ stage:
 skip:
   ret ptr null
 run:
+  %frame_api = getelementptr i8, ptr %frame, i64 16
   %argsp = getelementptr i8, ptr %frame, i64 72
   %args = load ptr, ptr %argsp
   %b0 = load ptr, ptr %args
@@ -253,8 +324,109 @@ run:
   %w = load ptr, ptr %wp
   %op = getelementptr i8, ptr %r0, i64 24
   %o = load ptr, ptr %op
+  %api = load ptr, ptr %frame_api
+  %ctxp = getelementptr i8, ptr %frame, i64 24
+  %ctx = load ptr, ptr %ctxp
+  %apisize = load i64, ptr %api
+  %hasPool = icmp uge i64 %apisize, 152
+  br i1 %hasPool, label %count, label %direct
+count:
+  %nt = alloca i64
+  store i64 1, ptr %nt
+  %nta = alloca [4 x i64]
+  store i64 32, ptr %nta
+  %nta1 = getelementptr i8, ptr %nta, i64 8
+  store ptr null, ptr %nta1
+  %nta2 = getelementptr i8, ptr %nta, i64 16
+  store ptr %ctx, ptr %nta2
+  %nta3 = getelementptr i8, ptr %nta, i64 24
+  store ptr %nt, ptr %nta3
+  %ntfp = getelementptr i8, ptr %api, i64 144
+  %ntf = load ptr, ptr %ntfp
+  %nterr = call ptr %ntf(ptr %nta)
+  %ntok = icmp eq ptr %nterr, null
+  br i1 %ntok, label %threads, label %count_failed
+count_failed:
+  call void @destroy(ptr %api, ptr %nterr)
+  br label %direct
+threads:
+  %n0 = load i64, ptr %nt
+  %n1 = call i64 @llvm.umin.i64(i64 %n0, i64 {max_threads})
+  %n = call i64 @llvm.umin.i64(i64 %n1, i64 {panels})
+  %par = icmp ugt i64 %n, 1
+  br i1 %par, label %shared, label %direct
+direct:
   call void @product(ptr %x, ptr %w, ptr %o)
   ret ptr null
+shared:
+  %job = call ptr @malloc(i64 48)
+  %nojob = icmp eq ptr %job, null
+  br i1 %nojob, label %direct, label %fill
+fill:
+  store ptr %x, ptr %job
+  %j1 = getelementptr i8, ptr %job, i64 8
+  store ptr %w, ptr %j1
+  %j2 = getelementptr i8, ptr %job, i64 16
+  store ptr %o, ptr %j2
+  %j3 = getelementptr i8, ptr %job, i64 24
+  store i64 0, ptr %j3
+  %j4 = getelementptr i8, ptr %job, i64 32
+  store i64 0, ptr %j4
+  %j5 = getelementptr i8, ptr %job, i64 40
+  store i64 %n, ptr %j5
+  %sa = alloca [5 x i64]
+  %sfp = getelementptr i8, ptr %api, i64 136
+  %sf = load ptr, ptr %sfp
+  br label %schedule
+schedule:
+  %i = phi i64 [1, %fill], [%i1, %scheduled]
+  store i64 40, ptr %sa
+  %sa1 = getelementptr i8, ptr %sa, i64 8
+  store ptr null, ptr %sa1
+  %sa2 = getelementptr i8, ptr %sa, i64 16
+  store ptr %ctx, ptr %sa2
+  %sa3 = getelementptr i8, ptr %sa, i64 24
+  store ptr @helper, ptr %sa3
+  %sa4 = getelementptr i8, ptr %sa, i64 32
+  store ptr %job, ptr %sa4
+  %serr = call ptr %sf(ptr %sa)
+  %sok = icmp eq ptr %serr, null
+  br i1 %sok, label %scheduled, label %not_scheduled
+not_scheduled:
+  call void @destroy(ptr %api, ptr %serr)
+  call void @release(ptr %job)
+  br label %scheduled
+scheduled:
+  %i1 = add i64 %i, 1
+  %more = icmp ult i64 %i1, %n
+  br i1 %more, label %schedule, label %mine
+mine:
+  call void @work(ptr %job)
+  br label %wait
+wait:
+  %dn = load atomic i64, ptr %j4 seq_cst, align 8
+  %all = icmp uge i64 %dn, {panels}
+  br i1 %all, label %finish, label %wait
+finish:
+  call void @release(ptr %job)
+  ret ptr null
+}
+
+declare i64 @llvm.umin.i64(i64, i64)
+
+; XLA_FFI_Error_Destroy (XLA_FFI_Api offset 64) of an error the pool returned
+define internal void @destroy(ptr %api, ptr %err) {
+entry:
+  %args = alloca [3 x i64]
+  store i64 24, ptr %args
+  %a1 = getelementptr i8, ptr %args, i64 8
+  store ptr null, ptr %a1
+  %a2 = getelementptr i8, ptr %args, i64 16
+  store ptr %err, ptr %a2
+  %fp = getelementptr i8, ptr %api, i64 64
+  %f = load ptr, ptr %fp
+  call void %f(ptr %args)
+  ret void
 }
 """
 
@@ -262,7 +434,8 @@ run:
 def module_ir(spec: KernelSpec) -> str:
     """The whole LLVM module for `spec`: the product and its XLA FFI handler."""
     major, minor = _ffi_version()
-    return _product(spec) + _HANDLER.replace("{major}", str(major)).replace("{minor}", str(minor))
+    handler = _HANDLER.replace("{major}", str(major)).replace("{minor}", str(minor))
+    return _product(spec) + handler.replace("{panels}", str(spec.panels)).replace("{max_threads}", str(MAX_THREADS))
 
 
 # ---------------------------------------------------------------------------------------------------------------

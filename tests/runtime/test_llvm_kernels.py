@@ -67,6 +67,42 @@ def test_xla_calls_the_product_through_its_ffi(dtype):
     assert lk.ensure(spec) == spec.name  # registered once; asking again is harmless
 
 
+def test_products_side_by_side_share_xla_pool_without_waiting_on_each_other():
+    """Independent products in one program (XLA may run them at once) each share their panels with XLA's thread
+    pool; none waits for a helper that has not started, so repeated calls finish and stay exact."""
+    import jax
+
+    seed = fresh_seed()
+    cases = [_case("bfloat16", 2, 64, 512, 16, seed + i) for i in range(6)]
+    f = jax.jit(lambda *ops: [lk.call(spec, x, p) for (x, _, _, spec), p in zip(cases, ops)])
+    panels = [c[2] for c in cases]
+    for _ in range(20):
+        outs = f(*panels)
+    for (x, w, _, spec), got in zip(cases, outs):
+        _check(np.asarray(got), x, w, f"{spec} side by side seed={seed}")
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_one_core_or_two_the_same_values(cores, tmp_path):
+    """Pinned to one core XLA's pool has one thread and the product runs on the caller alone; on two it is
+    shared: the values are the same either way (each panel's sums are computed by one thread, in one order)."""
+    seed = fresh_seed()
+    x, w, panels, spec = _case("bfloat16", 3, 96, 1024, 16, seed)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "p.npy", panels.view(np.uint16))
+    code = ("import os, json, numpy as np, ml_dtypes; os.sched_setaffinity(0, list(sorted(os.sched_getaffinity(0)))"
+            f"[:{cores}]); import jax; from egraft.runtime import llvm_kernels as lk; "
+            f"s = lk.KernelSpec.from_json({spec.to_json()!r}); x = np.load({str(tmp_path / 'x.npy')!r}); "
+            f"p = np.load({str(tmp_path / 'p.npy')!r}).view(ml_dtypes.bfloat16); "
+            f"np.save({str(tmp_path / 'y.npy')!r}, np.asarray(jax.jit(lambda a, b: lk.call(s, a, b))(x, p))); "
+            "print(json.dumps({}))")
+    run_python(code)
+    got = np.load(tmp_path / "y.npy")
+    one = np.empty_like(got)
+    lk.compiled(spec)(x.ctypes.data, panels.ctypes.data, one.ctypes.data)
+    np.testing.assert_array_equal(got, one)
+
+
 def test_bad_specs_are_refused_with_what_to_do():
     with pytest.raises(BackendError, match="dtype 'int8'.*float32, bfloat16, float16"):
         lk.KernelSpec("int8", 1, 8, 2, 16)

@@ -1,0 +1,232 @@
+"""egraft against llama.cpp and HF eager on the same random weights, in one process, one pinned core and two.
+
+What a CPU user would run instead of egraft is llama.cpp.  This benchmark
+puts the three side by side at deployed sizes (the models of
+``bench/real_size.py``: random weights at the shapes of a 135 M Llama and a
+494 M Qwen2, output layer scaled so greedy choices are clear):
+
+1. ``compile`` and ``load`` (the project's environment): ``real_size.py``'s
+   two children, one pinned core: compile time, peak RSS, artifact size and
+   tokens; then load time and RSS (and a restarted load), and decode against
+   HF eager;
+2. ``gguf`` (llama.cpp's environment): the same model written with
+   ``save_pretrained`` (a tiny SentencePiece tokenizer beside it, which the
+   converter needs and the timing does not read) and converted by
+   llama.cpp's own ``convert_hf_to_gguf.py`` at the model's precision:
+   F32 for a float32 model, F16 and BF16 for a bfloat16 one;
+3. ``measure`` (llama.cpp's environment, which also has egraft's
+   dependencies): per thread count, a fresh process pinned to that many
+   cores with one thread each for torch, XLA and llama.cpp
+   (``egraft.measure.fix_threads``) loads the egraft artifact, the GGUF
+   files and the transformers model, and times decode interleaved,
+   ``--rounds`` rounds: prompt 16, the prefill plus one token and the
+   prefill plus ``1 + new`` tokens, decode time per token the difference.
+   Medians and spreads (``egraft.measure.summarize``); a ratio only where
+   ``egraft.measure.compare`` concludes.  llama.cpp's greedy tokens (F32)
+   and egraft's are checked against transformers'.
+
+llama.cpp's environment: ``make llamacpp-venv`` (builds llama.cpp from the
+package registry's source distribution, about 6 minutes on 2 cores).
+
+    python3 bench/peers.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--threads 1 2]
+                           [--budget 60s] [--rounds 5] [--new 32] [--out docs/results/raw/peers.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from bench import real_size  # noqa: E402  (the models, the prompt and the compile child)
+
+VENV = os.environ.get("EGRAFT_LLAMACPP_VENV", os.path.join(ROOT, ".venv-llamacpp"))
+GGUF_TYPES = {"float32": ("f32",), "bfloat16": ("f16", "bf16"), "float16": ("f16",)}
+
+
+def _venv_python() -> str:
+    py = os.path.join(VENV, "bin", "python")
+    if not os.path.exists(os.path.join(VENV, ".built")):
+        raise SystemExit(f"llama.cpp's environment is not built at {VENV}: run `make llamacpp-venv` first "
+                         "(or set EGRAFT_LLAMACPP_VENV to one built elsewhere)")
+    return py
+
+
+def _converter() -> str:
+    path = os.path.join(VENV, "llama.cpp", "convert_hf_to_gguf.py")
+    if not os.path.exists(path):
+        raise SystemExit(f"{path} is missing: `make llamacpp-venv` unpacks llama.cpp's converter there")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# children
+
+def _tokenizer(directory: str) -> None:
+    """A tiny SentencePiece model (byte fallback) in `directory`: the converter needs a tokenizer it knows."""
+    import random
+
+    import sentencepiece as spm
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 8))) for _ in range(400)]
+    lines = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(2000)]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=os.path.join(directory, "tokenizer"),
+                                   vocab_size=512, byte_fallback=True, model_type="bpe", minloglevel=2)
+
+
+def child_gguf(a) -> dict:
+    """The model at its dtype, saved and converted to each GGUF type; returns {type: path}."""
+    model = real_size.build(a.model, a.dtype)
+    hf = os.path.join(a.dir, "hf")
+    model.save_pretrained(hf)
+    _tokenizer(hf)
+    out = {}
+    for t in GGUF_TYPES[a.dtype]:
+        path = os.path.join(a.dir, f"model-{t}.gguf")
+        r = subprocess.run([sys.executable, _converter(), hf, "--outtype", t, "--outfile", path],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            return {"error": f"convert_hf_to_gguf --outtype {t}: {r.stderr[-2000:]}"}
+        out[t] = path
+    shutil.rmtree(hf, ignore_errors=True)
+    return out
+
+
+def child_measure(a) -> dict:
+    import llama_cpp
+    import torch
+
+    import egraft
+    from egraft.measure import compare, summarize
+
+    ggufs = json.loads(a.ggufs)
+    art = egraft.load(a.dir)
+    model = real_size.build(a.model, a.dtype)
+    ids = real_size._prompt(real_size.MODELS[a.model]["vocab"])
+    prompt = ids[0].tolist()
+    cpp = {t: llama_cpp.Llama(model_path=p, n_ctx=512, n_threads=a.threads[0], n_threads_batch=a.threads[0],
+                              verbose=False) for t, p in ggufs.items()}
+
+    def hf(n):
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=n, do_sample=False)[0, ids.shape[1]:].tolist()
+
+    def eg(n):
+        return art.generate(ids, max_new_tokens=n, do_sample=False)[0, ids.shape[1]:].tolist()
+
+    def llama(llm):
+        def run(n):
+            llm.reset()
+            llm.eval(prompt)
+            toks = []
+            for _ in range(n):
+                tok = llm.sample(top_k=1, temp=0.0)
+                toks.append(tok)
+                if len(toks) < n:
+                    llm.eval([tok])
+            return toks
+        return run
+
+    systems = {"egraft": eg, "hf_eager": hf, **{f"llama.cpp {t.upper()}": llama(m) for t, m in cpp.items()}}
+    tokens = {name: f(a.new) for name, f in systems.items()}  # (also the warm-up)
+    want = tokens["hf_eager"]
+    equal = {name: got == want for name, got in tokens.items() if name != "hf_eager"}
+    decode = {n: [] for n in systems}
+    prefill = {n: [] for n in systems}
+    names = list(systems)
+    for r in range(a.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:  # the order rotates
+            f = systems[name]
+            t0 = time.perf_counter()
+            f(1)
+            t1 = time.perf_counter()
+            f(1 + a.new)
+            t2 = time.perf_counter()
+            prefill[name].append(t1 - t0)
+            decode[name].append(((t2 - t1) - (t1 - t0)) / a.new)
+    steps = {n: summarize(v) for n, v in decode.items()}
+    return {"threads": a.threads[0],
+            "decode_tok_s": {n: 1.0 / t.median for n, t in steps.items()},
+            "decode_spread": {n: t.spread for n, t in steps.items()},
+            "prefill_ms": {n: 1e3 * float(sorted(v)[len(v) // 2]) for n, v in prefill.items()},
+            "tokens_equal_transformers": equal,
+            "egraft_vs": {n: compare(steps["egraft"], steps[n]) for n in systems if n != "egraft"}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the driver
+
+def _run(python: str, kind: str, a, extra: list[str]) -> dict:
+    cmd = [python, os.path.abspath(__file__), "--child", kind, "--models", a.model, "--dtypes", a.dtype,
+           "--rounds", str(a.rounds), "--new", str(a.new)] + extra
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        return {"error": out.stderr[-3000:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=["llama-135m", "qwen2-0.5b"])
+    p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--budget", default="60s")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--new", type=int, default=32)
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "raw", "peers.json"))
+    p.add_argument("--child", choices=["gguf", "measure"], help=argparse.SUPPRESS)
+    p.add_argument("--dir", help=argparse.SUPPRESS)
+    p.add_argument("--ggufs", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        a.model, a.dtype = a.models[0], a.dtypes[0]
+        if a.child == "measure":
+            from egraft.measure import fix_threads
+
+            fix_threads(a.threads[0])  # before torch, jax and llama.cpp start
+        print(json.dumps(child_gguf(a) if a.child == "gguf" else child_measure(a)))
+        return 0
+    py = _venv_python()
+    _converter()
+    from bench.machine import host
+
+    rows = []
+    for model in a.models:
+        for dtype in a.dtypes:
+            a.model, a.dtype = model, dtype
+            d = tempfile.mkdtemp(prefix="egraft-peers-")
+            try:
+                art = os.path.join(d, "artifact")
+                row = {"model": model, "dtype": dtype, "budget": a.budget}
+                row["compile"] = real_size.run_child("compile", a, art)
+                ok = "error" not in row["compile"]
+                row["load"] = real_size.run_child("load", a, art) if ok else {"error": "no artifact"}
+                row["gguf"] = _run(py, "gguf", a, ["--dir", d])
+                if "error" not in row["compile"] and "error" not in row["gguf"]:
+                    row["runs"] = [_run(py, "measure", a, ["--dir", art, "--threads", str(t),
+                                                           "--ggufs", json.dumps(row["gguf"])]) for t in a.threads]
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    doc = {"date": time.strftime("%Y-%m-%d"), "host": host(),
+           "command": " ".join(["python3", "bench/peers.py"] + (argv or sys.argv[1:])), "rows": rows}
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
