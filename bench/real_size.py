@@ -6,7 +6,9 @@ small deployed models, in float32 and bfloat16:
 * ``llama-135m``: the Llama architecture, 30 layers x 576, 9 / 3 heads,
   intermediate 1536, vocab 49152, tied embeddings (135 M parameters);
 * ``qwen2-0.5b``: the Qwen2 architecture, 24 layers x 896, 14 / 2 heads,
-  intermediate 4864, vocab 151936, tied embeddings, QKV biases (494 M).
+  intermediate 4864, vocab 151936, tied embeddings, QKV biases (494 M);
+* ``llama-1.2b`` (by name only): the Llama architecture, 16 layers x 2048,
+  32 / 8 heads, intermediate 8192, vocab 128256, tied (1.24 B).
 
 The output layer is scaled (x 8) so that greedy choices are clear, as a
 trained model's are: random weights give near-tied logits that bfloat16
@@ -49,6 +51,8 @@ ROOT = os.path.dirname(HERE)
 MODELS = {
     "llama-135m": dict(kind="llama", layers=30, hidden=576, heads=9, kv_heads=3, intermediate=1536, vocab=49152),
     "qwen2-0.5b": dict(kind="qwen2", layers=24, hidden=896, heads=14, kv_heads=2, intermediate=4864, vocab=151936),
+    # the shapes of a 1.2 B Llama-architecture model (16 layers x 2048, 32 / 8 heads, vocab 128256, tied)
+    "llama-1.2b": dict(kind="llama", layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192, vocab=128256),
     "llama-tiny": dict(kind="llama", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=256),  # --quick
 }
 SEED, PROMPT, MAX_LENGTH = 0, 16, 256

@@ -26,7 +26,7 @@ from .cache import Cache, CacheKey
 from .config import Budget, CompileConfig
 from .result import SearchResult
 
-SEARCH = "genetic/3"  # the search's own version: a change in what it returns (or in the knobs it can pick) is a new key
+SEARCH = "genetic/4"  # the search's own version: a change in what it returns (or in the knobs it can pick) is a new key
 
 
 def key(graph: Graph, config: CompileConfig) -> CacheKey:

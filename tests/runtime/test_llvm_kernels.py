@@ -128,8 +128,8 @@ def _linear_graph(dtype: str, rows: int, k: int, n: int, seed: int, bias: bool =
 @pytest.mark.parametrize("rows", [1, 4, 20])
 def test_a_program_under_stream_reads_the_stored_weights_and_equals_the_reference(dtype, rows):
     seed = fresh_seed()
-    g = _linear_graph(dtype, rows, 48, 160, seed)
-    ex = check_graph(g, seed, knobs={"stream": "llvm", "panels": 16}, what=f"stream {dtype} rows={rows}")
+    g = _linear_graph(dtype, rows, 64, 160, seed)
+    ex = check_graph(g, seed, knobs={"stream": "llvm", "stream_width": 32}, what=f"stream {dtype} rows={rows}")
     assert ex.stats["kernel_dots"] == 2 and ex.stats["panel_dots"] == 0
     assert not ex.folded, "a float32 copy of a widened weight was made"
     assert all(a.dtype == NUMPY[dtype] for a in ex._host), [a.dtype for a in ex._host]
@@ -158,7 +158,7 @@ def test_a_saved_program_registers_its_kernels_when_loaded(tmp_path):
 
     seed = fresh_seed()
     g = _linear_graph("bfloat16", 3, 32, 128, seed)
-    ex = lower(g, "jax", "cpu", {"stream": "llvm", "panels": 16})
+    ex = lower(g, "jax", "cpu", {"stream": "llvm", "stream_width": 32})
     d = str(ex.export(str(tmp_path / "art")))
     manifest = json.load(open(os.path.join(d, MANIFEST_FILE)))
     listed = manifest["kernels"][0]["cpu_kernels"]

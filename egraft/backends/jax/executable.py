@@ -63,6 +63,9 @@ KNOBS = {
     # products against a weight (on the CPU): XLA's dot, or a generated product that reads the weight's panels in
     # its stored dtype, widening bfloat16 / float16 in registers (runtime.llvm_kernels; offered where llvmlite is)
     "stream": ["llvm", "xla"],
+    # (under stream="llvm") the generated product's panel width: 64 was fastest on an AVX-512 host (one row 5-15 %
+    # ahead of 16, sixteen rows 1.6-2x), 32 is the next; the search times both
+    "stream_width": [64, 32],
 }
 
 

@@ -30,7 +30,7 @@ from . import panels, peephole, windows
 from .rules import RULES, STAT_ZERO, LowerCtx, realise_view
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-STREAM_WIDTH = 64  # panel width of the generated CPU product under ``panels=0`` (llvm_kernels: fastest measured)
+STREAM_WIDTH = 64  # the generated CPU product's panel width when no knob says (KNOBS["stream_width"])
 
 
 def fits_int32(a: np.ndarray) -> bool:
@@ -129,7 +129,8 @@ def plan(graph: Graph, knobs: dict, widened: dict | None = None) -> tuple[Graph,
     Plans replace a node (and the intermediates only it used) by one library
     op: the peepholes (knob ``peephole``) and products read through a
     weight's panels (knob ``panels``, :mod:`.panels`; under ``stream="llvm"`` through the generated CPU
-    product, reading the stored weight that a `widened` folded value copies).  Under ``peephole`` a
+    product, panels of ``stream_width`` columns, reading the stored weight that a `widened` folded value
+    copies).  Under ``peephole`` a
     product over a repeated operand (grouped-query attention's keys and
     values) is first split so the repeat stays a broadcast the dot reads as
     it is (:mod:`egraft.ir.grouped`), not a copy.
@@ -140,7 +141,7 @@ def plan(graph: Graph, knobs: dict, widened: dict | None = None) -> tuple[Graph,
         graph = split_grouped_products(graph)
     plans = peephole.find(graph, knobs.get("windows", True)) if knobs.get("peephole", True) else {}
     stream = knobs.get("stream", "xla") == "llvm"
-    width = int(knobs.get("panels", 0) or 0) or (STREAM_WIDTH if stream else 0)
+    width = int(knobs.get("stream_width", STREAM_WIDTH)) if stream else int(knobs.get("panels", 0) or 0)
     panel_plans, panel_weights = panels.find(graph, width, plans, stream, widened)
     plans.update(panel_plans)
     return graph, plans, panel_weights
