@@ -70,6 +70,8 @@ BY_HAND = {
     "gpu_check.py": "the Triton backend's tests on a GPU, then timings; a correctness check first, run where a GPU is",
     "real_size.py": "models at deployed sizes (135 M, 494 M; fp32 and bf16): compile time and peak memory, artifact "
                     "size, load time and memory, decode against HF eager; about an hour, its JSON read by hand",
+    "peers.py": "real_size.py's models against llama.cpp (its own venv: make llamacpp-venv) and HF eager, one core "
+                "and two, in one process per thread count; about an hour, its JSON read by hand",
 }
 
 

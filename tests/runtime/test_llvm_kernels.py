@@ -138,6 +138,26 @@ def test_a_program_under_stream_reads_the_stored_weights_and_equals_the_referenc
     assert xla.stats["kernel_dots"] == 0
 
 
+def test_only_a_plain_widening_of_a_stored_weight_is_read_in_place():
+    """fold.widened takes Cast(W) and Cast(transpose(W)) of a 2-D weight; a widened slice of a weight (another
+    function of W) is not one: it stays a folded float32 value, and the product still equals the reference."""
+    from egraft.backends.fold import plan, widened
+    from egraft.ir import GraphBuilder, Op
+
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+    x = b.input("x", (3, 64), "float32")
+    w = b.weight("w", rng.standard_normal((256, 64)).astype(ml_dtypes.bfloat16))
+    half = w.view_as_strided((128, 64), (64, 1), 64 * 128)  # the second half of W's rows
+    outs = [b.add(Op.MatMul, (x, w.T.cast("float32"))), b.add(Op.MatMul, (x, half.T.cast("float32")))]
+    g = b.build(outs)
+    wide = widened(plan(g))
+    assert sorted((v.source, v.transposed) for v in wide.values()) == [("w", True)], wide
+    ex = check_graph(g, seed, knobs={"stream": "llvm", "stream_width": 32}, what="slice not widened")
+    assert ex.stats["kernel_dots"] == 2 and len(ex.folded) == 1  # the slice's float32 copy, read as panels
+
+
 def test_without_llvmlite_the_knob_offers_only_xla(monkeypatch):
     from egraft.backends.jax import knobs
 

@@ -1,0 +1,392 @@
+"""The generated CPU product's code: LLVM IR text for one :class:`KernelSpec`, with its XLA FFI handler.
+
+``@product(x, panels, out)`` computes ``x [rows, k] float32`` times a weight
+held as panels ``[panels, k, width]`` in its stored dtype (``runtime.llvm_kernels``
+says why and how it runs).  Each step of the loop over ``k`` loads one panel
+row of ``width`` values, widens it to float32 in registers by the dtype's row
+of :data:`WIDEN` (exact for float16 and bfloat16) and adds ``x[m, k]`` times
+it into ``width`` float32 accumulators per row, for up to :data:`ROW_GROUP`
+rows at a time; a panel's row groups run while it is in cache.  ``@handler``
+is the typed XLA FFI entry (the struct offsets of ``xla/ffi/api/c_api.h``,
+64-bit): it answers XLA's metadata query, reads the operand and result
+buffers and runs the product, alone or shared with XLA's thread pool.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+
+from ..errors import BackendError
+
+MAX_THREADS = 8  # threads of XLA's pool one product is shared among (at most one per panel)
+ROW_GROUP = 4  # rows a panel pass accumulates at once (4 rows x 64 columns: 16 AVX-512 registers)
+
+# stored dtype -> (the LLVM element type loaded, the widening of a loaded vector %v to <w x float> named %f)
+WIDEN = {
+    "float32": ("i32", "  %f = bitcast <{w} x i32> %v to <{w} x float>"),
+    "bfloat16": ("i16", "  %z = zext <{w} x i16> %v to <{w} x i32>\n"
+                        "  %s = shl <{w} x i32> %z, splat (i32 16)\n"
+                        "  %f = bitcast <{w} x i32> %s to <{w} x float>"),
+    "float16": ("half", "  %f = fpext <{w} x half> %v to <{w} x float>"),
+}
+WIDTHS = (16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One generated product: ``[rows, k] float32 @ panels [panels, k, width] of dtype -> [rows, panels * width]``."""
+
+    dtype: str
+    rows: int
+    k: int
+    panels: int
+    width: int
+
+    def __post_init__(self):
+        if self.dtype not in WIDEN:
+            raise BackendError(f"no generated CPU product for weights of dtype {self.dtype!r}; "
+                               f"it takes {', '.join(WIDEN)}")
+        if self.width not in WIDTHS or min(self.rows, self.k, self.panels) < 1:
+            raise BackendError(f"a generated CPU product needs rows, k, panels >= 1 and a width in {WIDTHS}: {self}")
+
+    @property
+    def name(self) -> str:
+        return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "KernelSpec":
+        return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]))
+
+
+def _row_block(spec: KernelSpec, rows: int) -> str:
+    """``@block<rows>(x, panel, out)``: `rows` rows of x against one panel, into their `width` output columns."""
+    w, k = spec.width, spec.k
+    elem, widen = WIDEN[spec.dtype]
+    acc = "\n".join(f"  %a{m} = phi <{w} x float> [zeroinitializer, %entry], [%n{m}, %loop]" for m in range(rows))
+    fmas = "\n".join(
+        f"  %xo{m} = add i64 %k, {m * k}\n"
+        f"  %xp{m} = getelementptr float, ptr %x, i64 %xo{m}\n"
+        f"  %xs{m} = load float, ptr %xp{m}\n"
+        f"  %xi{m} = insertelement <{w} x float> poison, float %xs{m}, i64 0\n"
+        f"  %xb{m} = shufflevector <{w} x float> %xi{m}, <{w} x float> poison, <{w} x i32> zeroinitializer\n"
+        f"  %n{m} = call <{w} x float> @llvm.fma.v{w}f32(<{w} x float> %xb{m}, <{w} x float> %f, <{w} x float> %a{m})"
+        for m in range(rows))
+    stores = "\n".join(
+        f"  %op{m} = getelementptr float, ptr %out, i64 {m * spec.panels * w}\n"
+        f"  store <{w} x float> %n{m}, ptr %op{m}, align 4" for m in range(rows))
+    return f"""
+define internal void @block{rows}(ptr noalias %x, ptr noalias %panel, ptr noalias %out) alwaysinline {{
+entry:
+  br label %loop
+loop:
+  %k = phi i64 [0, %entry], [%k1, %loop]
+{acc}
+  %wo = mul i64 %k, {w}
+  %wp = getelementptr {elem}, ptr %panel, i64 %wo
+  %v = load <{w} x {elem}>, ptr %wp, align 2
+{widen.format(w=w)}
+{fmas}
+  %k1 = add i64 %k, 1
+  %done = icmp eq i64 %k1, {k}
+  br i1 %done, label %exit, label %loop
+exit:
+{stores}
+  ret void
+}}"""
+
+
+def _product(spec: KernelSpec) -> str:
+    """``@panel(x, panels, out, p)``: panel `p`'s row groups against it while it is in cache; ``@product``: every
+    panel in turn; ``@work(job)``: panels claimed one at a time from a shared job (:data:`_SHARED`)."""
+    w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
+    full, rest = divmod(spec.rows, ROW_GROUP)
+    n = spec.panels * w
+    groups = ""
+    if full:  # a loop over the full row groups
+        groups += f"""  br label %group
+group:
+  %g = phi i64 [0, %entry], [%g1, %group]
+  %gxo = mul i64 %g, {ROW_GROUP * k}
+  %gx = getelementptr float, ptr %x, i64 %gxo
+  %goo = mul i64 %g, {ROW_GROUP * n}
+  %go = getelementptr float, ptr %oc, i64 %goo
+  call void @block{ROW_GROUP}(ptr %gx, ptr %pp, ptr %go)
+  %g1 = add i64 %g, 1
+  %gd = icmp eq i64 %g1, {full}
+  br i1 %gd, label %groups_done, label %group
+groups_done:
+"""
+    if rest:
+        groups += (f"  %rx = getelementptr float, ptr %x, i64 {full * ROW_GROUP * k}\n"
+                   f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
+                   f"  call void @block{rest}(ptr %rx, ptr %pp, ptr %ro)\n")
+    blocks = "".join(_row_block(spec, r) for r in sorted({ROW_GROUP if full else 0, rest} - {0}))
+    return f"""declare <{w} x float> @llvm.fma.v{w}f32(<{w} x float>, <{w} x float>, <{w} x float>)
+{blocks}
+
+define internal void @panel(ptr noalias %x, ptr noalias %panels, ptr noalias %out, i64 %p) {{
+entry:
+  %po = mul i64 %p, {k * w}
+  %pp = getelementptr {elem}, ptr %panels, i64 %po
+  %oo = mul i64 %p, {w}
+  %oc = getelementptr float, ptr %out, i64 %oo
+{groups}  ret void
+}}
+
+define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out) {{
+entry:
+  br label %loop
+loop:
+  %p = phi i64 [0, %entry], [%p1, %loop]
+  call void @panel(ptr %x, ptr %panels, ptr %out, i64 %p)
+  %p1 = add i64 %p, 1
+  %pd = icmp eq i64 %p1, {spec.panels}
+  br i1 %pd, label %done, label %loop
+done:
+  ret void
+}}
+""" + _SHARED.replace("{panels}", str(spec.panels))
+
+
+# Sharing a product with XLA's CPU thread pool (the FFI's ThreadPool_Schedule).  A job on the heap holds
+# {x, panels, out, next panel, panels done, references}.  The handler schedules helper tasks on XLA's pool and
+# then claims panels itself; a helper claims panels until none is left.  The caller waits only for panels that
+# were claimed (they are being computed by a running thread), never for a helper to start: a helper that starts
+# late (its pool busy with other work, or one thread) finds nothing left, so no schedule can deadlock.  The last
+# holder of the job (caller or helper) frees it.  Panel writes are released by the count of panels done.
+_SHARED = """
+declare ptr @malloc(i64)
+declare void @free(ptr)
+
+define internal void @work(ptr %job) {
+entry:
+  %xp = getelementptr i8, ptr %job, i64 0
+  %x = load ptr, ptr %xp
+  %wp = getelementptr i8, ptr %job, i64 8
+  %w = load ptr, ptr %wp
+  %op = getelementptr i8, ptr %job, i64 16
+  %o = load ptr, ptr %op
+  %nextp = getelementptr i8, ptr %job, i64 24
+  %donep = getelementptr i8, ptr %job, i64 32
+  br label %claim
+claim:
+  %p = atomicrmw add ptr %nextp, i64 1 seq_cst
+  %left = icmp ult i64 %p, {panels}
+  br i1 %left, label %run, label %out
+run:
+  call void @panel(ptr %x, ptr %w, ptr %o, i64 %p)
+  %d = atomicrmw add ptr %donep, i64 1 seq_cst
+  br label %claim
+out:
+  ret void
+}
+
+define internal void @release(ptr %job) {
+entry:
+  %refsp = getelementptr i8, ptr %job, i64 40
+  %r = atomicrmw sub ptr %refsp, i64 1 seq_cst
+  %last = icmp eq i64 %r, 1
+  br i1 %last, label %free, label %keep
+free:
+  call void @free(ptr %job)
+  ret void
+keep:
+  ret void
+}
+
+define void @helper(ptr %job) {
+entry:
+  call void @work(ptr %job)
+  call void @release(ptr %job)
+  ret void
+}
+"""
+
+
+def _ffi_version() -> tuple[int, int]:
+    """The XLA FFI API version of the header jaxlib ships (what the handler answers XLA's metadata query with)."""
+    import jax.ffi
+
+    text = open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")).read()
+    major = re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text)
+    minor = re.search(r"#define XLA_FFI_API_MINOR (\d+)", text)
+    if not (major and minor):
+        raise BackendError("jaxlib's xla/ffi/api/c_api.h has no XLA_FFI_API_MAJOR/MINOR; the generated CPU kernels "
+                           "cannot answer XLA's FFI version query (set EGRAFT_LLVM_KERNELS=0)")
+    return int(major.group(1)), int(minor.group(1))
+
+
+# Offsets into XLA's FFI structs (xla/ffi/api/c_api.h, 64-bit): XLA_FFI_CallFrame {struct_size 0,
+# extension_start 8, api 16, ctx 24, stage 32, args {struct_size 40, extension_start 48, size 56, types 64,
+# args 72}, rets {.. rets 112}, ..}; XLA_FFI_Buffer {.., data 24, ..}; XLA_FFI_Extension_Base {struct_size 0,
+# type 8, next 16}; XLA_FFI_Metadata_Extension {base, metadata 24}; XLA_FFI_Metadata {struct_size 0,
+# api_version {struct_size 8, extension_start 16, major 24, minor 28}, traits 32}.
+_HANDLER = """
+define ptr @handler(ptr %frame) {
+entry:
+  %extp = getelementptr i8, ptr %frame, i64 8
+  %ext = load ptr, ptr %extp
+  %hasext = icmp ne ptr %ext, null
+  br i1 %hasext, label %ext_type, label %stage
+ext_type:
+  %typ = getelementptr i8, ptr %ext, i64 8
+  %ty = load i32, ptr %typ
+  %ismeta = icmp eq i32 %ty, 1
+  br i1 %ismeta, label %metadata, label %stage
+metadata:
+  %mdp = getelementptr i8, ptr %ext, i64 24
+  %md = load ptr, ptr %mdp
+  %vsize = getelementptr i8, ptr %md, i64 8
+  store i64 24, ptr %vsize
+  %vext = getelementptr i8, ptr %md, i64 16
+  store ptr null, ptr %vext
+  %vmajor = getelementptr i8, ptr %md, i64 24
+  store i32 {major}, ptr %vmajor
+  %vminor = getelementptr i8, ptr %md, i64 28
+  store i32 {minor}, ptr %vminor
+  %traits = getelementptr i8, ptr %md, i64 32
+  store i32 0, ptr %traits
+  ret ptr null
+stage:
+  %stp = getelementptr i8, ptr %frame, i64 32
+  %st = load i32, ptr %stp
+  %execute = icmp eq i32 %st, 3
+  br i1 %execute, label %run, label %skip
+skip:
+  ret ptr null
+run:
+  %frame_api = getelementptr i8, ptr %frame, i64 16
+  %argsp = getelementptr i8, ptr %frame, i64 72
+  %args = load ptr, ptr %argsp
+  %b0 = load ptr, ptr %args
+  %b1p = getelementptr ptr, ptr %args, i64 1
+  %b1 = load ptr, ptr %b1p
+  %retsp = getelementptr i8, ptr %frame, i64 112
+  %rets = load ptr, ptr %retsp
+  %r0 = load ptr, ptr %rets
+  %xp = getelementptr i8, ptr %b0, i64 24
+  %x = load ptr, ptr %xp
+  %wp = getelementptr i8, ptr %b1, i64 24
+  %w = load ptr, ptr %wp
+  %op = getelementptr i8, ptr %r0, i64 24
+  %o = load ptr, ptr %op
+  %api = load ptr, ptr %frame_api
+  %ctxp = getelementptr i8, ptr %frame, i64 24
+  %ctx = load ptr, ptr %ctxp
+  %apisize = load i64, ptr %api
+  %hasPool = icmp uge i64 %apisize, 152
+  br i1 %hasPool, label %count, label %direct
+count:
+  %nt = alloca i64
+  store i64 1, ptr %nt
+  %nta = alloca [4 x i64]
+  store i64 32, ptr %nta
+  %nta1 = getelementptr i8, ptr %nta, i64 8
+  store ptr null, ptr %nta1
+  %nta2 = getelementptr i8, ptr %nta, i64 16
+  store ptr %ctx, ptr %nta2
+  %nta3 = getelementptr i8, ptr %nta, i64 24
+  store ptr %nt, ptr %nta3
+  %ntfp = getelementptr i8, ptr %api, i64 144
+  %ntf = load ptr, ptr %ntfp
+  %nterr = call ptr %ntf(ptr %nta)
+  %ntok = icmp eq ptr %nterr, null
+  br i1 %ntok, label %threads, label %count_failed
+count_failed:
+  call void @destroy(ptr %api, ptr %nterr)
+  br label %direct
+threads:
+  %n0 = load i64, ptr %nt
+  %n1 = call i64 @llvm.umin.i64(i64 %n0, i64 {max_threads})
+  %n = call i64 @llvm.umin.i64(i64 %n1, i64 {panels})
+  %par = icmp ugt i64 %n, 1
+  br i1 %par, label %shared, label %direct
+direct:
+  call void @product(ptr %x, ptr %w, ptr %o)
+  ret ptr null
+shared:
+  %job = call ptr @malloc(i64 48)
+  %nojob = icmp eq ptr %job, null
+  br i1 %nojob, label %direct, label %fill
+fill:
+  store ptr %x, ptr %job
+  %j1 = getelementptr i8, ptr %job, i64 8
+  store ptr %w, ptr %j1
+  %j2 = getelementptr i8, ptr %job, i64 16
+  store ptr %o, ptr %j2
+  %j3 = getelementptr i8, ptr %job, i64 24
+  store i64 0, ptr %j3
+  %j4 = getelementptr i8, ptr %job, i64 32
+  store i64 0, ptr %j4
+  %j5 = getelementptr i8, ptr %job, i64 40
+  store i64 %n, ptr %j5
+  %sa = alloca [5 x i64]
+  %sfp = getelementptr i8, ptr %api, i64 136
+  %sf = load ptr, ptr %sfp
+  br label %schedule
+schedule:
+  %i = phi i64 [1, %fill], [%i1, %scheduled]
+  store i64 40, ptr %sa
+  %sa1 = getelementptr i8, ptr %sa, i64 8
+  store ptr null, ptr %sa1
+  %sa2 = getelementptr i8, ptr %sa, i64 16
+  store ptr %ctx, ptr %sa2
+  %sa3 = getelementptr i8, ptr %sa, i64 24
+  store ptr @helper, ptr %sa3
+  %sa4 = getelementptr i8, ptr %sa, i64 32
+  store ptr %job, ptr %sa4
+  %serr = call ptr %sf(ptr %sa)
+  %sok = icmp eq ptr %serr, null
+  br i1 %sok, label %scheduled, label %not_scheduled
+not_scheduled:
+  call void @destroy(ptr %api, ptr %serr)
+  call void @release(ptr %job)
+  br label %scheduled
+scheduled:
+  %i1 = add i64 %i, 1
+  %more = icmp ult i64 %i1, %n
+  br i1 %more, label %schedule, label %mine
+mine:
+  call void @work(ptr %job)
+  br label %wait
+wait:
+  %dn = load atomic i64, ptr %j4 seq_cst, align 8
+  %all = icmp uge i64 %dn, {panels}
+  br i1 %all, label %finish, label %wait
+finish:
+  call void @release(ptr %job)
+  ret ptr null
+}
+
+declare i64 @llvm.umin.i64(i64, i64)
+
+; XLA_FFI_Error_Destroy (XLA_FFI_Api offset 64) of an error the pool returned
+define internal void @destroy(ptr %api, ptr %err) {
+entry:
+  %args = alloca [3 x i64]
+  store i64 24, ptr %args
+  %a1 = getelementptr i8, ptr %args, i64 8
+  store ptr null, ptr %a1
+  %a2 = getelementptr i8, ptr %args, i64 16
+  store ptr %err, ptr %a2
+  %fp = getelementptr i8, ptr %api, i64 64
+  %f = load ptr, ptr %fp
+  call void %f(ptr %args)
+  ret void
+}
+"""
+
+
+def module_ir(spec: KernelSpec) -> str:
+    """The whole LLVM module for `spec`: the product and its XLA FFI handler."""
+    major, minor = _ffi_version()
+    handler = _HANDLER.replace("{major}", str(major)).replace("{minor}", str(minor))
+    return _product(spec) + handler.replace("{panels}", str(spec.panels)).replace("{max_threads}", str(MAX_THREADS))
+
+
+__all__ = ["KernelSpec", "MAX_THREADS", "ROW_GROUP", "WIDEN", "WIDTHS", "module_ir"]
