@@ -41,7 +41,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -107,7 +106,7 @@ def child_measure(a) -> dict:
     import torch
 
     import egraft
-    from egraft.measure import compare, summarize
+    from egraft.measure import compare
 
     ggufs = json.loads(a.ggufs)
     art = egraft.load(a.dir)
@@ -141,24 +140,8 @@ def child_measure(a) -> dict:
     tokens = {name: f(a.new) for name, f in systems.items()}  # (also the warm-up)
     want = tokens["hf_eager"]
     equal = {name: got == want for name, got in tokens.items() if name != "hf_eager"}
-    decode = {n: [] for n in systems}
-    prefill = {n: [] for n in systems}
-    names = list(systems)
-    for r in range(a.rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:  # the order rotates
-            f = systems[name]
-            t0 = time.perf_counter()
-            f(1)
-            t1 = time.perf_counter()
-            f(1 + a.new)
-            t2 = time.perf_counter()
-            prefill[name].append(t1 - t0)
-            decode[name].append(((t2 - t1) - (t1 - t0)) / a.new)
-    steps = {n: summarize(v) for n, v in decode.items()}
-    return {"threads": a.threads[0],
-            "decode_tok_s": {n: 1.0 / t.median for n, t in steps.items()},
-            "decode_spread": {n: t.spread for n, t in steps.items()},
-            "prefill_ms": {n: 1e3 * float(sorted(v)[len(v) // 2]) for n, v in prefill.items()},
+    steps, timed = real_size.time_decode(systems, a.rounds, a.new)
+    return {"threads": a.threads[0], **timed,
             "tokens_equal_transformers": equal,
             "egraft_vs": {n: compare(steps["egraft"], steps[n]) for n in systems if n != "egraft"}}
 
@@ -167,13 +150,8 @@ def child_measure(a) -> dict:
 # the driver
 
 def _run(python: str, kind: str, a, extra: list[str]) -> dict:
-    cmd = [python, os.path.abspath(__file__), "--child", kind, "--models", a.model, "--dtypes", a.dtype,
-           "--rounds", str(a.rounds), "--new", str(a.new)] + extra
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        return {"error": out.stderr[-3000:]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return real_size.run_script(python, __file__, ["--child", kind, "--models", a.model, "--dtypes", a.dtype,
+                                                   "--rounds", str(a.rounds), "--new", str(a.new)] + extra)
 
 
 def main(argv=None) -> int:
@@ -199,8 +177,6 @@ def main(argv=None) -> int:
         return 0
     py = _venv_python()
     _converter()
-    from bench.machine import host
-
     rows = []
     for model in a.models:
         for dtype in a.dtypes:
@@ -220,11 +196,7 @@ def main(argv=None) -> int:
                 shutil.rmtree(d, ignore_errors=True)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    doc = {"date": time.strftime("%Y-%m-%d"), "host": host(),
-           "command": " ".join(["python3", "bench/peers.py"] + (argv or sys.argv[1:])), "rows": rows}
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(doc, f, indent=1)
+    real_size.write_rows(a.out, "bench/peers.py", argv, rows)
     return 0
 
 

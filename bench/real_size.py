@@ -126,7 +126,7 @@ def child_load(a) -> dict:
     import torch
 
     import egraft
-    from egraft.measure import compare, summarize
+    from egraft.measure import compare
 
     before = _vm("VmRSS")
     t0 = time.perf_counter()
@@ -155,34 +155,47 @@ def child_load(a) -> dict:
         t0 = time.perf_counter()
         f(1 + a.new)
         first[name] = time.perf_counter() - t0
+    steps, timed = time_decode(systems, a.rounds, a.new)
+    return {"load_s": load_s, "reload_s": reload_s, "rss_added_by_load": after - before, "rss_after_load": after,
+            "first_call_s": first, **timed, "egraft_vs_hf_eager": compare(steps["egraft"], steps["hf_eager"])}
+
+
+def time_decode(systems: dict, rounds: int, new: int) -> tuple[dict, dict]:
+    """Interleaved `rounds` (the order rotates): each system's ``f(1)`` (the prefill and one token) and
+    ``f(1 + new)``; decode time per token is the difference over `new`.  Returns the per-token summaries and
+    ``decode_tok_s``, ``decode_spread`` and ``prefill_ms`` (medians)."""
+    from egraft.measure import summarize
+
     decode = {n: [] for n in systems}
     prefill = {n: [] for n in systems}
     names = list(systems)
-    for r in range(a.rounds):
-        for name in names[r % 2:] + names[:r % 2]:  # the order alternates
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
             f = systems[name]
             t0 = time.perf_counter()
             f(1)
             t1 = time.perf_counter()
-            f(1 + a.new)
+            f(1 + new)
             t2 = time.perf_counter()
             prefill[name].append(t1 - t0)
-            decode[name].append(((t2 - t1) - (t1 - t0)) / a.new)  # seconds per decode step
+            decode[name].append(((t2 - t1) - (t1 - t0)) / new)  # seconds per decode step
     steps = {n: summarize(v) for n, v in decode.items()}
-    verdict = compare(steps["egraft"], steps["hf_eager"])
-    return {"load_s": load_s, "reload_s": reload_s, "rss_added_by_load": after - before, "rss_after_load": after,
-            "first_call_s": first,
-            "decode_tok_s": {n: 1.0 / t.median for n, t in steps.items()},
-            "decode_spread": {n: t.spread for n, t in steps.items()},
-            "prefill_ms": {n: 1e3 * float(sorted(v)[len(v) // 2]) for n, v in prefill.items()},
-            "egraft_vs_hf_eager": verdict}
+    return steps, {"decode_tok_s": {n: 1.0 / t.median for n, t in steps.items()},
+                   "decode_spread": {n: t.spread for n, t in steps.items()},
+                   "prefill_ms": {n: 1e3 * float(sorted(v)[len(v) // 2]) for n, v in prefill.items()}}
 
 
 def run_child(kind: str, a, directory: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--models", a.model, "--dtypes", a.dtype,
-           "--budget", a.budget, "--rounds", str(a.rounds), "--new", str(a.new), "--dir", directory]
+    return run_script(sys.executable, __file__, ["--child", kind, "--models", a.model, "--dtypes", a.dtype,
+                                                 "--budget", a.budget, "--rounds", str(a.rounds), "--new",
+                                                 str(a.new), "--dir", directory])
+
+
+def run_script(python: str, script: str, args: list[str]) -> dict:
+    """`script` run by `python` in a fresh process with this checkout first on its path: the JSON of its last
+    line, or ``{"error": its stderr's end}``."""
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    out = subprocess.run([python, os.path.abspath(script), *args], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         return {"error": out.stderr[-3000:]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -211,8 +224,6 @@ def main(argv=None) -> int:
     if a.quick:
         a.models, a.rounds, a.new, a.budget = ["llama-tiny"], 3, 8, "5s"
     sys.path.insert(0, ROOT)
-    from bench.machine import host
-
     rows = []
     for model in a.models:
         for dtype in a.dtypes:
@@ -227,13 +238,19 @@ def main(argv=None) -> int:
                 shutil.rmtree(d, ignore_errors=True)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    doc = {"date": time.strftime("%Y-%m-%d"), "host": host(), "command": " ".join(["python3", "bench/real_size.py"]
-                                                                                    + (argv or sys.argv[1:])),
-           "rows": rows}
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(doc, f, indent=1)
+    write_rows(a.out, "bench/real_size.py", argv, rows)
     return 0
+
+
+def write_rows(path: str, script: str, argv, rows: list) -> None:
+    """The run's JSON: date, host, the command that made it and its rows."""
+    from bench.machine import host
+
+    doc = {"date": time.strftime("%Y-%m-%d"), "host": host(),
+           "command": " ".join(["python3", script] + list(argv or sys.argv[1:])), "rows": rows}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -165,12 +165,9 @@ declare void @free(ptr)
 
 define internal void @work(ptr %job) {
 entry:
-  %xp = getelementptr i8, ptr %job, i64 0
-  %x = load ptr, ptr %xp
-  %wp = getelementptr i8, ptr %job, i64 8
-  %w = load ptr, ptr %wp
-  %op = getelementptr i8, ptr %job, i64 16
-  %o = load ptr, ptr %op
+{load:x:ptr %job 0}
+{load:w:ptr %job 8}
+{load:o:ptr %job 16}
   %nextp = getelementptr i8, ptr %job, i64 24
   %donep = getelementptr i8, ptr %job, i64 32
   br label %claim
@@ -229,55 +226,36 @@ def _ffi_version() -> tuple[int, int]:
 _HANDLER = """
 define ptr @handler(ptr %frame) {
 entry:
-  %extp = getelementptr i8, ptr %frame, i64 8
-  %ext = load ptr, ptr %extp
+{load:ext:ptr %frame 8}
   %hasext = icmp ne ptr %ext, null
   br i1 %hasext, label %ext_type, label %stage
 ext_type:
-  %typ = getelementptr i8, ptr %ext, i64 8
-  %ty = load i32, ptr %typ
+{load:ty:i32 %ext 8}
   %ismeta = icmp eq i32 %ty, 1
   br i1 %ismeta, label %metadata, label %stage
 metadata:
-  %mdp = getelementptr i8, ptr %ext, i64 24
-  %md = load ptr, ptr %mdp
-  %vsize = getelementptr i8, ptr %md, i64 8
-  store i64 24, ptr %vsize
-  %vext = getelementptr i8, ptr %md, i64 16
-  store ptr null, ptr %vext
-  %vmajor = getelementptr i8, ptr %md, i64 24
-  store i32 {major}, ptr %vmajor
-  %vminor = getelementptr i8, ptr %md, i64 28
-  store i32 {minor}, ptr %vminor
-  %traits = getelementptr i8, ptr %md, i64 32
-  store i32 0, ptr %traits
+{load:md:ptr %ext 24}
+{fields:md:8 i64 24|16 ptr null|24 i32 {major}|28 i32 {minor}|32 i32 0}
   ret ptr null
 stage:
-  %stp = getelementptr i8, ptr %frame, i64 32
-  %st = load i32, ptr %stp
+{load:st:i32 %frame 32}
   %execute = icmp eq i32 %st, 3
   br i1 %execute, label %run, label %skip
 skip:
   ret ptr null
 run:
   %frame_api = getelementptr i8, ptr %frame, i64 16
-  %argsp = getelementptr i8, ptr %frame, i64 72
-  %args = load ptr, ptr %argsp
+{load:args:ptr %frame 72}
   %b0 = load ptr, ptr %args
   %b1p = getelementptr ptr, ptr %args, i64 1
   %b1 = load ptr, ptr %b1p
-  %retsp = getelementptr i8, ptr %frame, i64 112
-  %rets = load ptr, ptr %retsp
+{load:rets:ptr %frame 112}
   %r0 = load ptr, ptr %rets
-  %xp = getelementptr i8, ptr %b0, i64 24
-  %x = load ptr, ptr %xp
-  %wp = getelementptr i8, ptr %b1, i64 24
-  %w = load ptr, ptr %wp
-  %op = getelementptr i8, ptr %r0, i64 24
-  %o = load ptr, ptr %op
+{load:x:ptr %b0 24}
+{load:w:ptr %b1 24}
+{load:o:ptr %r0 24}
   %api = load ptr, ptr %frame_api
-  %ctxp = getelementptr i8, ptr %frame, i64 24
-  %ctx = load ptr, ptr %ctxp
+{load:ctx:ptr %frame 24}
   %apisize = load i64, ptr %api
   %hasPool = icmp uge i64 %apisize, 152
   br i1 %hasPool, label %count, label %direct
@@ -285,15 +263,8 @@ count:
   %nt = alloca i64
   store i64 1, ptr %nt
   %nta = alloca [4 x i64]
-  store i64 32, ptr %nta
-  %nta1 = getelementptr i8, ptr %nta, i64 8
-  store ptr null, ptr %nta1
-  %nta2 = getelementptr i8, ptr %nta, i64 16
-  store ptr %ctx, ptr %nta2
-  %nta3 = getelementptr i8, ptr %nta, i64 24
-  store ptr %nt, ptr %nta3
-  %ntfp = getelementptr i8, ptr %api, i64 144
-  %ntf = load ptr, ptr %ntfp
+{fields:nta:0 i64 32|8 ptr null|16 ptr %ctx|24 ptr %nt}
+{load:ntf:ptr %api 144}
   %nterr = call ptr %ntf(ptr %nta)
   %ntok = icmp eq ptr %nterr, null
   br i1 %ntok, label %threads, label %count_failed
@@ -314,32 +285,14 @@ shared:
   %nojob = icmp eq ptr %job, null
   br i1 %nojob, label %direct, label %fill
 fill:
-  store ptr %x, ptr %job
-  %j1 = getelementptr i8, ptr %job, i64 8
-  store ptr %w, ptr %j1
-  %j2 = getelementptr i8, ptr %job, i64 16
-  store ptr %o, ptr %j2
-  %j3 = getelementptr i8, ptr %job, i64 24
-  store i64 0, ptr %j3
-  %j4 = getelementptr i8, ptr %job, i64 32
-  store i64 0, ptr %j4
-  %j5 = getelementptr i8, ptr %job, i64 40
-  store i64 %n, ptr %j5
+{fields:job:0 ptr %x|8 ptr %w|16 ptr %o|24 i64 0|32 i64 0|40 i64 %n}
+  %donep = getelementptr i8, ptr %job, i64 32
   %sa = alloca [5 x i64]
-  %sfp = getelementptr i8, ptr %api, i64 136
-  %sf = load ptr, ptr %sfp
+{load:sf:ptr %api 136}
   br label %schedule
 schedule:
   %i = phi i64 [1, %fill], [%i1, %scheduled]
-  store i64 40, ptr %sa
-  %sa1 = getelementptr i8, ptr %sa, i64 8
-  store ptr null, ptr %sa1
-  %sa2 = getelementptr i8, ptr %sa, i64 16
-  store ptr %ctx, ptr %sa2
-  %sa3 = getelementptr i8, ptr %sa, i64 24
-  store ptr @helper, ptr %sa3
-  %sa4 = getelementptr i8, ptr %sa, i64 32
-  store ptr %job, ptr %sa4
+{fields:sa:0 i64 40|8 ptr null|16 ptr %ctx|24 ptr @helper|32 ptr %job}
   %serr = call ptr %sf(ptr %sa)
   %sok = icmp eq ptr %serr, null
   br i1 %sok, label %scheduled, label %not_scheduled
@@ -355,7 +308,7 @@ mine:
   call void @work(ptr %job)
   br label %wait
 wait:
-  %dn = load atomic i64, ptr %j4 seq_cst, align 8
+  %dn = load atomic i64, ptr %donep seq_cst, align 8
   %all = icmp uge i64 %dn, {panels}
   br i1 %all, label %finish, label %wait
 finish:
@@ -369,24 +322,40 @@ declare i64 @llvm.umin.i64(i64, i64)
 define internal void @destroy(ptr %api, ptr %err) {
 entry:
   %args = alloca [3 x i64]
-  store i64 24, ptr %args
-  %a1 = getelementptr i8, ptr %args, i64 8
-  store ptr null, ptr %a1
-  %a2 = getelementptr i8, ptr %args, i64 16
-  store ptr %err, ptr %a2
-  %fp = getelementptr i8, ptr %api, i64 64
-  %f = load ptr, ptr %fp
+{fields:args:0 i64 24|8 ptr null|16 ptr %err}
+{load:f:ptr %api 64}
   call void %f(ptr %args)
   ret void
 }
 """
 
 
+def _load(match: re.Match) -> str:
+    """``{load:name:TYPE BASE OFFSET}`` in the handler's text: ``%name``, the TYPE value at BASE + OFFSET bytes."""
+    name, (ty, base, offset) = match.group(1), match.group(2).split(" ")
+    return f"  %{name}.at = getelementptr i8, ptr {base}, i64 {offset}\n  %{name} = load {ty}, ptr %{name}.at"
+
+
+def _fields(match: re.Match) -> str:
+    """``{fields:p:OFFSET TYPE VALUE|...}`` in the handler's text: stores into the struct at ``%p``."""
+    name, spec = match.group(1), match.group(2)
+    out = []
+    for k, field in enumerate(spec.split("|")):
+        offset, ty, value = field.split(" ", 2)
+        where = f"%{name}" if offset == "0" else f"%{name}.f{k}"
+        if offset != "0":
+            out.append(f"  {where} = getelementptr i8, ptr %{name}, i64 {offset}")
+        out.append(f"  store {ty} {value}, ptr {where}")
+    return "\n".join(out)
+
+
 def module_ir(spec: KernelSpec) -> str:
     """The whole LLVM module for `spec`: the product and its XLA FFI handler."""
     major, minor = _ffi_version()
-    handler = _HANDLER.replace("{major}", str(major)).replace("{minor}", str(minor))
-    return _product(spec) + handler.replace("{panels}", str(spec.panels)).replace("{max_threads}", str(MAX_THREADS))
+    text = _product(spec) + _HANDLER.replace("{major}", str(major)).replace("{minor}", str(minor))
+    text = re.sub(r"\{fields:(\w+):([^}]*)\}", _fields, text)
+    text = re.sub(r"\{load:(\w+):([^}]*)\}", _load, text)
+    return text.replace("{panels}", str(spec.panels)).replace("{max_threads}", str(MAX_THREADS))
 
 
 __all__ = ["KernelSpec", "MAX_THREADS", "ROW_GROUP", "WIDEN", "WIDTHS", "module_ir"]
