@@ -114,11 +114,6 @@ def test_a_bfloat16_model_generates_transformers_tokens_compiled_saved_and_loade
     ids, mask = left_padded([7, 4], seed=11)
     want = reference(model, ids, mask, **GREEDY).tolist()
     assert cm.generate(ids, attention_mask=mask, **GREEDY).tolist() == want
-    # the products read the bfloat16 weights themselves (the generated kernels): the derived forms held are
-    # their panels (padded to whole panels: this model's weights are narrow) and small folded tables, not
-    # float32 copies, which alone would be twice the weights' bytes
-    memory = cm.generation.describe()["memory"]
-    assert memory["derived_bytes"] < 2 * _model_bytes(model), memory
     d = cm.save(tmp_path / "bf16")
     art = egraft.load(d)
     assert art.spec.state[0].dtype == "bfloat16"  # the caches keep the model's dtype

@@ -162,7 +162,7 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
             dtype = stored[name]
             if wide is not None:
                 name, transposed, dtype = wide.source, transposed != wide.transposed, wide.dtype
-            if dtype not in WIDEN:  # (any width: a narrow weight's one padded panel still reads its own dtype)
+            if dtype not in WIDEN or cols < 2 * width:
                 return
             kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
         elif m > MAX_ROWS or cols < 2 * width:
