@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Op, dtypes
-from ..ir.analysis import weight_only
+from ..ir.analysis import weight_only, weight_operand
 from ..ir.graph import Attrs, Graph, Node
 from ..errors import InputError
 from ..ir.serialize import graph_to_dict
@@ -108,17 +108,9 @@ def widened(p: FoldPlan) -> dict[str, Widened]:
     out = {}
     for name, o in zip(p.folded_names, g.outputs):
         n = g.nodes[o]
-        if n.op != Op.Cast or n.dtype != "float32" or len(n.shape) != 2:
-            continue
-        src, transposed = g.nodes[n.inputs[0]], False
-        if src.op == Op.View:
-            k, m = src.shape
-            inner = g.nodes[src.inputs[0]]
-            if not (tuple(inner.shape) == (m, k) and tuple(src.attrs["strides"]) == (1, k) and src.attrs["offset"] == 0):
-                continue
-            src, transposed = inner, True
-        if src.op == Op.Input and src.attrs["role"] == "weight" and len(src.shape) == 2:
-            out[name] = Widened(src.attrs["name"], src.dtype, transposed)
+        found = weight_operand(g, n.inputs[0]) if n.op == Op.Cast and n.dtype == "float32" else None
+        if found is not None:
+            out[name] = Widened(found[0], g.nodes[n.inputs[0]].dtype, found[1])
     return out
 
 

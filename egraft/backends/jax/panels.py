@@ -59,6 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...ir import Op
+from ...ir.analysis import weight_operand
 from ...ir.graph import Graph
 from ...runtime import llvm_kernels
 from ...runtime.derived import derived
@@ -90,21 +91,6 @@ class PanelWeight:
     source: str  # the weight it is made from (under ``stream``, the stored weight a folded float32 copy widens)
     width: int
     transposed: bool  # the source is [N, K] (read through its transposed view)
-
-
-def _weight_operand(graph: Graph, nid: int) -> tuple[str, bool] | None:
-    """(weight name, transposed) when node `nid` is a 2-D weight as stored or the plain transpose of one."""
-    n = graph.nodes[nid]
-    if n.op == Op.Input:
-        return (n.attrs["name"], False) if n.attrs["role"] == "weight" and len(n.shape) == 2 else None
-    if n.op != Op.View or len(n.shape) != 2:
-        return None
-    src = graph.nodes[n.inputs[0]]
-    k, m = n.shape
-    if (src.op == Op.Input and src.attrs["role"] == "weight" and tuple(src.shape) == (m, k)
-            and tuple(n.attrs["strides"]) == (1, k) and n.attrs["offset"] == 0):
-        return src.attrs["name"], True
-    return None
 
 
 def _dot_weight(graph: Graph, p: DotPlan) -> tuple[str, bool, int, int, int] | None:
@@ -173,7 +159,7 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
 
     for i, n in enumerate(graph.nodes):
         if n.op == Op.MatMul and len(n.shape) == 2 and n.dtype == "float32":
-            w = _weight_operand(graph, n.inputs[1])
+            w = weight_operand(graph, n.inputs[1])
             if w is not None:
                 add(i, n.inputs[0], w, n.shape[0], n.shape[1], graph.nodes[n.inputs[0]].shape[1])
     for i, p in (dots or {}).items():
