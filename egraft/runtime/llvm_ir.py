@@ -150,7 +150,7 @@ loop:
 done:
   ret void
 }}
-""" + _SHARED.replace("{panels}", str(spec.panels))
+""" + _SHARED
 
 
 # Sharing a product with XLA's CPU thread pool (the FFI's ThreadPool_Schedule).  A job on the heap holds

@@ -49,6 +49,7 @@ import ctypes
 import functools
 import os
 import threading
+from dataclasses import dataclass
 
 from .llvm_ir import WIDEN, WIDTHS, KernelSpec, module_ir
 
@@ -68,8 +69,18 @@ def available() -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 # compiling and registering
 
+@dataclass(frozen=True)
+class _Made:
+    """A compiled kernel, alive for the process (XLA keeps the handler's address once registered)."""
+
+    engine: object
+    module: object
+    handler: object  # the ctypes function of @handler
+
+
 _LOCK = threading.Lock()
-_MADE: dict[KernelSpec, tuple] = {}  # spec -> (engine, module, target machine, handler): alive for the process
+_MADE: dict[KernelSpec, _Made] = {}
+_REGISTERED: set[KernelSpec] = set()  # registered with XLA's CPU client
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,17 +109,16 @@ def _compile(spec: KernelSpec):
 
 def compiled(spec: KernelSpec):
     """``product(x, panels, out)`` for `spec` as a ctypes function of three addresses (tests, benchmarks)."""
-    entry = _made(spec)
     return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
-        entry[0].get_function_address("product"))
+        _made(spec).engine.get_function_address("product"))
 
 
-def _made(spec: KernelSpec) -> tuple:
+def _made(spec: KernelSpec) -> _Made:
     with _LOCK:
         if spec not in _MADE:
             engine, mod = _compile(spec)
             handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(engine.get_function_address("handler"))
-            _MADE[spec] = (engine, mod, handler, False)
+            _MADE[spec] = _Made(engine, mod, handler)
         return _MADE[spec]
 
 
@@ -116,11 +126,11 @@ def ensure(spec: KernelSpec) -> str:
     """Compile `spec` and register it with XLA's CPU client once per process; returns its custom call name."""
     import jax.ffi
 
-    entry = _made(spec)
+    made = _made(spec)
     with _LOCK:
-        if not _MADE[spec][3]:
-            jax.ffi.register_ffi_target(spec.name, jax.ffi.pycapsule(entry[2]), platform="cpu")
-            _MADE[spec] = entry[:3] + (True,)
+        if spec not in _REGISTERED:
+            jax.ffi.register_ffi_target(spec.name, jax.ffi.pycapsule(made.handler), platform="cpu")
+            _REGISTERED.add(spec)
     return spec.name
 
 
