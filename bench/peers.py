@@ -40,7 +40,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -177,26 +176,15 @@ def main(argv=None) -> int:
         return 0
     py = _venv_python()
     _converter()
-    rows = []
-    for model in a.models:
-        for dtype in a.dtypes:
-            a.model, a.dtype = model, dtype
-            d = tempfile.mkdtemp(prefix="egraft-peers-")
-            try:
-                art = os.path.join(d, "artifact")
-                row = {"model": model, "dtype": dtype, "budget": a.budget}
-                row["compile"] = real_size.run_child("compile", a, art)
-                ok = "error" not in row["compile"]
-                row["load"] = real_size.run_child("load", a, art) if ok else {"error": "no artifact"}
-                row["gguf"] = _run(py, "gguf", a, ["--dir", d])
-                if "error" not in row["compile"] and "error" not in row["gguf"]:
-                    row["runs"] = [_run(py, "measure", a, ["--dir", art, "--threads", str(t),
-                                                           "--ggufs", json.dumps(row["gguf"])]) for t in a.threads]
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    real_size.write_rows(a.out, "bench/peers.py", argv, rows)
+
+    def extend(row, directory, art):
+        row["gguf"] = _run(py, "gguf", a, ["--dir", directory])
+        if "error" not in row["gguf"]:
+            ggufs = json.dumps(row["gguf"])
+            row["runs"] = [_run(py, "measure", a, ["--dir", art, "--threads", str(t), "--ggufs", ggufs])
+                           for t in a.threads]
+
+    real_size.measure_rows(a, "bench/peers.py", argv, extend)
     return 0
 
 

@@ -224,32 +224,37 @@ def main(argv=None) -> int:
     if a.quick:
         a.models, a.rounds, a.new, a.budget = ["llama-tiny"], 3, 8, "5s"
     sys.path.insert(0, ROOT)
+    measure_rows(a, "bench/real_size.py", argv)
+    return 0
+
+
+def measure_rows(a, script: str, argv, extend=None) -> None:
+    """Per model and dtype, in a temporary directory: the compile child, the load child, then `extend(row,
+    directory, artifact)` when the compile worked (a caller's own measurements); each row printed as it ends, all
+    written to ``a.out`` with the date, the host and the command."""
+    from bench.machine import host
+
     rows = []
     for model in a.models:
         for dtype in a.dtypes:
             a.model, a.dtype = model, dtype
-            d = tempfile.mkdtemp(prefix="egraft-real-size-")
+            d = tempfile.mkdtemp(prefix="egraft-bench-")
             try:
                 art = os.path.join(d, "artifact")
                 row = {"model": model, "dtype": dtype, "budget": a.budget, "threads": 1}
                 row["compile"] = run_child("compile", a, art)
-                row["load"] = run_child("load", a, art) if "error" not in row["compile"] else {"error": "no artifact"}
+                ok = "error" not in row["compile"]
+                row["load"] = run_child("load", a, art) if ok else {"error": "no artifact"}
+                if ok and extend is not None:
+                    extend(row, d, art)
             finally:
                 shutil.rmtree(d, ignore_errors=True)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    write_rows(a.out, "bench/real_size.py", argv, rows)
-    return 0
-
-
-def write_rows(path: str, script: str, argv, rows: list) -> None:
-    """The run's JSON: date, host, the command that made it and its rows."""
-    from bench.machine import host
-
     doc = {"date": time.strftime("%Y-%m-%d"), "host": host(),
            "command": " ".join(["python3", script] + list(argv or sys.argv[1:])), "rows": rows}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
 
 
