@@ -1,7 +1,9 @@
 """Models at the sizes people serve: compile time and memory, artifact size, load time and memory, decode speed.
 
 Random weights (seeded; nothing is downloaded) at the published shapes of two
-small deployed models, in float32 and bfloat16:
+small deployed models, in float32 and bfloat16.  Each model and dtype gets
+its own empty egraft cache directory (``EGRAFT_CACHE_DIR``): no search result
+or compiled program of an earlier run is reused.
 
 * ``llama-135m``: the Llama architecture, 30 layers x 576, 9 / 3 heads,
   intermediate 1536, vocab 49152, tied embeddings (135 M parameters);
@@ -22,8 +24,11 @@ to one core with one thread before torch and jax start
    seconds, memory), then ``save`` and the artifact's size on disk, and
    greedy tokens against transformers' eager ``generate`` on the same model;
 2. ``load``: ``egraft.load(dir)`` in a new process: its wall time and the RSS
-   it added, and a second load in another fresh process (XLA's persistent
-   cache filled by the first: a restarted server); then decode speed, the loaded artifact against HF eager
+   it added; a second load in another fresh process (a restarted server);
+   and a cold load, in a fresh process with an empty cache directory (a
+   machine that never compiled the programs: XLA compiles each one, where the
+   first two read back what the compile left in XLA's persistent cache);
+   then decode speed, the loaded artifact against HF eager
    (``model.generate``, the same dtype) in the same process, interleaved,
    ``--rounds`` rounds: prompt 16, ``generate(1)`` (prefill) and
    ``generate(1 + new)``; decode tokens/s = new / (the difference).  Medians
@@ -133,12 +138,11 @@ def child_load(a) -> dict:
     art = egraft.load(a.dir)
     load_s = time.perf_counter() - t0
     after = _vm("VmRSS")
-    # a restarted process: the same load again in a fresh interpreter, XLA's persistent cache now filled
-    # (runtime.xla_cache), while this one waits
-    code = ("import time, egraft; t = time.perf_counter(); egraft.load(%r); print(time.perf_counter() - t)" % a.dir)
-    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
-    reload_s = float(again.stdout.strip().splitlines()[-1]) if again.returncode == 0 else None
+    # a restarted process: the same load again in a fresh interpreter, while this one waits; and one with an empty
+    # cache directory: a machine that never compiled these programs (XLA compiles each one)
+    reload_s = _load_elsewhere(a.dir, {})
+    with tempfile.TemporaryDirectory(prefix="egraft-cold-") as cold:
+        cold_load_s = _load_elsewhere(a.dir, {"EGRAFT_CACHE_DIR": cold})
     model = build(a.model, a.dtype)
     ids = _prompt(MODELS[a.model]["vocab"])
 
@@ -156,8 +160,17 @@ def child_load(a) -> dict:
         f(1 + a.new)
         first[name] = time.perf_counter() - t0
     steps, timed = time_decode(systems, a.rounds, a.new)
-    return {"load_s": load_s, "reload_s": reload_s, "rss_added_by_load": after - before, "rss_after_load": after,
+    return {"load_s": load_s, "reload_s": reload_s, "cold_load_s": cold_load_s,
+            "rss_added_by_load": after - before, "rss_after_load": after,
             "first_call_s": first, **timed, "egraft_vs_hf_eager": compare(steps["egraft"], steps["hf_eager"])}
+
+
+def _load_elsewhere(directory: str, env: dict) -> float | None:
+    """Seconds ``egraft.load(directory)`` takes in a fresh interpreter (pinned like this one) with `env` added."""
+    code = "import time, egraft; t = time.perf_counter(); egraft.load(%r); print(time.perf_counter() - t)" % directory
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, **env, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    return float(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
 
 
 def time_decode(systems: dict, rounds: int, new: int) -> tuple[dict, dict]:
@@ -239,6 +252,9 @@ def measure_rows(a, script: str, argv, extend=None) -> None:
         for dtype in a.dtypes:
             a.model, a.dtype = model, dtype
             d = tempfile.mkdtemp(prefix="egraft-bench-")
+            # a new user's machine: no search result or compiled program of an earlier run (egraft's cache
+            # directory, the children's and the load's, is this row's own)
+            os.environ["EGRAFT_CACHE_DIR"] = os.path.join(d, "cache")
             try:
                 art = os.path.join(d, "artifact")
                 row = {"model": model, "dtype": dtype, "budget": a.budget, "threads": 1}

@@ -64,6 +64,7 @@ from .tracer import export_program, lower_program
 
 DEFAULT_CHUNKS = (1, 4, 16, 64, 256)
 FIRST_CONTEXT = 128  # the smallest context bucket; the default buckets double from it (default_contexts)
+MIN_CONTEXT_SAVING = 0.1  # of a full step's reads: what a default context bucket must save to be compiled
 DEFAULT_ROWS = (1,)  # every chunk size is also compiled for a batch of one row (below max_batch): row buckets
 
 # generation_config settings whose logits processors the light loop does not apply, with their neutral values
@@ -148,7 +149,9 @@ class StepModule(torch.nn.Module):
                 specs.append(StateSpec(name, (max_batch, heads, cache_len, dim), str(dtype).removeprefix("torch.")))
         vocab = model.get_output_embeddings().weight.shape[0]
         if contexts is None:
-            contexts = default_contexts(max_length)
+            slot = sum(s.shape[0] * s.shape[1] * s.shape[3] * torch.empty((), dtype=dtype).element_size()
+                       for s in specs)
+            contexts = default_contexts(max_length, slot, sum(p.numel() * p.element_size() for p in model.parameters()))
         bad = [c for c in contexts if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c < max_length]
         if bad:
             raise InputError(f"contexts={list(contexts)}: each context bucket must be an int in [1, {max_length}) "
@@ -202,12 +205,20 @@ class StepModule(torch.nn.Module):
         return ids, pos, mask
 
 
-def default_contexts(max_length: int) -> tuple[int, ...]:
+def default_contexts(max_length: int, slot_bytes: int = 0, weight_bytes: int = 0) -> tuple[int, ...]:
     """The default context buckets: FIRST_CONTEXT, doubling, up to half of `max_length` (which the full programs
-    read; a bucket past half of it saves less than it costs to compile): max_length 640 -> 128, 256."""
+    read; a bucket past half of it saves less than it costs to compile): max_length 640 -> 128, 256.
+
+    Each bucket is a program per chunk to compile and load, and what it saves a step is the cache it does not
+    read: `slot_bytes` (the cache bytes of one slot, every layer and row) times the slots it skips.  A bucket is
+    kept only when that is at least ``MIN_CONTEXT_SAVING`` of a full step's reads (`weight_bytes` plus the full
+    cache): a 135 M-parameter model's cache at max_length 256 is 2 % of its weights, and a bucket there would buy
+    under 1 % of a step for four more programs.  Without sizes (0) every bucket is kept."""
     out, c = [], FIRST_CONTEXT
+    full = weight_bytes + max_length * slot_bytes
     while 2 * c <= max_length:
-        out.append(c)
+        if (max_length - c) * slot_bytes >= MIN_CONTEXT_SAVING * full:
+            out.append(c)
         c *= 2
     return tuple(out)
 
@@ -267,7 +278,7 @@ class StepTracer:
     """The IR graph of each bucket of `step`, lowered from one ``torch.export`` per :func:`family`.
 
     The family's first bucket is exported with its chunk (if over 1) and
-    context dims symbolic (``torch.export`` proves the graph for the whole
+    context (if there are context buckets) dims symbolic (``torch.export`` proves the graph for the whole
     range, or raises), and each bucket's graph is that program lowered at the
     bucket's shapes (``lower_program(ep, shapes=...)``): the same graph a
     ``torch.export`` at the bucket's own sizes gives, in a tenth of a second
@@ -288,7 +299,8 @@ class StepTracer:
             from torch.export import Dim
 
             spec = self.step.spec
-            context = {1: Dim("context", min=2, max=spec.full_context)}
+            # (a size held symbolic costs the export time: without context buckets every bucket reads full_context)
+            context = {1: Dim("context", min=2, max=spec.full_context)} if spec.contexts else None
             chunk = {1: Dim("chunk", min=2, max=max(spec.chunks))} if bucket.chunk > 1 else None
             try:
                 self.exports[key] = export_program(self.step, self.step.example_inputs(*bucket),
@@ -312,6 +324,6 @@ class StepTracer:
         return lower_program(export_program(self.step, args), self.weights)
 
 
-__all__ = ["DEFAULT_CHUNKS", "DEFAULT_ROWS", "FIRST_CONTEXT", "StepModule", "StepTracer", "check_step",
+__all__ = ["DEFAULT_CHUNKS", "DEFAULT_ROWS", "FIRST_CONTEXT", "MIN_CONTEXT_SAVING", "StepModule", "StepTracer", "check_step",
            "default_contexts", "eager_programs", "export_step", "family", "generation_defaults",
            "refuse_unsupported", "step_module"]

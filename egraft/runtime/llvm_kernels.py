@@ -17,7 +17,8 @@ order of summation.
 
 The code is LLVM IR written here as text and compiled by LLVM through
 ``llvmlite`` (numba's JIT layer, a compiled wheel) for the host CPU's own
-instruction set, once per shape and dtype per process (milliseconds).  XLA
+instruction set, once per shape and dtype (about 50 ms each); the object code is kept in egraft's cache directory
+(``<cache root>/llvm``, keyed by the IR, the CPU and the LLVM version) so a later process reads it back.  XLA
 calls it through a typed FFI handler (``jax.ffi``): the handler reads the
 two operand buffers and the result buffer from XLA's call frame (the layout
 of ``xla/ffi/api/c_api.h``, shipped with jaxlib) and answers XLA's metadata
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
 import threading
 from dataclasses import dataclass
@@ -94,15 +96,62 @@ def _target_machine():
                                         opt=3, codemodel="jitdefault")
 
 
+def _object_path(ir: str) -> str | None:
+    """Where the machine code of `ir` for this CPU is kept between processes (None: no cache)."""
+    if os.environ.get("EGRAFT_XLA_CACHE", "1") == "0":
+        return None
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    from .xla_cache import cache_root
+
+    key = hashlib.sha256("\0".join([ir, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+                                     llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info))])
+                         .encode()).hexdigest()
+    return str(cache_root() / "llvm" / f"{key}.o")
+
+
+def _read_object(path: str | None) -> bytes | None:
+    """The kept object code, or None when there is none or its checksum does not match (it is then rebuilt)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except (OSError, TypeError):
+        return None
+    digest, obj = data[:32], data[32:]
+    return obj if obj and hashlib.sha256(obj).digest() == digest else None
+
+
+def _keep_object(path: str | None, obj: bytes) -> None:
+    """Write the object code for the next process; a cache that cannot be written costs only the next compile."""
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(hashlib.sha256(obj).digest() + obj)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def _compile(spec: KernelSpec):
+    """The kernel's module, optimised (-O3) and compiled for the host CPU, or read back as object code that an
+    earlier process compiled from the same IR for the same CPU (``<cache root>/llvm``)."""
     import llvmlite.binding as llvm
 
     tm = _target_machine()
-    mod = llvm.parse_assembly(module_ir(spec))
+    ir = module_ir(spec)
+    mod = llvm.parse_assembly(ir)
     mod.verify()
-    pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
-    pb.getModulePassManager().run(mod, pb)
+    path = _object_path(ir)
+    kept = _read_object(path)
+    if kept is None:
+        pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
+        pb.getModulePassManager().run(mod, pb)
     engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.set_object_cache(lambda _m, obj: kept is None and _keep_object(path, bytes(obj)), lambda _m: kept)
     engine.finalize_object()
     return engine, mod
 

@@ -23,6 +23,9 @@ The steps, each timed in :attr:`SearchResult.stages`:
    for every occurrence (:mod:`.per_block`); otherwise one search of the whole
    e-graph.  The population is seeded with the greedy and the
    cost-model-best extractions on each candidate backend, plus random genomes.
+   Its share of the budget (``SEARCH_SHARE``, less what came before) also
+   leaves out the final comparison's whole-program compiles of a per-block
+   search: one per seed and the winner, each estimated by the baseline's.
 6. **Final comparison** (``final_check``, ``final_timing``; :mod:`.final`).
    The direct lowering, every seeded extraction as a whole program, the
    spliced winner, its late-knob variants and any smaller-budget cached
@@ -191,8 +194,13 @@ class _Run:
                               f"{base_out.message or base_out.status}")
         t = self._stage("baseline", t)
         spent = _time.perf_counter() - self.t0
+        # a per-block search hands the final comparison each seed and its winner as whole programs to compile and
+        # check: each costs about what the direct program's compile and check just took, kept out of the search's
+        # share so the budget holds for the whole search (a long model's whole-program compiles are seconds each)
+        finals = 2 * len(self.backends) + 1 if self.config.reuse_layers and saturation.parts else 0
+        reserve = finals * self.stages["baseline"]
         left = None if plan.seconds is None else max(plan.seconds * MIN_SEARCH_SHARE,
-                                                     plan.seconds * SEARCH_SHARE - spent)
+                                                     plan.seconds * SEARCH_SHARE - spent - reserve)
         search_plan = plan if left is None else Budget(left, plan.trials, plan.generations, plan.population,
                                                        plan.patience)
         searched = self._evolve(saturation, task, search_plan, base_out.time_s)

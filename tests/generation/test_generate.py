@@ -147,6 +147,12 @@ def test_context_buckets_are_checked():
 
     assert default_contexts(640) == (128, 256) and default_contexts(128) == ()  # up to half of max_length
     assert default_contexts(256) == (128,) and default_contexts(255) == () and default_contexts(1024) == (128, 256, 512)
+    # with sizes: a bucket is kept when the cache it skips is a tenth of a full step's reads or more
+    mb = 2 ** 20
+    assert default_contexts(256, 23_040, 256 * mb) == ()  # a 135 M bf16 model at max_length 256: 1 % of a step
+    assert default_contexts(1024, 23_040, 256 * mb) == ()  # skipping 896 slots: 7 %
+    assert default_contexts(2048, 23_040, 256 * mb) == (128, 256, 512)  # 1024 would skip 7.5 %: left out
+    assert default_contexts(4096, 8 * 23_040, 256 * mb) == (128, 256, 512, 1024, 2048)  # 8 rows: the cache rules
     b = Built("llama")
     with pytest.raises(InputError, match="context bucket"):
         step_module(b.model, 2, 64, (1, 4), contexts=(100,))  # over max_length

@@ -191,6 +191,12 @@ def test_a_saved_program_registers_its_kernels_when_loaded(tmp_path):
             f"np.save({str(tmp_path / 'y.npy')!r}, art(x)[0].float().numpy()); print('{{}}')")
     run_python(code)
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
+    # what was saved is what the executable compiled (so a load here finds it in XLA's cache), for the CPU only
+    assert open(os.path.join(d, "program.stablehlo"), "rb").read() == ex.exported[0]
+    assert manifest["target"]["platforms"] == ["cpu"] and manifest["kernels"][0]["platforms"] == ["cpu"]
+    with pytest.raises(BackendError, match="generated CPU products.*not on \\['cuda'\\].*platforms=\\['cpu'\\]"):
+        ex.export(str(tmp_path / "gpu"), platforms=["cpu", "cuda"])
+    assert not (tmp_path / "gpu").exists()
 
     manifest["kernels"][0]["cpu_kernels"][0]["dtype"] = "int3"
     for k in ("format", "format_version", "egraft_version", "files"):
@@ -198,3 +204,41 @@ def test_a_saved_program_registers_its_kernels_when_loaded(tmp_path):
     write_manifest(d, manifest)
     with pytest.raises(ArtifactError, match="cpu_kernels entry.*not a kernel this egraft makes.*egraft compile"):
         egraft.load(d)
+
+
+_ENGINES = []  # llvmlite crashes disposing one of several engines of the same module: kept for the process, as
+# llvm_kernels keeps its own
+
+
+def test_object_code_is_kept_for_the_next_process_and_a_damaged_copy_is_rebuilt(tmp_path, monkeypatch):
+    """The compiled kernel's object code goes to <cache dir>/llvm; a later compile reads it back instead of running
+    LLVM (and computes the same values); a file whose checksum does not match is compiled again."""
+    import llvmlite.binding as llvm
+
+    monkeypatch.setenv("EGRAFT_CACHE_DIR", str(tmp_path))
+    x, w, panels, spec = _case("bfloat16", 2, 48, 48, 16, fresh_seed())
+    passes = []
+    real = llvm.create_pass_builder
+    monkeypatch.setattr(llvm, "create_pass_builder", lambda *a, **k: passes.append(1) or real(*a, **k))
+
+    def run():
+        engine, _mod = lk._compile(spec)
+        got = np.empty((2, 48), np.float32)
+        fn = lk.ctypes.CFUNCTYPE(None, lk.ctypes.c_void_p, lk.ctypes.c_void_p, lk.ctypes.c_void_p)(
+            engine.get_function_address("product"))
+        fn(x.ctypes.data, panels.ctypes.data, got.ctypes.data)
+        _check(got, x, w, "kept kernel")
+        return engine
+
+    _ENGINES.append(run())
+    kept = list((tmp_path / "llvm").glob("*.o"))
+    assert len(kept) == 1 and passes == [1]
+    _ENGINES.append(run())
+    assert passes == [1], "the kept object code was not read back"
+    data = bytearray(kept[0].read_bytes())
+    data[-1] ^= 0xFF
+    kept[0].write_bytes(bytes(data))
+    _ENGINES.append(run())
+    assert passes == [1, 1], "a damaged object file was used"
+    monkeypatch.setenv("EGRAFT_XLA_CACHE", "0")  # the cache switch turns this cache off too
+    assert lk._object_path("ir") is None

@@ -99,6 +99,7 @@ class JaxExecutable(Executable):
 
     program: Any = field(default=None, repr=False)
     folded: dict = field(default_factory=dict, repr=False)  # weight-only values computed at build
+    exported: Any = field(default=None, repr=False)  # (bytes, platforms): the serialised program it compiled
 
     def __post_init__(self):
         device_kind(self.device)  # an unknown device string is refused first
@@ -142,10 +143,14 @@ class JaxExecutable(Executable):
                 fn = jax.jit(lambda *xs: prog.fn(ws, *xs), donate_argnums=tuple(states))
                 self._compiled = fn.lower(*specs).compile()
             else:
-                fn = jax.jit(self.program.fn, donate_argnums=tuple(k + 1 for k in states))
+                # the program XLA compiles is the one a save writes and egraft.load compiles: the same module, so
+                # the load of an artifact on the machine that compiled it finds it in XLA's persistent cache
+                # (runtime.xla_cache), and what runs after a load is what was validated here
+                self.exported = _exported(self)
+                call = self.program.fn if self.exported is None else jax.export.deserialize(self.exported[0]).call
+                fn = jax.jit(call, donate_argnums=tuple(k + 1 for k in states))
                 wspecs = tuple(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in self.weights)
                 self._compiled = fn.lower(wspecs, *specs).compile()
-            self._jitted = fn
         inputs = [(n, s, d) for n, (s, d) in zip(main.input_names(), main.input_types())]
         self.runner = JaxRunner(self._compiled, self.weights, inputs, [d for _, d in self._in_types],
                                 [d for _, d in main.output_types()], self._dev, self._x64, as_arguments,
@@ -164,8 +169,8 @@ class JaxExecutable(Executable):
         """The optimised HLO XLA compiled."""
         return self._compiled.as_text()
 
-    def export(self, directory: str, platforms=("cpu", "cuda", "tpu")) -> str:
-        """Write this program as StableHLO plus weights (see :mod:`.export`)."""
+    def export(self, directory: str, platforms=None) -> str:
+        """Write this program as StableHLO plus weights (see :mod:`.export`; None: its default platforms)."""
         from .export import export_executable
 
         return export_executable(self, directory, platforms)
@@ -204,6 +209,17 @@ class JaxExecutable(Executable):
         if self._tsig is None:
             self._tsig = torch_signature(self.graph.input_types())
         return self.runner.run_torch(checked_tensors(inputs, self._tsig, lambda: check_inputs(self.graph, inputs)))
+
+
+def _exported(ex: JaxExecutable) -> tuple[bytes, list[str]] | None:
+    """`ex`'s program as its artifact holds it (``export.serialise``: the bytes and their platforms), or None when
+    jax.export cannot write it (the program is then compiled from its function; a save reports the failure)."""
+    from .export import serialise
+
+    try:
+        return serialise(ex)
+    except BackendError:
+        return None
 
 
 def lower(graph: Graph, device: str, chosen: dict) -> JaxExecutable:

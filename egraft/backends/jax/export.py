@@ -47,28 +47,45 @@ def _serialise(ex, platforms: list[str]) -> bytes:
         return exported.serialize()
 
 
-def write(ex, directory: str, *, platforms: Sequence[str] | None = None):
-    """Write ``program.stablehlo`` for `ex` (a JaxExecutable) into `directory`; see the module docstring."""
-    from ..artifact import WrittenProgram
-
+def _tries(ex, platforms: Sequence[str] | None) -> list[list[str]]:
     own = _PLATFORM[device_kind(ex.device)]
+    kernels = bool(ex.program.kernels)
     if platforms is not None:
         bad = [p for p in platforms if p not in DEFAULT_PLATFORMS]
         if bad or not platforms:
             raise BackendError(f"cannot export for platform(s) {bad or list(platforms)}; "
                                f"choose from {', '.join(DEFAULT_PLATFORMS)}")
-        tries = [list(dict.fromkeys(platforms))]
-    else:
-        tries = [[own] + [p for p in DEFAULT_PLATFORMS if p != own], [own]]
+        if kernels and list(platforms) != ["cpu"]:
+            raise BackendError(f"this program calls egraft's generated CPU products, so it runs on the CPU only, not "
+                               f"on {[p for p in platforms if p != 'cpu']}: save it with platforms=['cpu'], or compile "
+                               "for that device (a search there picks its own kernels)")
+        return [list(dict.fromkeys(platforms))]
+    if kernels:  # the generated products are CPU code: a program calling them is a CPU program
+        return [[own]]
+    return [[own] + [p for p in DEFAULT_PLATFORMS if p != own], [own]]
+
+
+def serialise(ex, platforms: Sequence[str] | None = None) -> tuple[bytes, list[str]]:
+    """`ex`'s program serialised with ``jax.export`` for `platforms` (None: the defaults in the module docstring),
+    and the platforms it was written for."""
     errors = []
-    for plats in tries:
+    for plats in _tries(ex, platforms):
         try:
-            blob = _serialise(ex, plats)
-            break
+            return _serialise(ex, plats), plats
         except Exception as e:  # a lowering missing on some platform: try the next list
             errors.append(f"{plats}: {type(e).__name__}: {e}")
+    raise BackendError("jax.export failed: " + "; ".join(errors))
+
+
+def write(ex, directory: str, *, platforms: Sequence[str] | None = None):
+    """Write ``program.stablehlo`` for `ex` (a JaxExecutable) into `directory`; see the module docstring."""
+    from ..artifact import WrittenProgram
+
+    made = getattr(ex, "exported", None)  # the serialised program the executable itself compiled, if it did
+    if made is not None and (platforms is None or list(dict.fromkeys(platforms)) == made[1]):
+        blob, plats = made
     else:
-        raise BackendError("jax.export failed: " + "; ".join(errors))
+        blob, plats = serialise(ex, platforms)
     with open(os.path.join(directory, PROGRAM_FILE), "wb") as f:
         f.write(blob)
     prog = ex.program
@@ -93,11 +110,11 @@ def write(ex, directory: str, *, platforms: Sequence[str] | None = None):
     return WrittenProgram(dict(zip(prog.weight_names, host)), fields)
 
 
-def export_executable(ex, directory: str, platforms: Sequence[str] = DEFAULT_PLATFORMS, meta: dict | None = None) -> str:
+def export_executable(ex, directory: str, platforms: Sequence[str] | None = None, meta: dict | None = None) -> str:
     """Save `ex` as an artifact for `platforms` (``save_artifact`` with this backend's option); returns the path."""
     from ..artifact import save_artifact
 
     return save_artifact(ex, directory, meta=meta, platforms=platforms)
 
 
-__all__ = ["DEFAULT_PLATFORMS", "PROGRAM_FILE", "export_executable", "write"]
+__all__ = ["DEFAULT_PLATFORMS", "PROGRAM_FILE", "export_executable", "serialise", "write"]
