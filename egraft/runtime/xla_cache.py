@@ -32,9 +32,14 @@ def xla_cache_dir() -> str:
     return str(cache_root() / "xla")
 
 
+def caching() -> bool:
+    """Whether egraft keeps compiled code between processes (``EGRAFT_XLA_CACHE=0``: it does not)."""
+    return os.environ.get("EGRAFT_XLA_CACHE", "1") != "0"
+
+
 def enable_xla_cache(path: str | None = None) -> None:
     """JAX's persistent compilation cache in `path` (default: :func:`xla_cache_dir`), every program cached."""
-    if os.environ.get("EGRAFT_XLA_CACHE", "1") == "0":
+    if not caching():
         return
     import jax
 
@@ -44,4 +49,4 @@ def enable_xla_cache(path: str | None = None) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-__all__ = ["ENV_VAR", "cache_root", "enable_xla_cache", "xla_cache_dir"]
+__all__ = ["ENV_VAR", "cache_root", "caching", "enable_xla_cache", "xla_cache_dir"]

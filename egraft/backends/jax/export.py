@@ -82,7 +82,7 @@ def write(ex, directory: str, *, platforms: Sequence[str] | None = None):
     from ..artifact import WrittenProgram
 
     made = getattr(ex, "exported", None)  # the serialised program the executable itself compiled, if it did
-    if made is not None and (platforms is None or list(dict.fromkeys(platforms)) == made[1]):
+    if made is not None and (platforms is None or _tries(ex, platforms) == [made[1]]):
         blob, plats = made
     else:
         blob, plats = serialise(ex, platforms)
