@@ -61,6 +61,17 @@ def _median_ms(fn) -> float:
     return float(r[0] if isinstance(r, (list, tuple)) else r)
 
 
+HEADER = (f"{'workload':18} {'kernels':>7} {'rel err':>9} {'egraft ms':>10} {'eager ms':>9} {'compile ms':>10} "
+          f"{'eager/egraft':>12} {'compile/egraft':>14}")
+
+
+def _row(r) -> str:
+    if len(r) == 2:
+        return f"{r[0]:18} {r[1]}"
+    name, nk, err, te, tt, tc = r
+    return f"{name:18} {nk:7d} {err:9.2e} {te:10.3f} {tt:9.3f} {tc:10.3f} {tt / te:12.2f} {tc / te:14.2f}"
+
+
 def bench(names, size: str):
     import torch
 
@@ -75,6 +86,7 @@ def bench(names, size: str):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     rows = []
+    print(HEADER, flush=True)
     for name in names:
         spec = MODELS[name]
         model = spec.build(size, seed=0)
@@ -84,6 +96,7 @@ def bench(names, size: str):
             ex = lower(g, "triton", "cuda")
         except Exception as e:  # report and keep going: one table for all workloads
             rows.append((name, f"lower failed: {type(e).__name__}: {str(e)[:80]}"))
+            print(_row(rows[-1]), flush=True)
             continue
         model = model.cuda()
         dargs = [a.cuda() for a in args]
@@ -101,16 +114,11 @@ def bench(names, size: str):
                 print(f"gpu_check: torch.compile failed on {name}: {type(e).__name__}: {e}")
                 t_comp = float("nan")
         rows.append((name, len(ex.kernels), err, t_egraft, t_eager, t_comp))
-        print(f"  {name}: done", flush=True)
+        print(_row(rows[-1]), flush=True)  # as it ends: a run stopped by a time limit keeps its rows
     print()
-    print(f"{'workload':18} {'kernels':>7} {'rel err':>9} {'egraft ms':>10} {'eager ms':>9} {'compile ms':>10} "
-          f"{'eager/egraft':>12} {'compile/egraft':>14}")
+    print(HEADER)
     for r in rows:
-        if len(r) == 2:
-            print(f"{r[0]:18} {r[1]}")
-            continue
-        name, nk, err, te, tt, tc = r
-        print(f"{name:18} {nk:7d} {err:9.2e} {te:10.3f} {tt:9.3f} {tc:10.3f} {tt / te:12.2f} {tc / te:14.2f}")
+        print(_row(r))
     bad = [r for r in rows if len(r) == 2 or not r[2] <= 1e-3]
     if bad:
         print(f"\ngpu_check: {len(bad)} workload(s) failed or disagree with eager beyond 1e-3: {[r[0] for r in bad]}")

@@ -51,6 +51,7 @@ symbolic, instead of one export per bucket.
 
 from __future__ import annotations
 
+import inspect
 from typing import Sequence
 
 import torch
@@ -137,6 +138,7 @@ class StepModule(torch.nn.Module):
                 break
         ladder = sorted({int(c) for c in chunks if 1 <= int(c) <= max_length} | {1})
         self.model = model
+        self._cache_kw = cache_keyword(model)
         self.max_length = max_length
         cache_len = max_length + ladder[-1]
         dtype = next(model.parameters()).dtype
@@ -181,8 +183,8 @@ class StepModule(torch.nn.Module):
         # its key biases from, as it does from a left-padded mask; every 4-D mask comes from SlotMasks.
         with SlotMasks(position_ids, self._slots[:context]) as masks:
             out = self.model(input_ids=input_ids, position_ids=position_ids.clamp(max=self.max_length - 1),
-                             attention_mask=slot_mask.to(torch.int64), cache=cache, use_cache=True,
-                             logits_to_keep=1)
+                             attention_mask=slot_mask.to(torch.int64), use_cache=True, logits_to_keep=1,
+                             **{self._cache_kw: cache})
         if not masks.built:
             raise InputError(f"{type(self.model).__name__} built no attention mask through transformers' "
                              "masking_utils (create_causal_mask, ...), which is how egraft's step masks each "
@@ -222,6 +224,14 @@ def default_contexts(max_length: int, slot_bytes: int = 0, weight_bytes: int = 0
         c *= 2
     return tuple(out)
 
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword `model`'s forward takes its cache by: ``cache`` (transformers 5.24 and later) or
+    ``past_key_values`` (earlier 5.x; passed as ``cache`` there it lands in ``**kwargs`` unread, and the model runs
+    without the slot cache)."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS,
                 contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None,

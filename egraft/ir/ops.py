@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import IRError
 from . import dtypes, shapes, strided
+from .rounding import round_once
 
 Type = tuple[tuple[int, ...], str]  # (shape, dtype)
 
@@ -283,7 +284,7 @@ def _rounded(x, dtype: str, dt) -> np.ndarray:
     twice, so round to the half type first (exact when widened back).
     """
     if np.dtype(dt) == np.float32 and dtypes.is_half(dtype):
-        return np.asarray(x).astype(dtypes.to_numpy(dtype)).astype(dt)
+        return round_once(x, dtypes.to_numpy(dtype)).astype(dt)
     return np.asarray(x).astype(dt)
 
 

@@ -23,7 +23,7 @@ from ..errors import ArtifactError, BackendError
 from ..ir import dtypes
 from . import llvm_kernels
 from .device import parse
-from .jax_runner import JaxRunner, jax_device, x64_scope
+from .jax_runner import JaxRunner, jax_device, specs_on, x64_scope
 from .manifest import read_verified, single_kernel
 from .xla_cache import enable_xla_cache
 
@@ -78,8 +78,8 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
     prog_dtypes = [np.dtype(dtypes.to_numpy(d)) for d in entry["input_program_dtypes"]]
     with x64_scope(x64):
         ws = tuple(jax.device_put(w, dev) for w in weights)
-        wspecs = tuple(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in ws)
-        specs = [jax.ShapeDtypeStruct(tuple(i["shape"]), p) for i, p in zip(manifest["inputs"], prog_dtypes)]
+        wspecs = tuple(specs_on(dev, [(w.shape, w.dtype) for w in ws]))
+        specs = specs_on(dev, [(i["shape"], p) for i, p in zip(manifest["inputs"], prog_dtypes)])
         # state inputs (role "state", after the others) are donated, as the backend's executable does: the
         # new cache is written into the old one's buffer and comes back a jax array (backends.base.Executable)
         states = tuple(k + 1 for k, i in enumerate(manifest["inputs"]) if i.get("role") == "state")

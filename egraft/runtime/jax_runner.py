@@ -47,6 +47,14 @@ def x64_scope(x64: bool):
 JAX_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}  # egraft device kind -> jax.devices() platform
 
 
+def specs_on(dev, types) -> list:
+    """``jax.ShapeDtypeStruct`` per (shape, dtype) in `types`, placed on `dev`: a program lowered from them is
+    compiled for that device, not for JAX's default one (on a machine with a GPU the default is the GPU, and a
+    program for the CPU lowered without a placement is compiled for the GPU)."""
+    where = jax.sharding.SingleDeviceSharding(dev)
+    return [jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=where) for shape, dtype in types]
+
+
 def jax_device(device: str, error: type = InputError, instead: str = "use"):
     """The jax device for `device` (``"cpu"``, ``"cuda[:N]"``, ``"tpu"``), or `error` saying what there is.
 
@@ -170,4 +178,4 @@ def _to_torch(o, dt: str, dev):
     return t.to(dev) if t.device != dev else t
 
 
-__all__ = ["INT32_MAX", "INT32_MIN", "JAX_PLATFORMS", "JaxRunner", "jax_device", "x64_scope"]
+__all__ = ["INT32_MAX", "INT32_MIN", "JAX_PLATFORMS", "JaxRunner", "jax_device", "specs_on", "x64_scope"]

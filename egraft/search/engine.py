@@ -168,6 +168,7 @@ class _Run:
         self.graph, self.config, self.backends = graph, config, backends
         self.evaluator, self.memo, self.progress, self.t0 = evaluator, memo, progress, t0
         self.stages: dict[str, float] = {}
+        self.notes: list[str] = []  # backends left out (_baseline)
         self.dev, self.fitness = config.device, config.fitness
 
     def _stage(self, name: str, t: float) -> float:
@@ -186,12 +187,7 @@ class _Run:
             t = self._stage("saturate", t)
         task = Task(graph, dev, self.fitness, self.config.seed, [list(x) for x in inputs] if inputs else [])
         t = self._stage("reference", t)
-        base = self.backends[0]
-        direct = Candidate(graph, base, knob_items(default_knobs(get_backend(base).knobs(graph))))
-        base_out = evaluate_one(task, direct, memo=self.memo, pin=True)
-        if not base_out.ok:
-            raise SearchError(f"the model's own program does not run on {base!r} on {dev!r}: "
-                              f"{base_out.message or base_out.status}")
+        direct, base_out = self._baseline(task)
         t = self._stage("baseline", t)
         spent = _time.perf_counter() - self.t0
         # a per-block search hands the final comparison each seed and its winner as whole programs to compile and
@@ -214,6 +210,26 @@ class _Run:
         fin = final.run(task, contenders, self.memo, allowance)
         self.stages.update(fin.stages)
         return self._build(fin, searched, saturation, prior)
+
+    def _baseline(self, task: Task):
+        """The model's own program on the first backend (in priority order) it runs on: (candidate, outcome,
+        failures).  A backend it fails on before that one is left out of the search, with a note saying why (the
+        Triton backend on a GPU once failed to compile a rotary embedding while JAX ran it): one backend's bug costs
+        its candidates, not the compile.  None runs: SearchError naming each failure."""
+        failed = []
+        for name in self.backends:
+            cand = Candidate(self.graph, name, knob_items(default_knobs(get_backend(name).knobs(self.graph))))
+            out = evaluate_one(task, cand, memo=self.memo, pin=True)
+            if out.ok:
+                break
+            failed.append((name, out.message or out.status))
+        else:
+            raise SearchError(f"the model's own program does not run on {self.dev!r} with any backend: "
+                              + "; ".join(f"{n}: {why}" for n, why in failed))
+        self.backends = [b for b in self.backends if b not in {n for n, _ in failed}]
+        self.notes = [f"backend {n} left out of the search: the model's own program failed on it ({why})"
+                      for n, why in failed]
+        return cand, out
 
     def _evolve(self, saturation, task: Task, plan: Budget, baseline_s: float) -> "_Searched":
         """The genetic search per distinct block (or of the whole graph) and the contenders it yields."""
@@ -305,7 +321,7 @@ class _Run:
     def _build(self, fin: final.Final, s: "_Searched", saturation, prior) -> SearchResult:
         from .cost import rank_correlation
 
-        trials, notes, counts = list(s.trials), s.notes + fin.notes, dict(s.counts)
+        trials, notes, counts = list(s.trials), self.notes + s.notes + fin.notes, dict(s.counts)
         for row in fin.rows:  # late knobs are trials of their own (tried once, on the winner)
             if row["label"].startswith("late "):
                 trials.append(Trial(len(trials), row["key"], "timed", row["time_s"], row["spread"],

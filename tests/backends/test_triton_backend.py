@@ -132,3 +132,42 @@ def test_graph_output_that_is_an_input_or_a_view():
     x = b.input("x", (3, 4), "float32")
     ex = check(b.build([x, x.T, x.sum(0)]))
     assert len(ex.kernels) == 2
+
+
+def _built(g):
+    from egraft.backends import default_knobs
+    from egraft.backends.triton import build, knobs
+
+    return build(g, default_knobs(knobs(g)))
+
+
+def test_int32_index_range_counts_what_kernels_walk():
+    # a product whose broadcast form has 2**38 elements reads only its operands (a dot): it builds (generation only,
+    # nothing runs); a bench-size model's matmuls were refused on a GPU before
+    b = GraphBuilder()
+    x, w = b.input("x", (4096, 8192), "float32"), b.input("w", (8192, 8192), "float32")
+    _, _, specs = _built(b.build([(x @ w).exp()]))
+    assert specs
+    # a buffer of 2**31 elements, and a tile kernel that reduces a walked broadcast of 2**36: refused, naming it
+    b = GraphBuilder()
+    with pytest.raises(BackendError, match=r"node %0 \(Input\) makes a kernel walk 2,147,483,648 elements"):
+        _built(b.build([b.input("x", (2**16, 2**15), "float32").exp()]))
+    b = GraphBuilder()
+    x, y = b.input("x", (2**12, 2**12), "float32"), b.input("y", (2**12, 2**12), "float32")
+    with pytest.raises(BackendError, match=r"SumReduce\) makes a kernel walk 68,719,476,736 elements.*split"):
+        _built(b.build([(x.reshape((2**12, 2**12, 1)) + y.reshape((1, 2**12, 2**12))).exp().sum(1)]))
+
+
+@pytest.mark.parametrize("computed", [True, False])
+def test_outer_product_operands_are_zero_past_k(computed):
+    # K = 1 in a dot kernel whose K block is wider: an operand that does not vary along K (a broadcast load, or a
+    # value computed before the K loop, as a rotary embedding's positions are) must be zero past K, in the loop
+    # where the K mask lives (found on a GPU: the mask was referenced before the loop defined it, and two
+    # broadcast loads summed BLOCK_K copies of the product)
+    b = GraphBuilder()
+    u = b.input("u", (32,), "float32")
+    t = b.input("t", (1, 1, 8), "int64").cast("float32") if computed else b.input("t", (8,), "float32")
+    y = u.reshape((1, 32, 1)) @ t.reshape((1, 1, 8))
+    r, seed = rng()
+    xt = r.integers(0, 255, (1, 1, 8)) if computed else r.standard_normal(8).astype(np.float32)
+    check(b.build([y.sin()]), [r.standard_normal(32).astype(np.float32), xt], seed=seed)

@@ -49,6 +49,8 @@ def _own_graph():
         b.add("Attention", (q, k, k), scale=0.25, causal=True),
         b.add("Attention", (q, k, k, b.input("bias", (1, 2, 5, 9), "float32")), scale=0.25, causal=False),
         x.gather(2, i.maximum(0).minimum(23)), (p & (x > 0)).any(2), x.flip(2) % 0.5,
+        # an outer product (K = 1) of a weight and positions computed in the kernel: a rotary embedding's frequencies
+        (b.input("u", (8,), "float32").reshape((1, 8, 1)) @ b.input("t", (1, 1, 6), "int64").cast("float32")).sin(),
     ]
     return b.build(outs)
 

@@ -160,3 +160,26 @@ def test_compile_workers_give_the_same_verdicts_as_in_process_evaluation():
     b = LocalEvaluator(workers=0).run(task, cands, bounds)
     assert [o.status for o in a] == [o.status for o in b]
     assert a[0].status == "timed" and all(o.key == c.key for o, c in zip(a, cands))
+
+
+def test_a_backend_the_model_fails_on_is_left_out_not_fatal(monkeypatch):
+    # the first backend in priority order cannot lower this graph (as Triton once could not lower a rotary
+    # embedding on a GPU): the search goes on with the others and says why one was left out
+    import dataclasses
+
+    from egraft.backends import base, get_backend
+    from egraft.errors import BackendError, SearchError
+
+    first = get_backend("jax")
+
+    def broken(graph, device, chosen):
+        raise BackendError("planted: this backend cannot lower the graph")
+
+    monkeypatch.setitem(base.BACKENDS, "jax", dataclasses.replace(first, lower=broken))
+    g = _graph()
+    res = search(g, budget=Budget(seconds=None, trials=4, population=4), cache=False, progress=False)
+    assert res.backend == "torch"
+    assert any("backend jax left out of the search" in n and "planted" in n for n in res.notes), res.notes
+    _same_function(res.graph, g)
+    with pytest.raises(SearchError, match=r"does not run on 'cpu' with any backend: jax: .*planted"):
+        search(g, backend="jax", budget=Budget(seconds=None, trials=4, population=4), cache=False, progress=False)

@@ -38,7 +38,7 @@ from ...errors import BackendError
 from ...ir import dtypes
 from ...ir.evaluate import check_inputs
 from ...ir.graph import Graph
-from ...runtime.jax_runner import JaxRunner, jax_device
+from ...runtime.jax_runner import JaxRunner, jax_device, specs_on
 from ...runtime.checked import checked_tensors, torch_signature
 from ..base import Executable, device_kind, guarded_lower
 from ...runtime import llvm_kernels
@@ -130,7 +130,7 @@ class JaxExecutable(Executable):
             self._host = tuple(host)
             self.weights = tuple(jax.device_put(w, self._dev) for w in host)
             self._in_types = [(s, program_dtype(d, self._x64)) for s, d in main.input_types()]
-            specs = [jax.ShapeDtypeStruct(s, d) for s, d in self._in_types]
+            specs = specs_on(self._dev, self._in_types)  # compiled for this device, not JAX's default one
             # (a graph whose weights are large takes them as arguments whatever the knob: a per-layer search may
             # have picked constants for one layer's weights; the whole model's would be copied into the program)
             as_arguments = bool(self.weights) and (self.knobs.get("weights", "arguments") != "constants"
@@ -149,7 +149,7 @@ class JaxExecutable(Executable):
                 self.exported = _exported(self)
                 call = self.program.fn if self.exported is None else jax.export.deserialize(self.exported[0]).call
                 fn = jax.jit(call, donate_argnums=tuple(k + 1 for k in states))
-                wspecs = tuple(jax.ShapeDtypeStruct(w.shape, w.dtype) for w in self.weights)
+                wspecs = tuple(specs_on(self._dev, [(w.shape, w.dtype) for w in self.weights]))
                 self._compiled = fn.lower(wspecs, *specs).compile()
         inputs = [(n, s, d) for n, (s, d) in zip(main.input_names(), main.input_types())]
         self.runner = JaxRunner(self._compiled, self.weights, inputs, [d for _, d in self._in_types],

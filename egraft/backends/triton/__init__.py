@@ -72,13 +72,9 @@ def build(graph: Graph, knobs: dict):
     from .kernel import buffer_names, generate
 
     main, folded = fold_weights(graph)
-    big = [i for i, n in enumerate(main.nodes) if _numel(n.shape) >= 2**31]
-    if big:
-        n = main.nodes[big[0]]
-        raise BackendError(f"node %{big[0]} ({n.op}) has {_numel(n.shape):,} elements; the Triton backend's "
-                           "int32 index arithmetic supports tensors below 2**31 elements - split the batch")
     main = expand_idioms(main)
     plans = partition(main, knobs)
+    _check_index_range(main, plans)
     names = buffer_names(main, {p.root for p in plans})
     specs = [generate(main, p, names, knobs, k) for k, p in enumerate(plans)]
     return main, folded, specs
@@ -104,6 +100,23 @@ def generate_kernels(graph: Graph, knobs: dict | None = None) -> list:
     chosen = {**default_knobs(BACKEND.knobs(graph)), **(knobs or {})}
     _, _, specs = build(graph, chosen)
     return [load(s) for s in specs]
+
+
+def _check_index_range(main: Graph, plans) -> None:
+    """Refuse a graph whose kernels would index past int32: a buffer (an input, a weight, a kernel's output or
+    operand) of 2**31 elements or more, or a tile kernel whose rows times its reduced extent reach that.  A view
+    that no kernel walks (the broadcast operands of a product computed as a dot) is not counted: a matmul whose
+    broadcast form has 2**31 elements reads only its operands."""
+    walked = {i: _numel(n.shape) for i, n in enumerate(main.nodes) if n.op == Op.Input}  # inputs and weights
+    for p in plans:
+        walked[p.root] = max(walked.get(p.root, 0),
+                             _numel(main.nodes[p.root].shape) * (max(1, p.reduce_k) if p.kind == "tile" else 1))
+        walked.update({i: _numel(main.nodes[i].shape) for i in p.inputs})
+    big = [(i, n) for i, n in walked.items() if n >= 2**31]
+    if big:
+        i, count = big[0]
+        raise BackendError(f"node %{i} ({main.nodes[i].op}) makes a kernel walk {count:,} elements; the Triton "
+                           "backend's int32 index arithmetic supports below 2**31 - split the batch")
 
 
 def _numel(shape) -> int:

@@ -44,7 +44,7 @@ def emit_attention(w, nid, node, idx):
     w.comment(nid, parent)
     dq, dq_mask = _arange(w, parent, BD, D, 1, "dq")
     qv = w.value(q, batch + (m, dq))
-    qt = w.let(_operand(w, qv, BM, BD, dq_mask, dt), qv.block, "q_tile")
+    qt = w.let(_operand(w, qv, BM, BD, dq_mask, dt, parent), qv.block, "q_tile")
     mi, li, acc = w.fresh("m_i"), w.fresh("l_i"), w.fresh("acc")
     w.line(parent, f'{mi} = tl.full([{BM}, 1], float("-inf"), tl.float32)')
     w.line(parent, f"{li} = tl.zeros([{BM}, 1], tl.float32)")
@@ -55,7 +55,7 @@ def emit_attention(w, nid, node, idx):
     dk, dk_mask = _arange(w, body, BD, D, 0, "dk")
     kv = w.value(k, batch + (nk, dk))
     kmask = " & ".join(x for x in (nk_mask, dk_mask) if x) or None
-    kt = _operand(w, kv, BD, BN, kmask, dt)
+    kt = _operand(w, kv, BD, BN, kmask, dt, body)
     s = w.fresh("s")
     prec = "" if dt in _HALF else f', input_precision="{w.ctx.get("input_precision", "ieee")}"'
     w.line(body, f"{s} = tl.dot({qt}, {kt}{prec}) * {float(node.attrs['scale'])!r}")
@@ -76,7 +76,7 @@ def emit_attention(w, nid, node, idx):
     nv, nv_mask = _arange(w, body, BN, Sk, 0, "vrow", start=n0)
     vv = w.value(v, batch + (nv, dv))
     vmask = " & ".join(sorted(x for x in (nv_mask, *dv.masks) if x)) or None
-    vt = _operand(w, vv, BN, BDV, vmask, dt)
+    vt = _operand(w, vv, BN, BDV, vmask, dt, body)
     pe = f"{p}.to({_HALF[dt]})" if dt in _HALF else p
     w.line(body, f"{acc} = {acc} * {alpha} + tl.dot({pe}, {vt}{prec})")
     w.line(body, f"{mi} = {mn}")

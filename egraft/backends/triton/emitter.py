@@ -83,6 +83,16 @@ class KernelWriter:
         self.names: set = set()
         self.commented: set = set()
         self.covered: set = set()
+        self.functions: set = set()  # device functions the kernel calls (device_functions.FUNCTIONS)
+
+    def use(self, function: str) -> str:
+        """Note that the kernel calls device function `function` (its definition goes into the source)."""
+        from .device_functions import FUNCTIONS
+
+        if function not in FUNCTIONS:
+            raise KeyError(f"internal: no device function {function!r}")
+        self.functions.add(function)
+        return function
 
     # -- blocks ------------------------------------------------------------------
     def deepest(self, *items) -> int:

@@ -82,14 +82,17 @@ def dot_form(graph: Graph, nid: int) -> DotForm | None:
     return DotForm(form.lhs.node, form.rhs.node, a_layout, b_layout, form.K, n.dtype)
 
 
-def _operand(w, v: Val, rows: str, cols: str, kmask: str | None, dt: str) -> str:
-    """A [rows, cols] operand tile for tl.dot: full shape, zero beyond K, in the dot's input dtype."""
+def _operand(w, v: Val, rows: str, cols: str, kmask: str | None, dt: str, mask_block) -> str:
+    """A [rows, cols] operand tile for tl.dot: full shape, zero beyond K, in the dot's input dtype.  `kmask` (masks
+    joined by ``&``) is defined in `mask_block` (a K loop's body): a value that does not vary along K (a broadcast,
+    computed before the loop) is masked there, not in its own block."""
     e = v.expr
     if not (set(v.axes) >= {0, 1}):
         e = w.let(f"tl.broadcast_to({e}, [{rows}, {cols}])", v.block, "bc")
-    if kmask and not v.expr.startswith("ld"):
-        # a computed operand is not zero where K runs past its end; a masked load is
-        e = w.let(f"tl.where({kmask}, {e}, 0.0)", v.block, "opnd")
+    if kmask and not (v.expr.startswith("ld") and set(kmask.split(" & ")) <= set(v.masks)):
+        # a load masked along K is zero where K runs past its end; a computed operand, or a load that does not vary
+        # along K (broadcast over it: K = 1 in a rotary embedding's outer product), is not
+        e = w.let(f"tl.where({kmask}, {e}, 0.0)", mask_block, "opnd")
     if dt in _HALF:
         e = f"{e}.to({_HALF[dt]})"
     return e
@@ -124,8 +127,8 @@ def emit_dot(w, nid, node, idx):
         kb = Ix(kb.expr, body, frozenset({kbm}), kb.axes)
     a = w.value(form.a, form.index(form.a_layout, batch, m, ka, n))
     b = w.value(form.b, form.index(form.b_layout, batch, m, kb, n))
-    ta = _operand(w, a, bm, bk, kam, w.graph.nodes[form.a].dtype if form.dtype != "float32" else "float32")
-    tb = _operand(w, b, bk, bn, kbm, w.graph.nodes[form.b].dtype if form.dtype != "float32" else "float32")
+    ta = _operand(w, a, bm, bk, kam, w.graph.nodes[form.a].dtype if form.dtype != "float32" else "float32", body)
+    tb = _operand(w, b, bk, bn, kbm, w.graph.nodes[form.b].dtype if form.dtype != "float32" else "float32", body)
     if form.dtype == "float64":
         w.line(body, f"{acc} += tl.sum({ta}[:, :, None] * {tb}[None, :, :], axis=1)")
     elif form.dtype == "float32":

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ...errors import BackendError
-from ...ir import dtypes, shapes
+from ...ir import Op, dtypes, shapes
 from . import attention, matmul, reduction, scatter
 from .emitter import TL_DTYPE, ZERO, Ix, Val, compute_dtype
 from .views import digit_map
@@ -42,7 +42,7 @@ _BINARY = {
     ("Add", True): "{0} | {1}",
     ("Mul", False): "{0} * {1}",
     ("Mul", True): "{0} & {1}",
-    # Triton's % is the truncated (C) remainder for ints and floats, as the IR's Mod is
+    # Triton's % is the truncated (C) remainder for ints, as the IR's Mod is (floats: _FLOAT_MOD)
     ("Mod", False): "{0} % {1}",
     ("LessThan", False): "{0} < {1}",
     # i1 compares as signed (True = -1): compare bools as int32
@@ -57,11 +57,20 @@ def _unary(op):
     return emit
 
 
+# A float remainder is the device function fmod (device_functions: exact, C's special values; Triton's % on floats
+# is not exact on a GPU)
+_FLOAT_MOD = "fmod({0}, {1})"
+
+
 def _binary(op):
     def emit(w, nid, node, idx):
         a = w.value(node.inputs[0], idx)
         b = w.value(node.inputs[1], idx)
-        tmpl = _BINARY[(op, w.graph.nodes[node.inputs[0]].dtype == "bool")]
+        dt = w.graph.nodes[node.inputs[0]].dtype
+        if op == Op.Mod and dtypes.is_float(dt):
+            tmpl = _FLOAT_MOD.replace("fmod", w.use("fmod"))
+        else:
+            tmpl = _BINARY[(op, dt == "bool")]
         return w.combine(nid, tmpl, [a, b], node.dtype)
     return emit
 
