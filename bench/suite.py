@@ -68,6 +68,8 @@ BY_HAND = {
     "cpu_backends.py": "the direct JAX lowering against eager and Inductor, which the search step measures as its "
                        "'direct' variant; kept for its per-library diagnostics (--settle, egraft(torch) vs (jax))",
     "gpu_check.py": "the Triton backend's tests on a GPU, then timings; a correctness check first, run where a GPU is",
+    "gpu_generate.py": "a real-size model compiled for a GPU: compile stages, tokens against transformers, decode "
+                       "against HF eager, save and load; run where a GPU is (bench/gpu_all.sh runs it with the above)",
     "real_size.py": "models at deployed sizes (135 M, 494 M; fp32 and bf16): compile time and peak memory, artifact "
                     "size, load time and memory, decode against HF eager; about an hour, its JSON read by hand",
     "peers.py": "real_size.py's models against llama.cpp (its own venv: make llamacpp-venv) and HF eager, one core "

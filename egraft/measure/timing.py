@@ -141,7 +141,7 @@ WARM_TURN_S = 0.01  # interleaved(): a variant slower than this skips the per-tu
 
 
 def interleaved(fns: Mapping[str, Callable[[], object]], device: str = "cpu", rounds: int = 5, calls: int = 7,
-                jax: Collection[str] = ()) -> dict[str, Timing]:
+                jax: Collection[str] = (), budget_s: float | None = None) -> dict[str, Timing]:
     """Time several variants in rotating turns, so all see the same machine state; a Timing per name.
 
     Each of `rounds` rounds times every variant once in turn (the order
@@ -150,19 +150,26 @@ def interleaved(fns: Mapping[str, Callable[[], object]], device: str = "cpu", ro
     call; later turns do too for a variant whose calls take under
     ``WARM_TURN_S`` (where the other variants' turns leave caches cold),
     while a slower variant's warm-up would cost a whole call for an effect
-    far below its spread.  Names in `jax` are blocked on.  The search's
+    far below its spread.  Names in `jax` are blocked on.  With `budget_s`, no round starts (after the
+    first ``MIN_ROUNDS``) that the rounds so far say would end past it.  The search's
     final comparison, ``CompiledModel.measure`` and ``egraft bench`` all
     compare through this.
     """
     names = list(fns)
     samples: dict[str, list[float]] = {k: [] for k in names}
     cuda = parse(device).kind == "cuda"
+    t0 = _time.perf_counter()
     for r in range(rounds):
+        if budget_s is not None and r >= MIN_ROUNDS and (_time.perf_counter() - t0) * (r + 1) / r > budget_s:
+            break
         for k in names[r % len(names):] + names[:r % len(names)]:
             warm = 1 if r == 0 or min(samples[k], default=0.0) < WARM_TURN_S else 0
             kw = {} if cuda else {"warmup": warm, "repeats": calls}
             samples[k].extend(time(fns[k], device, jax=k in jax, **kw).samples)
     return {k: summarize(v, device) for k, v in samples.items()}
+
+
+MIN_ROUNDS = 2  # interleaved's rounds even when its budget is spent
 
 
 COLLAPSE = 0.5  # a relative spread above this says the machine itself misbehaved: nothing is concluded

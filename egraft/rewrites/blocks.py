@@ -29,8 +29,16 @@ from ..ir.graph import Attrs, Graph, Node
 MIN_NODES = 120  # below this, plain saturation is cheap enough
 
 
-def _stream(graph: Graph, inputs: bool = False) -> list[bool]:
-    """Per node: does it depend on a model input (with `inputs`, model inputs count themselves)?"""
+def _stream(graph: Graph, inputs: bool = False, primary: int | None = None) -> list[bool]:
+    """Per node: does it depend on a model input (with `inputs`, model inputs count themselves)?  With `primary`
+    (an input's node id): does it depend on that input (itself included)?"""
+    if primary is not None:
+        flag = [False] * len(graph.nodes)
+        flag[primary] = True
+        for i, n in enumerate(graph.nodes):  # node ids are in topological order
+            if not flag[i] and any(flag[j] for j in n.inputs):
+                flag[i] = True
+        return flag
     flag = [not w for w in weight_only(graph)]
     if not inputs:
         for i, n in enumerate(graph.nodes):
@@ -39,10 +47,10 @@ def _stream(graph: Graph, inputs: bool = False) -> list[bool]:
     return flag
 
 
-def dfs_order(graph: Graph) -> list[int]:
-    """Post-order DFS from the outputs (arguments left to right): layer after layer."""
+def dfs_order(graph: Graph, roots=None) -> list[int]:
+    """Post-order DFS from the outputs (or `roots`; arguments left to right): layer after layer."""
     seen, order = set(), []
-    for root in graph.outputs:
+    for root in graph.outputs if roots is None else roots:
         stack = [(root, False)]
         while stack:
             v, done = stack.pop()
@@ -59,20 +67,35 @@ def dfs_order(graph: Graph) -> list[int]:
     return order
 
 
-def cut_points(graph: Graph, inputs: bool = False) -> list[int]:
+def early_order(graph: Graph) -> list[int]:
+    """``dfs_order`` with every node the first output does not need moved to just after its last input: an output
+    computed inside a layer (a cache update no later node reads) stays in its layer instead of trailing the
+    whole graph, where its edges would jump over every later layer."""
+    order = dfs_order(graph)
+    pos = {v: float(k) for k, v in enumerate(order)}
+    needed = set(dfs_order(graph, graph.outputs[:1]))
+    key = {}
+    for v in sorted(pos):  # node ids are in topological order
+        key[v] = pos[v] if v in needed else max((key[j] for j in graph.nodes[v].inputs), default=-1.0) + 0.5
+    return sorted(order, key=lambda v: (key[v], pos[v]))
+
+
+def cut_points(graph: Graph, inputs: bool = False, primary: int | None = None) -> list[int]:
     """Stream nodes no stream edge jumps over, in DFS order (graph outputs reach the end).
 
-    With `inputs`, model inputs are stream nodes (their edges count and they can be cuts).
+    With `inputs`, model inputs are stream nodes (their edges count and they can be cuts).  With `primary`, the
+    stream is what depends on that input, and an output reaches only as far as its uses (it belongs to the block
+    that computes it: a layer's cache update, see ``_blocks_from_cuts``).
     """
-    stream = _stream(graph, inputs)
-    order = dfs_order(graph)
+    stream = _stream(graph, inputs, primary)
+    order = dfs_order(graph) if primary is None else early_order(graph)
     pos = {v: k for k, v in enumerate(order)}
     reach = {}
     for v in order:
         for j in graph.nodes[v].inputs:
             if stream[j]:
                 reach[j] = max(reach.get(j, -1), pos[v])
-    for o in graph.outputs:
+    for o in graph.outputs if primary is None else ():
         reach[o] = len(order)
     cuts, far = [], -1
     for k, v in enumerate(order):
@@ -149,25 +172,43 @@ def find_period(seq: list[str]) -> tuple[int, int, int] | None:
     return best
 
 
-def _blocks_from_cuts(graph: Graph, cuts: list[int]):
-    """(blocks, (start, period, count), covered nodes) for one reading of the cut points, or None."""
+def _blocks_from_cuts(graph: Graph, cuts: list[int], inner_outputs: bool = False):
+    """(blocks, (start, period, count), covered nodes) for one reading of the cut points, or None.
+
+    With `inner_outputs`, a graph output computed between two cuts (a layer's cache update in a generation step) is
+    an output of that segment's block, so every layer's block holds its own updates and the layers still repeat;
+    the outputs after the last repeated block go to the suffix."""
     if len(cuts) < 3:
         return None
-    segs = [block_graph(graph, [c], cuts[k - 1] if k else None) for k, c in enumerate(cuts)]
+    segment = [[] for _ in cuts]  # per segment: the graph outputs computed inside it (inner_outputs)
+    after = []  # outputs after the last cut
+    if inner_outputs:
+        pos = {v: k for k, v in enumerate(early_order(graph))}
+        ends = [pos[c] for c in cuts]
+        for o in graph.outputs:
+            if o in cuts:
+                continue
+            k = next((k for k, e in enumerate(ends) if pos[o] < e), None)
+            (after if k is None else segment[k]).append(o)
+    segs = [block_graph(graph, [c, *segment[k]], cuts[k - 1] if k else None) for k, c in enumerate(cuts)]
     per = find_period([b.key for b in segs])
     if per is None:
         return None
     start, p, count = per
     covered = count * sum(len(b.graph.nodes) for b in segs[start:start + p])
-    bounds = []  # (entry, exit) per block
+    bounds = []  # (entry, first segment, last segment) per block
     if start > 0:
-        bounds.append((None, cuts[start - 1]))
+        bounds.append((None, 0, start - 1))
     for j in range(count):
         lo = start + j * p
-        bounds.append((cuts[lo - 1] if lo > 0 else None, cuts[lo + p - 1]))
+        bounds.append((cuts[lo - 1] if lo > 0 else None, lo, lo + p - 1))
     last = start + count * p - 1
-    tail_outputs = list(graph.outputs) if list(graph.outputs) != [cuts[last]] else None
-    blocks = [([exit_], entry) for entry, exit_ in bounds]
+    blocks = [([cuts[hi], *[o for k in range(lo, hi + 1) for o in segment[k]]], entry) for entry, lo, hi in bounds]
+    if inner_outputs:
+        rest = {o for k in range(last + 1, len(cuts)) for o in [cuts[k], *segment[k]]} | set(after)
+        tail_outputs = [o for o in graph.outputs if o in rest] or None
+    else:
+        tail_outputs = list(graph.outputs) if list(graph.outputs) != [cuts[last]] else None
     if tail_outputs is not None:
         blocks.append((tail_outputs, cuts[last]))
     return blocks, (start, p, count), covered
@@ -185,4 +226,12 @@ def layer_blocks(graph: Graph):
         found = _blocks_from_cuts(graph, cut_points(graph, inputs))
         if found is not None and (best is None or found[2] > best[2]):
             best = found
+    # a third reading per model input: the stream is what depends on that input alone, so values every layer reads
+    # that other inputs compute (a rotary embedding's cos / sin from the positions, masks) do not hide the cuts, and
+    # outputs inside a layer (its cache update) belong to the layer's block
+    for i in graph.input_ids:
+        if graph.nodes[i].attrs.get("role", "input") == "input":
+            found = _blocks_from_cuts(graph, cut_points(graph, primary=i), inner_outputs=True)
+            if found is not None and (best is None or found[2] > best[2]):
+                best = found
     return None if best is None else best[:2]

@@ -181,3 +181,16 @@ def test_a_speedup_is_concluded_from_the_medians_intervals_not_from_the_spread()
     assert not tie["conclusive"] and "overlap" in tie["why_not"]
     wild = summarize(1e-3 * np.exp(2 * rng.random(35)))  # a machine that collapses: spread far above 50 %
     assert not compare(wild, summarize(5e-3 * np.ones(35)))["conclusive"]
+
+
+def test_interleaved_stops_starting_rounds_past_its_budget():
+    import time as _t
+
+    from egraft.measure import interleaved
+
+    fns = {"a": lambda: _t.sleep(0.02), "b": lambda: _t.sleep(0.02)}
+    # two rounds take at least 2 x 2 calls x 20 ms: past them, the projected third passes 0.1 s
+    got = interleaved(fns, rounds=10, calls=1, budget_s=0.1)
+    assert [len(t.samples) for t in got.values()] == [2, 2]
+    full = interleaved(fns, rounds=3, calls=1)
+    assert [len(t.samples) for t in full.values()] == [3, 3]
