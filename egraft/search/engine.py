@@ -64,6 +64,7 @@ FINAL_MIN_S = 1.0
 LATE_KNOB_BUDGET_S = 50.0  # late knobs need this budget: an Inductor compile takes seconds to tens of seconds
 # on one core and cannot be stopped
 SCREEN = 1.5  # a seed the search measured this many times slower than the winner is not timed again
+PER_BLOCK_SEEDS = 1  # seeds of a per-block search compiled whole for the final comparison: the fastest measured
 
 
 def candidate_backends(backend: str, device: str, state_in_place: bool = False) -> list[str]:
@@ -193,7 +194,7 @@ class _Run:
         # a per-block search hands the final comparison each seed and its winner as whole programs to compile and
         # check: each costs about what the direct program's compile and check just took, kept out of the search's
         # share so the budget holds for the whole search (a long model's whole-program compiles are seconds each)
-        finals = 2 * len(self.backends) + 1 if self.config.reuse_layers and saturation.parts else 0
+        finals = PER_BLOCK_SEEDS + 1 if self.config.reuse_layers and saturation.parts else 0
         reserve = finals * self.stages["baseline"]
         left = None if plan.seconds is None else max(plan.seconds * MIN_SEARCH_SHARE,
                                                      plan.seconds * SEARCH_SHARE - spent - reserve)
@@ -293,7 +294,16 @@ class _Run:
                 continue
             first = next(iter(per.values()))[0]
             cand = Candidate(whole({k: c.graph for k, (c, _, _) in per.items()}), first.backend, first.knobs)
-            contenders.append(final.Contender(name, cand, None if parts else _checked(per[""][1])))
+            contenders.append((seed_s, final.Contender(name, cand, None if parts else _checked(per[""][1]))))
+        if parts and len(contenders) > PER_BLOCK_SEEDS:
+            # each seed of a per-block search is a whole-program compile and check in the final comparison (494 M:
+            # 5-6 s and a program's memory each): the seeds the blocks measured fastest go, the others are noted
+            contenders.sort(key=lambda sc: (not math.isfinite(sc[0]), sc[0]))
+            for _, c in contenders[PER_BLOCK_SEEDS:]:
+                notes.append(f"seed {c.label} left out of the final comparison: its blocks measured slower than "
+                             f"those of {', '.join(k.label for _, k in contenders[:PER_BLOCK_SEEDS])}")
+            contenders = contenders[:PER_BLOCK_SEEDS]
+        contenders = [c for _, c in contenders]
         winner = None
         if heaviest is not None:
             best = heaviest[1]
