@@ -185,12 +185,11 @@ def _blocks_from_cuts(graph: Graph, cuts: list[int], inner_outputs: bool = False
     if inner_outputs:
         pos = {v: k for k, v in enumerate(early_order(graph))}
         ends = [pos[c] for c in cuts]
-        for o in graph.outputs:
-            if o in cuts:
-                continue
-            k = next((k for k, e in enumerate(ends) if pos[o] < e), None)
+        for o in graph.outputs:  # (a cut that is an output belongs to the segment it ends)
+            k = next((k for k, e in enumerate(ends) if pos[o] <= e), None)
             (after if k is None else segment[k]).append(o)
-    segs = [block_graph(graph, [c, *segment[k]], cuts[k - 1] if k else None) for k, c in enumerate(cuts)]
+    segs = [block_graph(graph, [c, *[o for o in segment[k] if o != c]], cuts[k - 1] if k else None)
+            for k, c in enumerate(cuts)]
     per = find_period([b.key for b in segs])
     if per is None:
         return None
@@ -203,9 +202,10 @@ def _blocks_from_cuts(graph: Graph, cuts: list[int], inner_outputs: bool = False
         lo = start + j * p
         bounds.append((cuts[lo - 1] if lo > 0 else None, lo, lo + p - 1))
     last = start + count * p - 1
-    blocks = [([cuts[hi], *[o for k in range(lo, hi + 1) for o in segment[k]]], entry) for entry, lo, hi in bounds]
+    blocks = [([cuts[hi], *[o for k in range(lo, hi + 1) for o in segment[k] if o != cuts[hi]]], entry)
+              for entry, lo, hi in bounds]
     if inner_outputs:
-        rest = {o for k in range(last + 1, len(cuts)) for o in [cuts[k], *segment[k]]} | set(after)
+        rest = {o for k in range(last + 1, len(cuts)) for o in segment[k]} | set(after)
         tail_outputs = [o for o in graph.outputs if o in rest] or None
     else:
         tail_outputs = list(graph.outputs) if list(graph.outputs) != [cuts[last]] else None

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from egraft.ir import GraphBuilder
+from egraft.ir import GraphBuilder, evaluate
 from egraft.rewrites import Limits, saturate
 from egraft.testing.equivalence import check_space
 from egraft.rewrites.blocks import cut_points, find_period, layer_blocks
@@ -186,11 +186,22 @@ def test_a_value_computed_for_every_layer_and_outputs_inside_layers_do_not_hide_
         h = (x.layer_norm(1e-5) @ w) * angle
         updates.append(h.exp2())  # an output of the layer, read by nothing after it
         x = x + h.relu()
+        if k == 1:
+            updates.append(x)  # a layer's output that is also a graph output (hidden states)
     g = b.build([x.rms_norm(1e-6), *updates])
     blocks, (start, period, count) = layer_blocks(g)
     assert count >= 5
     owned = [o for outs, _ in blocks for o in outs if o in g.outputs]
     assert sorted(owned) == sorted(g.outputs), "every output belongs to exactly one block"
+    # the search splices per-block programs back: each block's own program in, the same function out
+    from egraft.search.per_block import splice
+
+    parts = saturate(g, limits=Limits(iterations=2, seconds=30)).parts
+    assert parts
+    spliced = splice(g, parts, {})
+    xs = [np.random.default_rng(fresh_seed()).standard_normal((2, 4, d)).astype(np.float32) for _ in range(2)]
+    for got, want in zip(evaluate(spliced, xs), evaluate(g, xs)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     seed = fresh_seed()
     res = saturate(g, limits=Limits(iterations=6, seconds=30))
     assert res.layers["repeats"] == count and res.layers["templates"] < res.layers["blocks"]
