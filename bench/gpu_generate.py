@@ -66,8 +66,8 @@ def main(argv=None) -> int:
 
     import egraft
     from bench.machine import host
-    from bench.real_size import MODELS, _prompt, build
-    from egraft.measure import compare, summarize
+    from bench.real_size import MODELS, _prompt, build, time_decode
+    from egraft.measure import compare
 
     res: dict = {"date": time.strftime("%Y-%m-%d"), "host": host(), "model": a.model, "dtype": a.dtype,
                  "device": a.device, "budget": a.budget, "versions": {"torch": torch.__version__}}
@@ -130,25 +130,9 @@ def main(argv=None) -> int:
         while not os.path.exists(a.quiet_after) and time.perf_counter() - t0 < 300:
             time.sleep(1)
         res["waited_for_quiet_s"] = time.perf_counter() - t0
-    try:
-        systems = {"egraft": eg, "hf_eager": hf}
-        decode = {n: [] for n in systems}
-        prefill = {n: [] for n in systems}
-        names = list(systems)
-        for r in range(a.rounds):
-            for name in names[r % 2:] + names[:r % 2]:
-                f = systems[name]
-                t0 = time.perf_counter()
-                f(1)
-                t1 = time.perf_counter()
-                f(1 + a.new)
-                t2 = time.perf_counter()
-                prefill[name].append(t1 - t0)
-                decode[name].append(((t2 - t1) - (t1 - t0)) / a.new)
-        steps = {n: summarize(v) for n, v in decode.items()}
-        res["decode_tok_s"] = {n: 1.0 / s.median for n, s in steps.items()}
-        res["decode_spread"] = {n: s.spread for n, s in steps.items()}
-        res["prefill_ms"] = {n: 1e3 * sorted(v)[len(v) // 2] for n, v in prefill.items()}
+    try:  # real_size's interleaved rounds (each system's calls synchronise the device themselves)
+        steps, timed = time_decode({"egraft": eg, "hf_eager": hf}, a.rounds, a.new)
+        res.update(timed)
         res["egraft_vs_hf_eager"] = compare(steps["egraft"], steps["hf_eager"])
     except Exception as e:  # noqa: BLE001
         res["timing"] = _error(e)

@@ -225,13 +225,13 @@ def default_contexts(max_length: int, slot_bytes: int = 0, weight_bytes: int = 0
     return tuple(out)
 
 
-
 def cache_keyword(model: torch.nn.Module) -> str:
     """The keyword `model`'s forward takes its cache by: ``cache`` (transformers 5.24 and later) or
     ``past_key_values`` (earlier 5.x; passed as ``cache`` there it lands in ``**kwargs`` unread, and the model runs
     without the slot cache)."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
+
 
 def step_module(model, max_batch: int, max_length: int, chunks: Sequence[int] = DEFAULT_CHUNKS,
                 contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None,

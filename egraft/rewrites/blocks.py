@@ -80,15 +80,18 @@ def early_order(graph: Graph) -> list[int]:
     return sorted(order, key=lambda v: (key[v], pos[v]))
 
 
-def cut_points(graph: Graph, inputs: bool = False, primary: int | None = None) -> list[int]:
+def cut_points(graph: Graph, inputs: bool = False, primary: int | None = None,
+               order: list[int] | None = None) -> list[int]:
     """Stream nodes no stream edge jumps over, in DFS order (graph outputs reach the end).
 
     With `inputs`, model inputs are stream nodes (their edges count and they can be cuts).  With `primary`, the
     stream is what depends on that input, and an output reaches only as far as its uses (it belongs to the block
-    that computes it: a layer's cache update, see ``_blocks_from_cuts``).
+    that computes it: a layer's cache update, see ``_blocks_from_cuts``); `order` is its ``early_order``, when
+    the caller has it.
     """
     stream = _stream(graph, inputs, primary)
-    order = dfs_order(graph) if primary is None else early_order(graph)
+    if order is None:
+        order = dfs_order(graph) if primary is None else early_order(graph)
     pos = {v: k for k, v in enumerate(order)}
     reach = {}
     for v in order:
@@ -172,18 +175,19 @@ def find_period(seq: list[str]) -> tuple[int, int, int] | None:
     return best
 
 
-def _blocks_from_cuts(graph: Graph, cuts: list[int], inner_outputs: bool = False):
+def _blocks_from_cuts(graph: Graph, cuts: list[int], order: list[int] | None = None):
     """(blocks, (start, period, count), covered nodes) for one reading of the cut points, or None.
 
-    With `inner_outputs`, a graph output computed between two cuts (a layer's cache update in a generation step) is
-    an output of that segment's block, so every layer's block holds its own updates and the layers still repeat;
-    the outputs after the last repeated block go to the suffix."""
+    With `order` (the ``early_order`` the cuts were found in), a graph output computed between two cuts (a layer's
+    cache update in a generation step) is an output of that segment's block, so every layer's block holds its own
+    updates and the layers still repeat; the outputs after the last repeated block go to the suffix."""
+    inner_outputs = order is not None
     if len(cuts) < 3:
         return None
     segment = [[] for _ in cuts]  # per segment: the graph outputs computed inside it (inner_outputs)
     after = []  # outputs after the last cut
     if inner_outputs:
-        pos = {v: k for k, v in enumerate(early_order(graph))}
+        pos = {v: k for k, v in enumerate(order)}
         ends = [pos[c] for c in cuts]
         for o in graph.outputs:  # (a cut that is an output belongs to the segment it ends)
             k = next((k for k, e in enumerate(ends) if pos[o] <= e), None)
@@ -229,9 +233,10 @@ def layer_blocks(graph: Graph):
     # a third reading per model input: the stream is what depends on that input alone, so values every layer reads
     # that other inputs compute (a rotary embedding's cos / sin from the positions, masks) do not hide the cuts, and
     # outputs inside a layer (its cache update) belong to the layer's block
+    early = early_order(graph)
     for i in graph.input_ids:
         if graph.nodes[i].attrs.get("role", "input") == "input":
-            found = _blocks_from_cuts(graph, cut_points(graph, primary=i), inner_outputs=True)
+            found = _blocks_from_cuts(graph, cut_points(graph, primary=i, order=early), early)
             if found is not None and (best is None or found[2] > best[2]):
                 best = found
     return None if best is None else best[:2]

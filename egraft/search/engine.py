@@ -25,13 +25,15 @@ The steps, each timed in :attr:`SearchResult.stages`:
    cost-model-best extractions on each candidate backend, plus random genomes.
    Its share of the budget (``SEARCH_SHARE``, less what came before) also
    leaves out the final comparison's whole-program compiles of a per-block
-   search: one per seed and the winner, each estimated by the baseline's.
+   search: its fastest seed (``PER_BLOCK_SEEDS``) and the winner, each
+   estimated by the baseline's.
 6. **Final comparison** (``final_check``, ``final_timing``; :mod:`.final`).
-   The direct lowering, every seeded extraction as a whole program, the
+   The direct lowering, every seeded extraction as a whole program (after a
+   per-block search: the fastest measured, ``PER_BLOCK_SEEDS``), the
    spliced winner, its late-knob variants and any smaller-budget cached
    result, validated as whole programs and timed interleaved: the lowest
-   median wins, so the search never returns a program that one of its
-   seeds beats beyond noise.  A seed that the search itself measured over
+   median wins, so the search never returns a program that a seed it
+   compares beats beyond noise.  A seed that the search itself measured over
    ``SCREEN`` times slower than the winner is not timed again.
 """
 
@@ -213,8 +215,8 @@ class _Run:
         return self._build(fin, searched, saturation, prior)
 
     def _baseline(self, task: Task):
-        """The model's own program on the first backend (in priority order) it runs on: (candidate, outcome,
-        failures).  A backend it fails on before that one is left out of the search, with a note saying why (the
+        """The model's own program on the first backend (in priority order) it runs on: (candidate, outcome).
+        A backend it fails on before that one is left out of the search, with a note saying why (the
         Triton backend on a GPU once failed to compile a rotary embedding while JAX ran it): one backend's bug costs
         its candidates, not the compile.  None runs: SearchError naming each failure."""
         failed = []

@@ -152,6 +152,17 @@ def test_saturated_stitched_egraph_still_holds_the_original():
         assert rel_err(a, b) <= 1e-9, f"seed {seed}"
 
 
+def _layered(g, what: str):
+    """`g`'s layers found (5 repeats or more), saturated as layers, and its e-graph sound: (blocks, result)."""
+    blocks, (start, period, count) = layer_blocks(g)
+    assert count >= 5
+    seed = fresh_seed()
+    res = saturate(g, limits=Limits(iterations=6, seconds=30))
+    assert res.layers["repeats"] == count
+    assert check_space(Space.from_egraph(res), g, seed, samples=16, per_class_cap=0, what=what) >= 2
+    return blocks, res
+
+
 def test_an_input_every_layer_reads_does_not_hide_the_layers():
     rng = np.random.default_rng(0)
     d = 8
@@ -161,13 +172,8 @@ def test_an_input_every_layer_reads_does_not_hide_the_layers():
     for k in range(6):
         w = b.weight(f"h.{k}.w", (rng.standard_normal((d, d)) / d ** 0.5).astype(np.float32))
         x = x + ((x.layer_norm(1e-5) * m) @ w).relu()
-    g = b.build([x])
-    blocks, (start, period, count) = layer_blocks(g)
-    assert count >= 5
-    seed = fresh_seed()
-    res = saturate(g, limits=Limits(iterations=6, seconds=30))
-    assert res.layers["repeats"] == count
-    assert check_space(Space.from_egraph(res), g, seed, samples=16, per_class_cap=0, what="masked stack") >= 2
+    _layered(b.build([x]), "masked stack")
+
 
 
 def test_a_value_computed_for_every_layer_and_outputs_inside_layers_do_not_hide_them():
@@ -189,23 +195,18 @@ def test_a_value_computed_for_every_layer_and_outputs_inside_layers_do_not_hide_
         if k == 1:
             updates.append(x)  # a layer's output that is also a graph output (hidden states)
     g = b.build([x.rms_norm(1e-6), *updates])
-    blocks, (start, period, count) = layer_blocks(g)
-    assert count >= 5
+    blocks, res = _layered(g, "step-like stack")
+    assert res.layers["templates"] < res.layers["blocks"]
     owned = [o for outs, _ in blocks for o in outs if o in g.outputs]
     assert sorted(owned) == sorted(g.outputs), "every output belongs to exactly one block"
     # the search splices per-block programs back: each block's own program in, the same function out
     from egraft.search.per_block import splice
+    from egraft.testing import random_inputs
 
-    parts = saturate(g, limits=Limits(iterations=2, seconds=30)).parts
-    assert parts
-    spliced = splice(g, parts, {})
-    xs = [np.random.default_rng(fresh_seed()).standard_normal((2, 4, d)).astype(np.float32) for _ in range(2)]
-    for got, want in zip(evaluate(spliced, xs), evaluate(g, xs)):
+    assert res.parts
+    xs = random_inputs(g, fresh_seed())
+    for got, want in zip(evaluate(splice(g, res.parts, {}), xs), evaluate(g, xs)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    seed = fresh_seed()
-    res = saturate(g, limits=Limits(iterations=6, seconds=30))
-    assert res.layers["repeats"] == count and res.layers["templates"] < res.layers["blocks"]
-    assert check_space(Space.from_egraph(res), g, seed, samples=16, per_class_cap=0, what="step-like stack") >= 2
 
 
 def test_stitcher_merges_by_congruence_and_rejects_mismatched_types():

@@ -68,7 +68,8 @@ def _binary(op):
         b = w.value(node.inputs[1], idx)
         dt = w.graph.nodes[node.inputs[0]].dtype
         if op == Op.Mod and dtypes.is_float(dt):
-            tmpl = _FLOAT_MOD.replace("fmod", w.use("fmod"))
+            w.use("fmod")
+            tmpl = _FLOAT_MOD
         else:
             tmpl = _BINARY[(op, dt == "bool")]
         return w.combine(nid, tmpl, [a, b], node.dtype)
