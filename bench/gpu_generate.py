@@ -13,13 +13,15 @@ models: nothing is downloaded), moved to the device in the chosen dtype, then:
    the device synchronised after each; decode tokens/s = new / (the
    difference).  Medians and spreads (``egraft.measure.summarize``), the ratio
    only where ``egraft.measure.compare`` concludes;
-4. ``save`` and ``egraft.load`` in this process (their wall times) and the
+4. with ``--profile``, where one ``generate`` call's time goes (cProfile);
+5. ``save`` and ``egraft.load`` in this process (their wall times) and the
    loaded artifact's tokens.
 
 Each step that fails is reported in the JSON (``error``) and the rest still runs.
 
     python3 bench/gpu_generate.py [--model qwen2-0.5b] [--dtype bfloat16] [--device cuda] [--budget 20s]
-                                  [--rounds 5] [--new 32] [--out gpu_generate.json]
+                                  [--rounds 5] [--new 32] [--out gpu_generate.json] [--backend auto]
+                                  [--chunks 1,16] [--profile]
 
 Without a GPU, ``--device cpu --model llama-tiny`` runs the same steps on the CPU (a check of this script).
 """
@@ -49,6 +51,21 @@ def _error(e: BaseException) -> dict:
     return {"error": f"{type(e).__name__}: {e}"[:2000], "traceback": traceback.format_exc()[-4000:]}
 
 
+def profile(fn, top: int = 30) -> list[str]:
+    """cProfile one call of `fn`: the `top` functions by own time, as pstats prints them."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    return [line for line in buf.getvalue().splitlines() if line.strip()]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2-0.5b")
@@ -58,6 +75,10 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--new", type=int, default=32)
     p.add_argument("--out", default="gpu_generate.json")
+    p.add_argument("--backend", default="auto", help="egraft.compile's backend (auto: the search picks)")
+    p.add_argument("--chunks", default=None, help="the prompt chunk ladder, e.g. 1,16 (default: egraft's)")
+    p.add_argument("--profile", action="store_true", help="after the timings, cProfile one generate call and "
+                   "record where its time goes (the 30 costliest functions by own time)")
     p.add_argument("--quiet-after", metavar="FILE", help="before timing, wait (at most 300 s) until FILE exists: "
                    "the timings then start once other work on the machine (bench/gpu_all.sh's tests) has ended")
     a = p.parse_args(argv)
@@ -98,7 +119,9 @@ def main(argv=None) -> int:
         if a.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        cm = egraft.compile(model, device=a.device, max_batch=1, max_length=256, budget=a.budget, progress=True)
+        chunks = None if a.chunks is None else [int(c) for c in a.chunks.split(",")]
+        cm = egraft.compile(model, device=a.device, max_batch=1, max_length=256, budget=a.budget, progress=True,
+                            backend=a.backend, chunks=chunks)
         res["compile_s"] = time.perf_counter() - t0
         d = cm.generation.describe()
         res.update(programs=d["programs"], stages_s=d["stages_s"], choices=d["choices"], backends=d["backends"])
@@ -137,6 +160,12 @@ def main(argv=None) -> int:
     except Exception as e:  # noqa: BLE001
         res["timing"] = _error(e)
     write()
+    if a.profile:
+        try:
+            res["profile_top"] = profile(lambda: eg(a.new))
+        except Exception as e:  # noqa: BLE001
+            res["profile"] = _error(e)
+        write()
     try:
         with tempfile.TemporaryDirectory(prefix="egraft-gpu-") as tmp:
             t0 = time.perf_counter()

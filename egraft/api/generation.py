@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import torch
 
 from ..errors import InputError
+from ..runtime.device import parse
 from ..runtime import generation as gen
 from .pipeline import Program, build, call_key
 
@@ -44,7 +45,7 @@ def state_program(exe, n_state_names: Sequence[str]) -> Callable:
     if len(own) != 1:
         raise InputError(f"the step program has {len(own)} outputs besides its state; a step returns the logits alone")
     logit = own[0]
-    if getattr(exe, "backend", None) == "jax" and str(getattr(exe, "device", "")) == "cpu":
+    if getattr(exe, "backend", None) == "jax":
         from ..runtime.generation_artifact import jax_step_program
 
         return jax_step_program(exe.runner, order, logit)
@@ -65,6 +66,7 @@ class Generation:
     compile_s: dict[gen.Bucket, float]  # bucket -> seconds to trace and compile it
     state: list = field(default_factory=list)
     weights: object = None  # the frontend.weights.WeightCopies every program binds (views of the model's weights)
+    export_s: float = 0.0  # the step's torch.export(s), made before any bucket's compile (in no program's stages)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
@@ -120,7 +122,7 @@ class Generation:
                 "derived": len(derived), "derived_bytes": int(sum(a.nbytes for a in derived.values()))}
 
     def describe(self) -> dict:
-        stages: dict[str, float] = {}
+        stages: dict[str, float] = {"trace": self.export_s}
         for p in self.programs.values():
             for k, v in p.stages.items():
                 stages[k] = stages.get(k, 0.0) + float(v)
@@ -140,8 +142,10 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
                        max_length: int, chunks: Sequence[int] | None = None,
                        contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None) -> Generation:
     """Compile `model`'s step for every bucket of its spec (the module docstring)."""
-    from ..frontend.causal_lm import DEFAULT_CHUNKS, StepTracer, step_module
+    from ..frontend.causal_lm import DEFAULT_CHUNKS, StepTracer, family, step_module
     from ..frontend.weights import WeightCopies
+
+    start = time.perf_counter()  # the budget is the whole compile's (search.config.Budget.started)
 
     if not callable(getattr(model, "get_output_embeddings", None)) or not hasattr(model, "config"):
         raise InputError(f"{type(model).__name__} is not a Hugging Face causal LM (no config / output embeddings): "
@@ -163,17 +167,26 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
     tracer = StepTracer(step, weights, status)  # one torch.export per family of buckets
     buckets = step.spec.buckets()
     full_decode = gen.Bucket(1, step.spec.full_context, step.spec.max_batch)
-    for b in [full_decode] + [b for b in buckets if b != full_decode]:  # the full decode step is the one searched
+    order = [full_decode] + [b for b in buckets if b != full_decode]  # the full decode step is the one searched
+    status(f"exporting the step ({len({family(b) for b in order})} export(s) for {len(order)} bucket(s))")
+    for b in order:  # every export before the search, so that its budget counts them
+        tracer.export(b)
+    # the search keeps time for compiling and checking the other buckets' programs after it
+    searched = replace(config, budget=replace(config.budget, started=start, after=len(order) - 1))
+    for b in order:
         args = step.example_inputs(b.chunk, b.context, b.rows)
         status(f"compiling the step for {b.chunk} token(s) of {b.rows} row(s) reading {b.context} cache slots"
                + (" (reusing the decode step's choices)" if first is not None else ""))
         t0 = time.perf_counter()
-        prog = build(step, args, {}, call_key(args, {}), config, status, reuse=first, weights=weights,
-                     tracer=lambda: tracer(b))
+        prog = build(step, args, {}, call_key(args, {}), searched if first is None else config, status, reuse=first,
+                     weights=weights, tracer=lambda: tracer(b))
         times[b] = time.perf_counter() - t0
         programs[b] = prog
         first = first or prog
-    return Generation(step.spec, programs, times, weights=weights)
+    # the caches live on the programs' device (a JAX step keeps them as its own arrays after the first call)
+    dev = parse(config.device or "cpu")
+    return Generation(step.spec, programs, times, weights=weights, export_s=tracer.export_s,
+                      state=gen.new_state(step.spec, str(dev) if dev.kind == "cuda" else "cpu"))
 
 
 __all__ = ["Generation", "compile_generation", "state_program"]

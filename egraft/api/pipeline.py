@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time as _time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -204,6 +204,8 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     check_call(model, args, kwargs)
     name = signature_name(args, kwargs)
     t = _time.perf_counter()
+    if config.budget.started is None:  # the budget is the whole compile's: tracing counts (Budget.started)
+        config = replace(config, budget=replace(config.budget, started=t))
     status(f"tracing {type(model).__name__} for {name}")
     graph = tracer() if tracer is not None else trace(model, args, kwargs or None, weights)
     traced_s = _time.perf_counter() - t

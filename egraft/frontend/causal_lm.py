@@ -52,6 +52,7 @@ symbolic, instead of one export per bucket.
 from __future__ import annotations
 
 import inspect
+import time
 from typing import Sequence
 
 import torch
@@ -301,6 +302,7 @@ class StepTracer:
     def __init__(self, step: StepModule, weights=None, status=lambda msg: None):
         self.step, self.weights, self.status = step, weights, status
         self.exports: dict[tuple[bool, int], object] = {}  # family -> its ExportedProgram, or None after a failure
+        self.export_s = 0.0  # seconds spent in the families' exports
 
     def export(self, bucket: Bucket):
         """`bucket`'s family's program with symbolic sizes (exported on first use); None when that failed."""
@@ -312,6 +314,7 @@ class StepTracer:
             # (a size held symbolic costs the export time: without context buckets every bucket reads full_context)
             context = {1: Dim("context", min=2, max=spec.full_context)} if spec.contexts else None
             chunk = {1: Dim("chunk", min=2, max=max(spec.chunks))} if bucket.chunk > 1 else None
+            t = time.perf_counter()
             try:
                 self.exports[key] = export_program(self.step, self.step.example_inputs(*bucket),
                                                    dynamic_shapes=(chunk, chunk, context))
@@ -319,6 +322,7 @@ class StepTracer:
                 self.status(f"one export for every {'decode' if key[0] else 'chunk'} bucket of {key[1]} row(s) "
                             f"failed ({str(e).splitlines()[0]}); exporting each at its own sizes")
                 self.exports[key] = None
+            self.export_s += time.perf_counter() - t
         return self.exports[key]
 
     def __call__(self, bucket: Bucket):

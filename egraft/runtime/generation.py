@@ -232,8 +232,8 @@ def generate(programs: StepPrograms, state: MutableSequence[torch.Tensor] | None
             break
         tokens[:batch], active[:batch] = nxt, unfinished
         logits = engine.decode(tokens, active)[:batch]
-    out = torch.from_numpy(np.stack(new, axis=1)).to(device=dev, dtype=input_ids.dtype)
-    return torch.cat([input_ids.to(dev), out], dim=1)
+    out = torch.from_numpy(np.stack(new, axis=1)).to(device=input_ids.device, dtype=input_ids.dtype)
+    return torch.cat([input_ids, out], dim=1)  # on the prompt's device, as transformers' generate
 
 
 __all__ = ["Bucket", "Engine", "Program", "StateSpec", "StepPrograms", "StepSpec", "check_state", "generate", "is_jax_array",

@@ -87,7 +87,7 @@ def artifact_program(art, spec: gen.StepSpec, where: str):
         raise ArtifactError(f"{where}: a step returns the logits besides its caches, this one {len(own)} outputs")
     logit = own[0]
     runner = art.runner
-    if type(runner).__name__ == "JaxRunner" and runner.on_cpu and runner.state_outputs:
+    if type(runner).__name__ == "JaxRunner" and runner.state_outputs:
         return jax_step_program(runner, order, logit)
     run = runner.run_torch
 
@@ -99,16 +99,20 @@ def artifact_program(art, spec: gen.StepSpec, where: str):
 
 
 def jax_step_program(runner, order: list[int], logit: int):
-    """A JAX step on the CPU keeping the caches as jax arrays, donated to each call (updated in place, no copy
-    per step); the one call path of a compiled and a loaded JAX step.
+    """A JAX step keeping the caches as jax arrays on its device, donated to each call (updated in place, no copy
+    per step); the one call path of a compiled and a loaded JAX step, on every device.
 
-    torch caches (fresh ones) go in once as zero-copy numpy views, which the
-    call copies into its own buffers; the jax arrays it returns are the caches
-    from then on (the Engine keeps them).  The per-step inputs go straight to
-    the compiled program, without the executable's checks: the Engine builds
-    the token, position and mask inputs to the spec (tokens below the
-    vocabulary, positions below the cache length: int32 holds them when the
-    program takes int64 as int32), and ``check_state`` checked the caches.
+    torch caches (fresh ones) go in once (on the CPU as zero-copy numpy
+    views, which the call copies into its own buffers; elsewhere copied to
+    the device); the jax arrays it returns are the caches from then on (the
+    Engine keeps them).  The per-step inputs go straight to the compiled
+    program, without the executable's checks: the Engine builds the token,
+    position and mask inputs to the spec (tokens below the vocabulary,
+    positions below the cache length: int32 holds them when the program
+    takes int64 as int32), and ``check_state`` checked the caches.  The
+    logits come back as a torch tensor on the program's device (on a GPU the
+    XLA buffer itself, through DLPack), so sampling runs where they are and
+    only the chosen tokens cross to the host.
     """
     import jax
     import numpy as np
@@ -117,15 +121,24 @@ def jax_step_program(runner, order: list[int], logit: int):
     from ..ir.tensors import view_numpy, view_torch
 
     ids_dt, pos_dt, mask_dt = runner.program_dtypes[:3]
+    on_cpu, dev = runner.on_cpu, runner.dev
+
+    def put(a: np.ndarray):
+        return a if on_cpu else jax.device_put(a, dev)
 
     def as_input(x):
-        return x if isinstance(x, jax.Array) else view_numpy(x.detach().cpu())
+        return x if isinstance(x, jax.Array) else put(view_numpy(x.detach().cpu()))
+
+    def small(x, dt):
+        return put(np.asarray(x.cpu().numpy() if isinstance(x, torch.Tensor) else x).astype(dt, copy=False))
+
+    def logits_of(o):
+        return view_torch(np.array(o)) if on_cpu else torch.from_dlpack(o)
 
     def program(input_ids, position_ids, slot_mask, *state):
-        outs = runner.call([input_ids.cpu().numpy().astype(ids_dt, copy=False),
-                            position_ids.cpu().numpy().astype(pos_dt, copy=False),
-                            slot_mask.cpu().numpy().astype(mask_dt, copy=False), *map(as_input, state)])
-        return view_torch(np.array(outs[logit])), [outs[k] for k in order]
+        outs = runner.call([small(input_ids, ids_dt), small(position_ids, pos_dt), small(slot_mask, mask_dt),
+                            *map(as_input, state)])
+        return logits_of(outs[logit]), [outs[k] for k in order]
 
     return program
 

@@ -36,13 +36,23 @@ ENV_VAR = "EGRAFT_DYNAMO_OPTIONS"
 
 @dataclass(frozen=True)
 class Budget:
-    """When to stop: wall seconds, distinct candidates evaluated, generations (None: no limit)."""
+    """When to stop: wall seconds, distinct candidates evaluated, generations (None: no limit).
+
+    The seconds are the whole compile's when ``started`` says when it began
+    (``time.perf_counter()``; set by ``egraft.compile`` before tracing): the
+    search then counts what came before it, and keeps out of its share about
+    one whole-program compile and check for each of the ``after`` programs
+    that follow it (the other sizes of a generation).  Neither changes how
+    hard a search looks (:meth:`covers`).
+    """
 
     seconds: float | None = 30.0
     trials: int | None = None
     generations: int | None = None
     population: int = 12
     patience: int = 3
+    after: int = 0
+    started: float | None = None
 
     @classmethod
     def of(cls, budget) -> "Budget":
@@ -77,6 +87,10 @@ class Budget:
         return Budget(None if self.seconds is None else self.seconds * f,
                       None if self.trials is None else max(1, round(self.trials * f)),
                       self.generations, self.population, self.patience)
+
+    def effort(self) -> dict:
+        """The fields that say how hard a search looks (what a report and the search cache record)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("after", "started")}
 
     def covers(self, other: "Budget") -> bool:
         """True when a search under this budget looked at least as hard as one under `other`.

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import time as _time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ..backends import candidates, get_backend
 from ..backends.base import default_knobs
@@ -138,6 +138,18 @@ def search(graph: Graph, config: CompileConfig | None = None, *, saturation=None
     return res
 
 
+def search_seconds(plan: Budget, spent: float, program_s: float, finals: int) -> float | None:
+    """The genetic search's seconds (None: no time limit): its share of the budget less the `spent` seconds
+    before it, and less one whole-program compile and check (`program_s`, what the direct program's took) for
+    each of the `finals` contenders a per-block search hands the final comparison and each of the
+    ``plan.after`` programs that follow the search (a generation's other sizes); never below
+    ``MIN_SEARCH_SHARE`` of the budget (a long model's whole-program compiles are seconds each)."""
+    if plan.seconds is None:
+        return None
+    reserve = (finals + plan.after) * program_s
+    return max(plan.seconds * MIN_SEARCH_SHARE, plan.seconds * SEARCH_SHARE - spent - reserve)
+
+
 def _seeds(gs: GenomeSpace, space: Space, device: str) -> dict[str, list[int]]:
     """The seeded genomes by label: the greedy and the cost-model-best extraction on each backend."""
     from .cost import node_cost
@@ -171,7 +183,7 @@ class _Run:
         self.graph, self.config, self.backends = graph, config, backends
         self.evaluator, self.memo, self.progress, self.t0 = evaluator, memo, progress, t0
         self.stages: dict[str, float] = {}
-        self.notes: list[str] = []  # backends left out (_baseline)
+        self.notes: list[str] = []  # backends left out (_baseline), the search's share of a whole-compile budget
         self.dev, self.fitness = config.device, config.fitness
 
     def _stage(self, name: str, t: float) -> float:
@@ -192,14 +204,13 @@ class _Run:
         t = self._stage("reference", t)
         direct, base_out = self._baseline(task)
         t = self._stage("baseline", t)
-        spent = _time.perf_counter() - self.t0
-        # a per-block search hands the final comparison each seed and its winner as whole programs to compile and
-        # check: each costs about what the direct program's compile and check just took, kept out of the search's
-        # share so the budget holds for the whole search (a long model's whole-program compiles are seconds each)
+        spent = _time.perf_counter() - (self.t0 if plan.started is None else min(plan.started, self.t0))
         finals = PER_BLOCK_SEEDS + 1 if self.config.reuse_layers and saturation.parts else 0
-        reserve = finals * self.stages["baseline"]
-        left = None if plan.seconds is None else max(plan.seconds * MIN_SEARCH_SHARE,
-                                                     plan.seconds * SEARCH_SHARE - spent - reserve)
+        left = search_seconds(plan, spent, self.stages["baseline"], finals)
+        if left is not None and plan.after:
+            self.notes.append(f"the genetic search had {left:.0f} s of the {plan.seconds:.0f} s budget: {spent:.0f} s "
+                              f"went before it (tracing, saturation, the baseline) and {plan.after} more program(s) "
+                              f"of this model are compiled after it")
         search_plan = plan if left is None else Budget(left, plan.trials, plan.generations, plan.population,
                                                        plan.patience)
         searched = self._evolve(saturation, task, search_plan, base_out.time_s)
@@ -357,7 +368,7 @@ class _Run:
             noisy=fin.noisy, notes=notes, saturation={
                 "classes": saturation.classes, "nodes": saturation.nodes, "iterations": saturation.iterations,
                 "stop_reason": saturation.stop_reason, "seconds": round(saturation.seconds, 4)},
-            verdict=fin.verdict, compared=fin.rows, budget=asdict(self.config.budget), built=fin.executable)
+            verdict=fin.verdict, compared=fin.rows, budget=self.config.budget.effort(), built=fin.executable)
 
 
 def _checked(out) -> float | None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import time as _time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..errors import BackendError, ValidationError
@@ -133,7 +133,7 @@ def compile_like(prior: CompiledSignature, graph, config: CompileConfig, *, refe
         done.result.notes.append(f"a reuse of an earlier winner ({backend} {knobs}) was tried first: {why}")
         return done
     result = SearchResult(graph, backend, knobs, math.nan, math.nan, device=device, fitness=res0.fitness,
-                          seed=config.seed, budget=asdict(config.budget), built=ex, notes=[
+                          seed=config.seed, budget=config.budget.effort(), built=ex, notes=[
                               f"not searched: the {backend} backend and knobs {knobs} of the winner for a graph of "
                               f"{len(res0.graph.nodes)} nodes were reused, lowered and checked at this size"])
     return CompiledSignature(ex, result, record, {k: round(v, 4) for k, v in stages.items()}, searched=False)

@@ -53,7 +53,7 @@ def lookup(store: Cache, k: CacheKey, graph: Graph, t0: float) -> Stored | None:
     try:
         prog = graph_from_dict(doc["graph"], graph.weights)
         s = doc["summary"]
-        budget = Budget(**{f.name: s["budget"][f.name] for f in fields(Budget)})
+        budget = Budget(**{f.name: s["budget"][f.name] for f in fields(Budget) if f.name in Budget().effort()})
         took = _time.perf_counter() - t0
         res = SearchResult(
             prog, s["backend"], dict(s["knobs"]), float(s["time_s"]), float(s["baseline_time_s"]),

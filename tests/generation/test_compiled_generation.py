@@ -116,6 +116,9 @@ def test_one_search_one_program_per_bucket_and_generate_compiles_nothing(compile
     assert d["searched"] == [decode.name]
     assert not any(p.searched for b, p in g.programs.items() if b != decode)
     assert not g.programs[decode].result.from_cache  # this run's cache was empty: the search really ran
+    # the budget is the whole compile's: the search kept time for the 13 programs after it and counted the exports
+    assert any("13 more program(s) of this model" in n for n in g.programs[decode].result.notes)
+    assert d["stages_s"]["trace"] >= g.export_s > 0
     assert len(d["backends"]) == 1
     assert d["choices"] == {decode.name: {"backend": g.programs[decode].result.backend,
                                           "knobs": g.programs[decode].result.knobs}}

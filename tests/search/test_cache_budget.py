@@ -113,3 +113,36 @@ def test_the_key_is_the_same_in_a_fresh_process():
                          env={**os.environ, "PYTHONPATH": str(root)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == stored.key(_graph(), CompileConfig.parse(fitness="model")).digest
+
+
+# --- a budget that is the whole compile's (Budget.started / Budget.after) ---------------------------------------
+
+def test_the_search_share_takes_out_what_came_before_and_the_programs_after():
+    from egraft.search.engine import MIN_SEARCH_SHARE, SEARCH_SHARE, search_seconds
+
+    plan = Budget(seconds=60)
+    assert search_seconds(plan, spent=5, program_s=1, finals=0) == pytest.approx(60 * SEARCH_SHARE - 5)
+    after = Budget(seconds=60, after=4)
+    assert search_seconds(after, spent=5, program_s=1, finals=2) == pytest.approx(60 * SEARCH_SHARE - 5 - 6)
+    assert search_seconds(after, spent=40, program_s=5, finals=2) == pytest.approx(60 * MIN_SEARCH_SHARE)
+    assert search_seconds(Budget(seconds=None, after=4), spent=40, program_s=5, finals=2) is None
+
+
+def test_when_a_budget_started_and_what_follows_do_not_change_its_effort():
+    plain, timed = Budget(seconds=30), Budget(seconds=30, after=4, started=12.5)
+    assert plain.covers(timed) and timed.covers(plain)
+    assert timed.effort() == plain.effort() and "started" not in timed.effort() and "after" not in timed.effort()
+
+
+def test_a_search_counts_the_time_before_it_and_says_what_it_had(tmp_path):
+    import time
+
+    g, store = _graph(), Cache(tmp_path)
+    started = time.perf_counter() - 100.0  # 100 s went before: the search gets its minimum share
+    res = search(g, budget=Budget(seconds=8, after=3, started=started, **TINY), fitness="model", cache=store,
+                 progress=False)
+    note = next(n for n in res.notes if "of the 8 s budget" in n)
+    assert "3 more program(s)" in note and "2 s of the 8 s budget" in note  # 25 % of 8 s
+    assert set(res.budget) == set(Budget().effort())  # the report and the cache keep the effort alone
+    again = search(g, budget=Budget(seconds=8, **TINY), fitness="model", cache=store, progress=False)
+    assert again.from_cache  # the entry answers the same effort without the timing fields
