@@ -1,12 +1,25 @@
 """The generated CPU product's code: LLVM IR text for one :class:`KernelSpec`, with its XLA FFI handler.
 
 ``@product(x, panels, out)`` computes ``x [rows, k] float32`` times a weight
-held as panels ``[panels, k, width]`` in its stored dtype (``runtime.llvm_kernels``
-says why and how it runs).  Each step of the loop over ``k`` loads one panel
-row of ``width`` values, widens it to float32 in registers by the dtype's row
-of :data:`WIDEN` (exact for float16 and bfloat16) and adds ``x[m, k]`` times
-it into ``width`` float32 accumulators per row, for up to :data:`ROW_GROUP`
-rows at a time; a panel's row groups run while it is in cache.  ``@handler``
+in its stored dtype (``runtime.llvm_kernels`` says why and how it runs), held
+in one of two layouts (:data:`LAYOUTS`):
+
+* ``"panels"``: ``[panels, k, width]``, a copy made once (column panels).
+  Each step of the loop over ``k`` loads one panel row of ``width`` values,
+  widens it to float32 in registers by the dtype's row of :data:`WIDEN`
+  (exact for float16 and bfloat16) and adds ``x[m, k]`` times it into
+  ``width`` float32 accumulators per row, for up to :data:`ROW_GROUP` rows
+  at a time; a panel's row groups run while it is in cache.
+* ``"rows"``: the weight as ``nn.Linear`` stores it, ``[panels * width, k]``
+  (output rows, contiguous), read in place: no copy.  A "panel" is then
+  ``width`` consecutive weight rows.  One row of ``x`` reads one weight row
+  at a time (a sequential stream), :data:`VEC` values of ``k`` per vector and
+  up to four vectors per step; more rows read :data:`SUB_ROWS` weight rows
+  at once against up to :data:`ROW_GROUP` rows of ``x`` (``SUB_ROWS x
+  ROW_GROUP`` accumulators).  Each accumulator is summed across its lanes at
+  the end.
+
+``@handler``
 is the typed XLA FFI entry (the struct offsets of ``xla/ffi/api/c_api.h``,
 64-bit): it answers XLA's metadata query, reads the operand and result
 buffers and runs the product, alone or shared with XLA's thread pool.
@@ -32,17 +45,22 @@ WIDEN = {
     "float16": ("half", "  %f = fpext <{w} x half> %v to <{w} x float>"),
 }
 WIDTHS = (16, 32, 64, 128)
+LAYOUTS = ("panels", "rows")
+VEC = 16  # (layout "rows") k values per step: one AVX-512 register of float32; k must be a multiple
+SUB_ROWS = 4  # (layout "rows") weight rows dotted at once: four sequential streams, 4 x ROW_GROUP accumulators
 
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """One generated product: ``[rows, k] float32 @ panels [panels, k, width] of dtype -> [rows, panels * width]``."""
+    """One generated product: ``[rows, k] float32 @ W -> [rows, panels * width]``, W of `dtype` held as panels
+    ``[panels, k, width]`` (`layout` ``"panels"``) or as stored rows ``[panels * width, k]`` (``"rows"``)."""
 
     dtype: str
     rows: int
     k: int
     panels: int
     width: int
+    layout: str = "panels"
 
     def __post_init__(self):
         if self.dtype not in WIDEN:
@@ -50,17 +68,23 @@ class KernelSpec:
                                f"it takes {', '.join(WIDEN)}")
         if self.width not in WIDTHS or min(self.rows, self.k, self.panels) < 1:
             raise BackendError(f"a generated CPU product needs rows, k, panels >= 1 and a width in {WIDTHS}: {self}")
+        if self.layout not in LAYOUTS:
+            raise BackendError(f"unknown layout {self.layout!r} of a generated CPU product; one of {LAYOUTS}")
+        if self.layout == "rows" and self.k % VEC:
+            raise BackendError(f"a generated product reading stored rows needs k a multiple of {VEC}: {self}")
 
     @property
     def name(self) -> str:
-        return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}"
+        tail = "" if self.layout == "panels" else f"_{self.layout}"
+        return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}{tail}"
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> "KernelSpec":
-        return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]))
+        return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]),
+                   str(d.get("layout", "panels")))
 
 
 def _row_block(spec: KernelSpec, rows: int) -> str:
@@ -100,9 +124,127 @@ exit:
 }}"""
 
 
+def _rows_shape(spec: KernelSpec) -> tuple[int, int]:
+    """(layout "rows") (weight rows dotted at once, k vectors per step): one row of x reads one weight row at a
+    time, one sequential stream, with up to four independent accumulators along k; more rows of x reuse each
+    loaded weight vector for :data:`SUB_ROWS` weight rows at once."""
+    if spec.rows > 1:
+        return SUB_ROWS, 1
+    return 1, next(u for u in (4, 2, 1) if spec.k % (VEC * u) == 0)
+
+
+def _rows_block(spec: KernelSpec, rows: int) -> str:
+    """(layout "rows") ``@rblock<rows>(x, w, out)``: `rows` rows of x dotted with the weight rows at `w` (as many
+    as :func:`_rows_shape` says), into ``out[m * n + r]``."""
+    v, k, n = VEC, spec.k, spec.panels * spec.width
+    sub, unroll = _rows_shape(spec)
+    elem, widen = WIDEN[spec.dtype]
+    trip = [(m, r, u) for m in range(rows) for r in range(sub) for u in range(unroll)]
+    acc = "\n".join(f"  %a{m}_{r}_{u} = phi <{v} x float> [zeroinitializer, %entry], [%n{m}_{r}_{u}, %loop]"
+                    for m, r, u in trip)
+    xs = "\n".join(f"  %xo{m}_{u} = add i64 %k, {m * k + u * v}\n"
+                    f"  %xp{m}_{u} = getelementptr float, ptr %x, i64 %xo{m}_{u}\n"
+                    f"  %x{m}_{u} = load <{v} x float>, ptr %xp{m}_{u}, align 4"
+                    for m in range(rows) for u in range(unroll))
+    # each weight vector's load and widening, the template's value names (%v, %z, %s, %f) suffixed with it
+    ws = "\n".join(_suffixed(f"  %wo = add i64 %k, {r * k + u * v}\n"
+                              f"  %wp = getelementptr {elem}, ptr %w, i64 %wo\n"
+                              f"  %v = load <{v} x {elem}>, ptr %wp, align 2\n" + widen.format(w=v), f"{r}_{u}")
+                    for r in range(sub) for u in range(unroll))
+    fmas = "\n".join(f"  %n{m}_{r}_{u} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{m}_{u}, "
+                      f"<{v} x float> %f{r}_{u}, <{v} x float> %a{m}_{r}_{u})" for m, r, u in trip)
+    sums = []
+    for m in range(rows):
+        for r in range(sub):
+            last = f"%n{m}_{r}_0"
+            for u in range(1, unroll):
+                sums.append(f"  %c{m}_{r}_{u} = fadd <{v} x float> {last}, %n{m}_{r}_{u}")
+                last = f"%c{m}_{r}_{u}"
+            sums.append(f"  %t{m}_{r} = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, "
+                        f"<{v} x float> {last})\n"
+                        f"  %op{m}_{r} = getelementptr float, ptr %out, i64 {m * n + r}\n"
+                        f"  store float %t{m}_{r}, ptr %op{m}_{r}")
+    sums = "\n".join(sums)
+    return f"""
+define internal void @rblock{rows}(ptr noalias %x, ptr noalias %w, ptr noalias %out) alwaysinline {{
+entry:
+  br label %loop
+loop:
+  %k = phi i64 [0, %entry], [%k1, %loop]
+{acc}
+{xs}
+{ws}
+{fmas}
+  %k1 = add i64 %k, {v * unroll}
+  %done = icmp eq i64 %k1, {k}
+  br i1 %done, label %exit, label %loop
+exit:
+{sums}
+  ret void
+}}"""
+
+
+def _suffixed(text: str, tag: str) -> str:
+    """A load's and the widening template's value names (%wo, %wp, %v, %z, %s, %f) with the suffix `tag`."""
+    return re.sub(r"%(wo|wp|[vzsf])\b", lambda mt: f"%{mt.group(1)}{tag}", text)
+
+
+def _rows_product(spec: KernelSpec) -> str:
+    """(layout "rows") ``@panel(x, w, out, p)``: weight rows ``p * width ..`` in blocks of :data:`SUB_ROWS`, each
+    against every row group of x while it is in cache; ``@product`` and ``@work`` as for panels."""
+    w, k, elem, v = spec.width, spec.k, WIDEN[spec.dtype][0], VEC
+    full, rest = divmod(spec.rows, ROW_GROUP)
+    n = spec.panels * w
+    groups = ""
+    if full:
+        groups += f"""  br label %group
+group:
+  %g = phi i64 [0, %sub], [%g1, %group]
+  %gxo = mul i64 %g, {ROW_GROUP * k}
+  %gx = getelementptr float, ptr %x, i64 %gxo
+  %goo = mul i64 %g, {ROW_GROUP * n}
+  %go = getelementptr float, ptr %oc, i64 %goo
+  call void @rblock{ROW_GROUP}(ptr %gx, ptr %wr, ptr %go)
+  %g1 = add i64 %g, 1
+  %gd = icmp eq i64 %g1, {full}
+  br i1 %gd, label %groups_done, label %group
+groups_done:
+"""
+    if rest:
+        groups += (f"  %rx = getelementptr float, ptr %x, i64 {full * ROW_GROUP * k}\n"
+                   f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
+                   f"  call void @rblock{rest}(ptr %rx, ptr %wr, ptr %ro)\n")
+    blocks = "".join(_rows_block(spec, r) for r in sorted({ROW_GROUP if full else 0, rest} - {0}))
+    return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
+declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
+{blocks}
+
+define internal void @panel(ptr noalias %x, ptr noalias %wts, ptr noalias %out, i64 %p) {{
+entry:
+  %first = mul i64 %p, {w}
+  br label %sub
+sub:
+  %r0 = phi i64 [0, %entry], [%r1, %sub_done]
+  %row = add i64 %first, %r0
+  %wo = mul i64 %row, {k}
+  %wr = getelementptr {elem}, ptr %wts, i64 %wo
+  %oc = getelementptr float, ptr %out, i64 %row
+{groups}  br label %sub_done
+sub_done:
+  %r1 = add i64 %r0, {_rows_shape(spec)[0]}
+  %rd = icmp eq i64 %r1, {w}
+  br i1 %rd, label %exit, label %sub
+exit:
+  ret void
+}}
+""" + _walk(spec)
+
+
 def _product(spec: KernelSpec) -> str:
     """``@panel(x, panels, out, p)``: panel `p`'s row groups against it while it is in cache; ``@product``: every
     panel in turn; ``@work(job)``: panels claimed one at a time from a shared job (:data:`_SHARED`)."""
+    if spec.layout == "rows":
+        return _rows_product(spec)
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
     full, rest = divmod(spec.rows, ROW_GROUP)
     n = spec.panels * w
@@ -137,7 +279,12 @@ entry:
   %oc = getelementptr float, ptr %out, i64 %oo
 {groups}  ret void
 }}
+""" + _walk(spec)
 
+
+def _walk(spec: KernelSpec) -> str:
+    """``@product``: every panel in turn (whatever its layout), then the shared job's code (:data:`_SHARED`)."""
+    return f"""
 define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out) {{
 entry:
   br label %loop
@@ -358,4 +505,4 @@ def module_ir(spec: KernelSpec) -> str:
     return text.replace("{panels}", str(spec.panels)).replace("{max_threads}", str(MAX_THREADS))
 
 
-__all__ = ["KernelSpec", "MAX_THREADS", "ROW_GROUP", "WIDEN", "WIDTHS", "module_ir"]
+__all__ = ["KernelSpec", "LAYOUTS", "MAX_THREADS", "ROW_GROUP", "SUB_ROWS", "VEC", "WIDEN", "WIDTHS", "module_ir"]

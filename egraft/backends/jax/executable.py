@@ -66,6 +66,9 @@ KNOBS = {
     # (under stream="llvm") the generated product's panel width: 64 was fastest on an AVX-512 host (one row 5-15 %
     # ahead of 16, sixteen rows 1.6-2x), 32 is the next; the search times both
     "stream_width": [64, 32],
+    # (under stream="llvm") a [N, K] weight read where it is stored ("rows": no copy) or as column panels made
+    # once ("panels": a second copy of the weight); the search times both (panels.py)
+    "stream_layout": ["rows", "panels"],
 }
 
 
