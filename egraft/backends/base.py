@@ -69,6 +69,11 @@ class Backend:
     # torch case); False: a new value comes back (JAX), which a caller holding the tensor must copy into it
     state_in_place: bool = False
     writer: str | None = None  # module with write(executable, directory, **options) -> artifact.WrittenProgram
+    # knob -> the value under which its programs read every weight where the model stores it (no relaid copy);
+    # CompileConfig(weight_copies=False) fixes these knobs to them (:func:`search_knobs`)
+    copy_free: Mapping[str, Any] = field(default_factory=dict)
+    # knobs whose copy-free value is offered only then (it is slower elsewhere, e.g. on the prompt's products)
+    copy_free_only: tuple[str, ...] = ()
     loader: str | None = None  # module with load(directory, manifest, weights, device) and files(manifest)
 
     def __post_init__(self):
@@ -86,6 +91,7 @@ class Backend:
                                f"(writer={self.writer!r}, loader={self.loader!r})")
         object.__setattr__(self, "devices", MappingProxyType(dict(self.devices)))
         object.__setattr__(self, "late_knobs", MappingProxyType(dict(self.late_knobs)))
+        object.__setattr__(self, "copy_free", MappingProxyType(dict(self.copy_free)))
 
     def priority(self, kind: str) -> int | None:
         """Its priority for ``auto`` on device kind `kind` (None: auto never picks it there)."""
@@ -117,6 +123,21 @@ def guarded_lower(label: str, graph: Graph, build: Callable[[], "Executable"]) -
 
 def default_knobs(choices: Mapping[str, Sequence]) -> dict:
     return {k: v[0] for k, v in choices.items()}
+
+
+def search_knobs(rec: Backend, graph: Graph, weight_copies: bool = True) -> dict[str, list]:
+    """`rec`'s knob space for `graph` as a search sees it: with ``weight_copies=False`` each knob of
+    ``rec.copy_free`` that offers its copy-free value is held to it (one value); otherwise the copy-free values
+    of ``rec.copy_free_only`` are left out."""
+    space = {k: list(v) for k, v in rec.knobs(graph).items()}
+    for k, v in rec.copy_free.items():
+        if k not in space or v not in space[k]:
+            continue
+        if not weight_copies:
+            space[k] = [v]
+        elif k in rec.copy_free_only and len(space[k]) > 1:
+            space[k] = [x for x in space[k] if x != v]
+    return space
 
 
 def is_torch(x) -> bool:

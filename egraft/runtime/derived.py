@@ -58,7 +58,12 @@ def _fold(params: dict, *weights: np.ndarray) -> np.ndarray:
     return evaluate(graph, [])[0]
 
 
-RECIPES: dict[str, Callable[..., np.ndarray]] = {"panels": _panels, "fold": _fold}
+def _contiguous(params: dict, value: np.ndarray) -> np.ndarray:
+    """The weight in C order (a generated product reads a strided weight's rows in place only when they are)."""
+    return np.ascontiguousarray(value)
+
+
+RECIPES: dict[str, Callable[..., np.ndarray]] = {"panels": _panels, "fold": _fold, "contiguous": _contiguous}
 
 _ENTRIES: dict[tuple, tuple] = {}  # key -> (weakrefs to the sources, weakref to the array, recipe, params, names)
 _BY_ARRAY: dict[int, tuple] = {}  # id of a held derived array -> its key

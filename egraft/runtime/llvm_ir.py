@@ -1,12 +1,29 @@
 """The generated CPU product's code: LLVM IR text for one :class:`KernelSpec`, with its XLA FFI handler.
 
 ``@product(x, panels, out)`` computes ``x [rows, k] float32`` times a weight
-held as panels ``[panels, k, width]`` in its stored dtype (``runtime.llvm_kernels``
-says why and how it runs).  Each step of the loop over ``k`` loads one panel
-row of ``width`` values, widens it to float32 in registers by the dtype's row
-of :data:`WIDEN` (exact for float16 and bfloat16) and adds ``x[m, k]`` times
-it into ``width`` float32 accumulators per row, for up to :data:`ROW_GROUP`
-rows at a time; a panel's row groups run while it is in cache.  ``@handler``
+in its stored dtype (``runtime.llvm_kernels`` says why and how it runs), held
+in one of two layouts (:data:`LAYOUTS`):
+
+* ``"panels"``: ``[panels, k, width]``, a copy made once (column panels).
+  Each step of the loop over ``k`` loads one panel row of ``width`` values,
+  widens it to float32 in registers by the dtype's row of :data:`WIDEN`
+  (exact for float16 and bfloat16) and adds ``x[m, k]`` times it into
+  ``width`` float32 accumulators per row, for up to :data:`ROW_GROUP` rows
+  at a time; a panel's row groups run while it is in cache.
+* ``"rows"``: the weight as ``nn.Linear`` stores it, ``[panels * width, k]``
+  (output rows, contiguous), read in place: no copy.  A "panel" is then
+  ``width`` consecutive weight rows (the last panel may hold fewer).  One
+  row of ``x`` reads one weight row at a time (a sequential stream),
+  :data:`VEC` values of ``k`` per vector and up to four vectors per step,
+  each accumulator summed across its lanes at the end.  More rows take the
+  weight :data:`TILE` rows by :data:`TILE` values of ``k`` at a time: the
+  tile is loaded, widened and transposed in registers into what a column
+  panel would hold, and up to :data:`ROW_GROUP` rows of ``x`` add their
+  products into their output columns; the next block of weight rows is
+  prefetched in order meanwhile (its tiles' rows are ``k`` apart: read cold,
+  sixteen strided streams ran at half the speed, measured).
+
+``@handler``
 is the typed XLA FFI entry (the struct offsets of ``xla/ffi/api/c_api.h``,
 64-bit): it answers XLA's metadata query, reads the operand and result
 buffers and runs the product, alone or shared with XLA's thread pool.
@@ -32,17 +49,23 @@ WIDEN = {
     "float16": ("half", "  %f = fpext <{w} x half> %v to <{w} x float>"),
 }
 WIDTHS = (16, 32, 64, 128)
+LAYOUTS = ("panels", "rows")
+VEC = 16  # (layout "rows") k values per vector: one AVX-512 register of float32; k must be a multiple
+TILE = 16  # (layout "rows", more than one row of x) weight rows x k values transposed in registers at a time
 
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """One generated product: ``[rows, k] float32 @ panels [panels, k, width] of dtype -> [rows, panels * width]``."""
+    """One generated product: ``[rows, k] float32 @ W -> [rows, panels * width]``, W of `dtype` held as panels
+    ``[panels, k, width]`` (`layout` ``"panels"``) or as stored rows ``[panels * width, k]`` (``"rows"``)."""
 
     dtype: str
     rows: int
     k: int
     panels: int
     width: int
+    layout: str = "panels"
+    n: int = 0  # (layout "rows") the weight's rows, when the last panel holds fewer than width (0: all full)
 
     def __post_init__(self):
         if self.dtype not in WIDEN:
@@ -50,17 +73,30 @@ class KernelSpec:
                                f"it takes {', '.join(WIDEN)}")
         if self.width not in WIDTHS or min(self.rows, self.k, self.panels) < 1:
             raise BackendError(f"a generated CPU product needs rows, k, panels >= 1 and a width in {WIDTHS}: {self}")
+        if self.layout not in LAYOUTS:
+            raise BackendError(f"unknown layout {self.layout!r} of a generated CPU product; one of {LAYOUTS}")
+        if self.layout == "rows" and (self.k % VEC or self.weight_rows % TILE
+                                      or not (self.panels - 1) * self.width < self.weight_rows <= self.panels * self.width):
+            raise BackendError(f"a generated product reading stored rows needs k and the weight's rows multiples of "
+                               f"{VEC} and {TILE}, within its last panel: {self}")
+
+    @property
+    def weight_rows(self) -> int:
+        """(layout "rows") the weight's rows, N (the output has ``panels * width`` columns, the last N..)."""
+        return self.n or self.panels * self.width
 
     @property
     def name(self) -> str:
-        return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}"
+        tail = "" if self.layout == "panels" else f"_{self.layout}" + (f"_{self.n}" if self.n else "")
+        return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}{tail}"
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> "KernelSpec":
-        return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]))
+        return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]),
+                   str(d.get("layout", "panels")), int(d.get("n", 0)))
 
 
 def _row_block(spec: KernelSpec, rows: int) -> str:
@@ -100,9 +136,253 @@ exit:
 }}"""
 
 
+def _rows_shape(spec: KernelSpec) -> tuple[int, int]:
+    """(layout "rows", one row of x) (weight rows dotted at once, k vectors per step): one weight row at a time,
+    one sequential stream, with up to four independent accumulators along k."""
+    return 1, next(u for u in (4, 2, 1) if spec.k % (VEC * u) == 0)
+
+
+def _rows_block(spec: KernelSpec, rows: int) -> str:
+    """(layout "rows") ``@rblock<rows>(x, w, out)``: `rows` rows of x dotted with the weight rows at `w` (as many
+    as :func:`_rows_shape` says), into ``out[m * n + r]``."""
+    v, k, n = VEC, spec.k, spec.panels * spec.width
+    sub, unroll = _rows_shape(spec)
+    elem, widen = WIDEN[spec.dtype]
+    trip = [(m, r, u) for m in range(rows) for r in range(sub) for u in range(unroll)]
+    acc = "\n".join(f"  %a{m}_{r}_{u} = phi <{v} x float> [zeroinitializer, %entry], [%n{m}_{r}_{u}, %loop]"
+                    for m, r, u in trip)
+    xs = "\n".join(f"  %xo{m}_{u} = add i64 %k, {m * k + u * v}\n"
+                    f"  %xp{m}_{u} = getelementptr float, ptr %x, i64 %xo{m}_{u}\n"
+                    f"  %x{m}_{u} = load <{v} x float>, ptr %xp{m}_{u}, align 4"
+                    for m in range(rows) for u in range(unroll))
+    # each weight vector's load and widening, the template's value names (%v, %z, %s, %f) suffixed with it
+    ws = "\n".join(_suffixed(f"  %wo = add i64 %k, {r * k + u * v}\n"
+                              f"  %wp = getelementptr {elem}, ptr %w, i64 %wo\n"
+                              f"  %v = load <{v} x {elem}>, ptr %wp, align 2\n" + widen.format(w=v), f"{r}_{u}")
+                    for r in range(sub) for u in range(unroll))
+    fmas = "\n".join(f"  %n{m}_{r}_{u} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{m}_{u}, "
+                      f"<{v} x float> %f{r}_{u}, <{v} x float> %a{m}_{r}_{u})" for m, r, u in trip)
+    sums = []
+    for m in range(rows):
+        for r in range(sub):
+            last = f"%n{m}_{r}_0"
+            for u in range(1, unroll):
+                sums.append(f"  %c{m}_{r}_{u} = fadd <{v} x float> {last}, %n{m}_{r}_{u}")
+                last = f"%c{m}_{r}_{u}"
+            sums.append(f"  %t{m}_{r} = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, "
+                        f"<{v} x float> {last})\n"
+                        f"  %op{m}_{r} = getelementptr float, ptr %out, i64 {m * n + r}\n"
+                        f"  store float %t{m}_{r}, ptr %op{m}_{r}")
+    sums = "\n".join(sums)
+    return f"""
+define internal void @rblock{rows}(ptr noalias %x, ptr noalias %w, ptr noalias %out) alwaysinline {{
+entry:
+  br label %loop
+loop:
+  %k = phi i64 [0, %entry], [%k1, %loop]
+{acc}
+{xs}
+{ws}
+{fmas}
+  %k1 = add i64 %k, {v * unroll}
+  %done = icmp eq i64 %k1, {k}
+  br i1 %done, label %exit, label %loop
+exit:
+{sums}
+  ret void
+}}"""
+
+
+def _suffixed(text: str, tag: str) -> str:
+    """A load's and the widening template's value names (%wo, %wp, %v, %z, %s, %f) with the suffix `tag`."""
+    return re.sub(r"%(wo|wp|[vzsf])\b", lambda mt: f"%{mt.group(1)}{tag}", text)
+
+
+def _rows_product(spec: KernelSpec) -> str:
+    """(layout "rows") ``@panel(x, w, out, p)``: weight rows ``p * width ..`` in blocks of :data:`SUB_ROWS`, each
+    against every row group of x while it is in cache; ``@product`` and ``@work`` as for panels."""
+    w, k, elem, v = spec.width, spec.k, WIDEN[spec.dtype][0], VEC
+    full, rest = divmod(spec.rows, ROW_GROUP)
+    n = spec.panels * w
+    groups = ""
+    if full:
+        groups += f"""  br label %group
+group:
+  %g = phi i64 [0, %sub], [%g1, %group]
+  %gxo = mul i64 %g, {ROW_GROUP * k}
+  %gx = getelementptr float, ptr %x, i64 %gxo
+  %goo = mul i64 %g, {ROW_GROUP * n}
+  %go = getelementptr float, ptr %oc, i64 %goo
+  call void @rblock{ROW_GROUP}(ptr %gx, ptr %wr, ptr %go)
+  %g1 = add i64 %g, 1
+  %gd = icmp eq i64 %g1, {full}
+  br i1 %gd, label %groups_done, label %group
+groups_done:
+"""
+    if rest:
+        groups += (f"  %rx = getelementptr float, ptr %x, i64 {full * ROW_GROUP * k}\n"
+                   f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
+                   f"  call void @rblock{rest}(ptr %rx, ptr %wr, ptr %ro)\n")
+    blocks = "".join(_rows_block(spec, r) for r in sorted({ROW_GROUP if full else 0, rest} - {0}))
+    return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
+declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
+{blocks}
+
+define internal void @panel(ptr noalias %x, ptr noalias %wts, ptr noalias %out, i64 %p) {{
+entry:
+  %first = mul i64 %p, {w}
+  %left = sub i64 {spec.weight_rows}, %first
+  %lim = call i64 @llvm.umin.i64(i64 %left, i64 {w})
+  br label %sub
+sub:
+  %r0 = phi i64 [0, %entry], [%r1, %sub_done]
+  %row = add i64 %first, %r0
+  %wo = mul i64 %row, {k}
+  %wr = getelementptr {elem}, ptr %wts, i64 %wo
+  %oc = getelementptr float, ptr %out, i64 %row
+{groups}  br label %sub_done
+sub_done:
+  %r1 = add i64 %r0, {_rows_shape(spec)[0]}
+  %rd = icmp uge i64 %r1, %lim
+  br i1 %rd, label %exit, label %sub
+exit:
+  ret void
+}}
+""" + _walk(spec)
+
+
+def _transpose(names: list[str], tag: str) -> tuple[str, list[str]]:
+    """IR transposing the 16 x 16 float tile held in the vectors `names` (row r in names[r]): four rounds of
+    interleaving each vector with the one eight further (a perfect shuffle); the new vectors' names."""
+    lo = ", ".join(f"i32 {x}" for i in range(8) for x in (i, 16 + i))
+    hi = ", ".join(f"i32 {x}" for i in range(8, 16) for x in (i, 16 + i))
+    lines, cur = [], list(names)
+    for rnd in range(4):
+        new = []
+        for i in range(8):
+            a, b = cur[i], cur[i + 8]
+            for half, mask in (("l", lo), ("h", hi)):
+                name = f"%{tag}{rnd}_{i}{half}"
+                lines.append(f"  {name} = shufflevector <16 x float> {a}, <16 x float> {b}, <16 x i32> <{mask}>")
+                new.append(name)
+        cur = new
+    return "\n".join(lines), cur
+
+
+def _tile_block(spec: KernelSpec, rows: int) -> str:
+    """(layout "rows", rows > 1) ``@tblock<rows>(xm, op, fresh, u0 .. u15)``: `rows` rows of x (at `xm`, k already
+    offset) add their products with the transposed tile ``u`` into their :data:`TILE` output columns at `op`
+    (running sums there; zeros first when `fresh`)."""
+    t, k, n = TILE, spec.k, spec.panels * spec.width
+    args = ", ".join(f"<{t} x float> %u{i}" for i in range(t))
+    head = "\n".join(f"  %op{g} = getelementptr float, ptr %op, i64 {g * n}\n"
+                      f"  %old{g} = load <{t} x float>, ptr %op{g}, align 4\n"
+                      f"  %a{g}_0 = select i1 %fresh, <{t} x float> zeroinitializer, <{t} x float> %old{g}"
+                      for g in range(rows))
+    fmas = "\n".join(f"  %xp{g}_{i} = getelementptr float, ptr %xm, i64 {g * k + i}\n"
+                      f"  %xs{g}_{i} = load float, ptr %xp{g}_{i}\n"
+                      f"  %xi{g}_{i} = insertelement <{t} x float> poison, float %xs{g}_{i}, i64 0\n"
+                      f"  %xb{g}_{i} = shufflevector <{t} x float> %xi{g}_{i}, <{t} x float> poison, "
+                      f"<{t} x i32> zeroinitializer\n"
+                      f"  %a{g}_{i + 1} = call <{t} x float> @llvm.fma.v{t}f32(<{t} x float> %xb{g}_{i}, "
+                      f"<{t} x float> %u{i}, <{t} x float> %a{g}_{i})" for i in range(t) for g in range(rows))
+    stores = "\n".join(f"  store <{t} x float> %a{g}_{t}, ptr %op{g}, align 4" for g in range(rows))
+    return f"""
+define internal void @tblock{rows}(ptr noalias %xm, ptr noalias %op, i1 %fresh, {args}) alwaysinline {{
+entry:
+{head}
+{fmas}
+{stores}
+  ret void
+}}"""
+
+
+def _tile_product(spec: KernelSpec) -> str:
+    """(layout "rows", rows > 1) ``@panel(x, w, out, p)``: the panel's weight rows :data:`TILE` at a time; for each
+    :data:`TILE` values of k their tile is loaded, widened and transposed in registers (so vector i holds the
+    block's weights at k + i, as a column panel would), then the rows of x, :data:`ROW_GROUP` at a time, add
+    their products into their :data:`TILE` output columns in ``out`` (the running sums live there; k in
+    order, as the panel product's)."""
+    w, k, elem, t = spec.width, spec.k, WIDEN[spec.dtype][0], TILE
+    n = spec.panels * w
+    widen = WIDEN[spec.dtype][1]
+    full, rest = divmod(spec.rows, ROW_GROUP)
+    loads = "\n".join(_suffixed(f"  %wo = add i64 %wk, {r * k}\n"
+                                 f"  %wp = getelementptr {elem}, ptr %wr, i64 %wo\n"
+                                 f"  %v = load <{t} x {elem}>, ptr %wp, align 2\n" + widen.format(w=t), f"{r}")
+                       for r in range(t))
+    shuffle, cols = _transpose([f"%f{r}" for r in range(t)], "q")
+    us = ", ".join(f"<{t} x float> {c}" for c in cols)
+    groups = "  br label %m\n" if full else "  br label %rest\n"
+    if full:
+        groups += f"""m:
+  %g = phi i64 [0, %kt], [%g1, %m]
+  %xrow = mul i64 %g, {ROW_GROUP * k}
+  %xo = add i64 %xrow, %wk
+  %xm = getelementptr float, ptr %x, i64 %xo
+  %orow = mul i64 %g, {ROW_GROUP * n}
+  %op = getelementptr float, ptr %oc, i64 %orow
+  call void @tblock{ROW_GROUP}(ptr %xm, ptr %op, i1 %fresh, {us})
+  %g1 = add i64 %g, 1
+  %gd = icmp eq i64 %g1, {full}
+  br i1 %gd, label %rest, label %m
+"""
+    groups += "rest:\n"
+    if rest:
+        groups += (f"  %rxo = add i64 %wk, {full * ROW_GROUP * k}\n"
+                   f"  %rx = getelementptr float, ptr %x, i64 %rxo\n"
+                   f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
+                   f"  call void @tblock{rest}(ptr %rx, ptr %ro, i1 %fresh, {us})\n")
+    blocks = "".join(_tile_block(spec, r) for r in sorted({ROW_GROUP if full else 0, rest} - {0}))
+    # the tile's rows are k apart (t streams): the next block of t weight rows (contiguous) is fetched ahead in
+    # order, a tile's worth (t * t values) per step, so the strided reads find it in cache
+    per_line = 64 // (4 if spec.dtype == "float32" else 2)
+    prefetch = "\n".join(f"  %pfo{j} = add i64 %pfb, {j * per_line}\n"
+                          f"  %pfp{j} = getelementptr {elem}, ptr %wr, i64 %pfo{j}\n"
+                          f"  call void @llvm.prefetch.p0(ptr %pfp{j}, i32 0, i32 3, i32 1)"
+                          for j in range(t * t // per_line))
+    prefetch = f"  %pfk = mul i64 %wk, {t}\n  %pfb = add i64 %pfk, {t * k}\n" + prefetch
+    return f"""declare <{t} x float> @llvm.fma.v{t}f32(<{t} x float>, <{t} x float>, <{t} x float>)
+declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
+{blocks}
+
+define internal void @panel(ptr noalias %x, ptr noalias %wts, ptr noalias %out, i64 %p) {{
+entry:
+  %first = mul i64 %p, {w}
+  %left = sub i64 {spec.weight_rows}, %first
+  %lim = call i64 @llvm.umin.i64(i64 %left, i64 {w})
+  br label %sub
+sub:
+  %r0 = phi i64 [0, %entry], [%r1, %sub_done]
+  %row = add i64 %first, %r0
+  %wrow = mul i64 %row, {k}
+  %wr = getelementptr {elem}, ptr %wts, i64 %wrow
+  %oc = getelementptr float, ptr %out, i64 %row
+  br label %kt
+kt:
+  %wk = phi i64 [0, %sub], [%wk1, %rest]
+  %fresh = icmp eq i64 %wk, 0
+{loads}
+{prefetch}
+{shuffle}
+{groups}  %wk1 = add i64 %wk, {t}
+  %kd = icmp eq i64 %wk1, {k}
+  br i1 %kd, label %sub_done, label %kt
+sub_done:
+  %r1 = add i64 %r0, {t}
+  %rd = icmp uge i64 %r1, %lim
+  br i1 %rd, label %exit, label %sub
+exit:
+  ret void
+}}
+""" + _walk(spec)
+
+
 def _product(spec: KernelSpec) -> str:
     """``@panel(x, panels, out, p)``: panel `p`'s row groups against it while it is in cache; ``@product``: every
     panel in turn; ``@work(job)``: panels claimed one at a time from a shared job (:data:`_SHARED`)."""
+    if spec.layout == "rows":
+        return _rows_product(spec) if spec.rows == 1 else _tile_product(spec)
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
     full, rest = divmod(spec.rows, ROW_GROUP)
     n = spec.panels * w
@@ -137,7 +417,12 @@ entry:
   %oc = getelementptr float, ptr %out, i64 %oo
 {groups}  ret void
 }}
+""" + _walk(spec)
 
+
+def _walk(spec: KernelSpec) -> str:
+    """``@product``: every panel in turn (whatever its layout), then the shared job's code (:data:`_SHARED`)."""
+    return f"""
 define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out) {{
 entry:
   br label %loop
@@ -358,4 +643,4 @@ def module_ir(spec: KernelSpec) -> str:
     return text.replace("{panels}", str(spec.panels)).replace("{max_threads}", str(MAX_THREADS))
 
 
-__all__ = ["KernelSpec", "MAX_THREADS", "ROW_GROUP", "WIDEN", "WIDTHS", "module_ir"]
+__all__ = ["KernelSpec", "LAYOUTS", "MAX_THREADS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "module_ir"]

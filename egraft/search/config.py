@@ -131,6 +131,10 @@ class CompileConfig:
     state_in_place  for a graph with state and backend ``"auto"``, search only the backends that write the
                 caller's state tensors in place (``egraft.backends.candidates``; the Dynamo backend's default,
                 so a static KV cache is not copied on every decode step)
+    weight_copies  True: a backend may keep a weight in another layout too (the JAX backend's column panels, a
+                second copy of each product's weight, made once and shared by every program), where the search
+                finds it faster; False: every product reads its weight where the model stores it
+                (``Backend.copy_free``), for the least memory
     """
 
     device: str | None = "cpu"
@@ -147,6 +151,7 @@ class CompileConfig:
     progress: bool | None = None
     reuse_layers: bool = True
     state_in_place: bool = False
+    weight_copies: bool = True
 
     # --- parsing -------------------------------------------------------------------------------
 
@@ -197,6 +202,8 @@ class CompileConfig:
             raise InputError(f"{where}: state_in_place must be True or False, got {self.state_in_place!r}")
         if not isinstance(self.reuse_layers, bool):
             raise InputError(f"{where}: reuse_layers must be True or False, got {self.reuse_layers!r}")
+        if not isinstance(self.weight_copies, bool):
+            raise InputError(f"{where}: weight_copies must be True or False, got {self.weight_copies!r}")
         budget = self.budget
         if not isinstance(budget, Budget):
             try:
@@ -262,6 +269,7 @@ class CompileConfig:
             "seed": self.seed,
             "reuse_layers": self.reuse_layers,
             **({"state_in_place": True} if self.state_in_place else {}),  # absent when off: older keys still hit
+            **({"weight_copies": False} if not self.weight_copies else {}),
         }
 
 

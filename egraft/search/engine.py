@@ -44,7 +44,7 @@ import time as _time
 from dataclasses import dataclass
 
 from ..backends import candidates, get_backend
-from ..backends.base import default_knobs
+from ..backends.base import default_knobs, search_knobs
 from ..errors import BackendError, InputError, SearchError
 from ..ir.graph import Graph
 from ..measure import available
@@ -232,7 +232,8 @@ class _Run:
         its candidates, not the compile.  None runs: SearchError naming each failure."""
         failed = []
         for name in self.backends:
-            cand = Candidate(self.graph, name, knob_items(default_knobs(get_backend(name).knobs(self.graph))))
+            space = search_knobs(get_backend(name), self.graph, self.config.weight_copies)
+            cand = Candidate(self.graph, name, knob_items(default_knobs(space)))
             out = evaluate_one(task, cand, memo=self.memo, pin=True)
             if out.ok:
                 break
@@ -259,7 +260,7 @@ class _Run:
         for key, space, ref, weight, occ in jobs:
             label = key[:12]
             btask = task if ref is graph else Task(ref, dev, self.fitness, self.config.seed)
-            gs = GenomeSpace(space, space.greedy_choice(), self.backends, ref)
+            gs = GenomeSpace(space, space.greedy_choice(), self.backends, ref, self.config.weight_copies)
             sg = _seeds(gs, space, dev)
             scands = {name: gs.candidate(g) for name, g in sg.items()}
             if not parts:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..backends import get_backend
+from ..backends.base import search_knobs
 from ..ir import Group, Op
 from ..ir.graph import Graph
 from .candidate import Candidate, knob_items
@@ -52,6 +53,7 @@ class GenomeSpace:
     base: list[int]  # e-node id per class: what a class that is not a gene extracts to
     backends: list[str]
     reference: Graph  # the program whose knob spaces define the knob genes
+    weight_copies: bool = True  # CompileConfig.weight_copies: False holds the copy-free knobs to their values
     genes: list[int] = field(init=False)  # gene classes
     alleles: list[list[int]] = field(init=False)  # e-node ids per gene class
     shared: list[int] = field(init=False)  # classes with a materialise bit
@@ -68,9 +70,13 @@ class GenomeSpace:
         recompute = any(get_backend(b).recomputes for b in self.backends)
         self.shared = sp.shared(list(self.base))[:MAX_SHARED_BITS] if recompute else []
         self.knobs = []
+        self.fixed: dict[str, dict] = {}  # backend -> the knobs held to one value that is not the default
         for b in self.backends:
             rec = get_backend(b)
-            for name, values in rec.knobs(self.reference).items():
+            full = rec.knobs(self.reference)
+            space = search_knobs(rec, self.reference, self.weight_copies)
+            self.fixed[b] = {k: v[0] for k, v in space.items() if len(v) == 1 and v[0] != full[k][0]}
+            for name, values in space.items():
                 if len(values) > 1 and not _PER_PROGRAM_KNOB.match(name) and name not in rec.late_knobs:
                     self.knobs.append((b, name, list(values)))
 
@@ -103,7 +109,7 @@ class GenomeSpace:
         backend = self.backends[genome[ng + ns] % len(self.backends)]
         knobs = {name: values[k % len(values)] for (b, name, values), k in zip(self.knobs, genome[ng + ns + 1:])
                  if b == backend}
-        return ch, recompute, backend, knobs
+        return ch, recompute, backend, {**self.fixed.get(backend, {}), **knobs}
 
     def candidate(self, genome: Sequence[int]) -> Candidate:
         ch, recompute, backend, knobs = self.decode(genome)

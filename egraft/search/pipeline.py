@@ -102,13 +102,14 @@ def compile_like(prior: CompiledSignature, graph, config: CompileConfig, *, refe
     are NaN: nothing was timed.
     """
     from ..backends import get_backend, lower
+    from ..backends.base import search_knobs
 
     res0 = prior.result
     backend, knobs, device = res0.backend, dict(res0.knobs), config.device or res0.device
     why = ""
     t = _time.perf_counter()
     try:
-        space = get_backend(backend).knobs(graph)
+        space = search_knobs(get_backend(backend), graph, config.weight_copies)
         bad = sorted(k for k, v in knobs.items() if k not in space or v not in space[k])
         if bad:
             raise BackendError(f"knob(s) {', '.join(bad)} are not offered for this graph")

@@ -242,3 +242,60 @@ def test_object_code_is_kept_for_the_next_process_and_a_damaged_copy_is_rebuilt(
     assert passes == [1, 1], "a damaged object file was used"
     monkeypatch.setenv("EGRAFT_XLA_CACHE", "0")  # the cache switch turns this cache off too
     assert lk._object_path("ir") is None
+
+
+# --- layout "rows": a [N, K] weight read where it is stored -----------------------------------------------------
+
+@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+@pytest.mark.parametrize("rows,k,n,width", [(1, 32, 64, 16), (3, 64, 96, 32), (4, 128, 256, 64), (5, 16, 256, 128),
+                                            (9, 96, 128, 64), (1, 48, 80, 32), (6, 32, 208, 64)])
+def test_the_rows_product_reads_the_stored_weight_and_equals_float64_numpy(dtype, rows, k, n, width):
+    """One row (the dot kernel) and several (the transposed tiles), full last panels and a part-filled one."""
+    seed = fresh_seed()
+    x, w, _, _ = _case(dtype, rows, k, n, width, seed)
+    panels = -(-n // width)
+    spec = lk.KernelSpec(dtype, rows, k, panels, width, "rows", n % width and n)
+    out = np.full((rows, panels * width), np.nan, np.float32)
+    lk.compiled(spec)(x.ctypes.data, w.ctypes.data, out.ctypes.data)
+    _check(out[:, :n], x, w, f"{spec} seed={seed}")
+    got = np.asarray(__import__("jax").jit(lambda a, b: lk.call(spec, a, b))(x, w))  # through XLA's FFI
+    _check(got[:, :n], x, w, f"{spec} through XLA seed={seed}")
+
+
+def test_a_rows_spec_needs_multiples_of_16_and_keeps_its_layout_in_json():
+    with pytest.raises(BackendError, match="multiples of 16 and 16"):
+        lk.KernelSpec("float32", 1, 40, 2, 16, "rows")
+    with pytest.raises(BackendError, match="multiples of 16 and 16"):
+        lk.KernelSpec("float32", 1, 32, 3, 32, "rows", 72)  # 72 weight rows: no multiple of 16
+    with pytest.raises(BackendError, match="within its last panel"):
+        lk.KernelSpec("float32", 1, 32, 3, 32, "rows", 48)  # 48 rows fill 2 panels of 32, not 3
+    with pytest.raises(BackendError, match="unknown layout 'cols'"):
+        lk.KernelSpec("float32", 1, 32, 2, 16, "cols")
+    spec = lk.KernelSpec("bfloat16", 2, 32, 3, 32, "rows", 80)
+    assert lk.KernelSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec and spec.weight_rows == 80
+    assert spec.name != lk.KernelSpec("bfloat16", 2, 32, 3, 32).name
+    old = {k: v for k, v in lk.KernelSpec("bfloat16", 2, 32, 3, 16).to_json().items() if k not in ("layout", "n")}
+    assert lk.KernelSpec.from_json(old).layout == "panels"  # a manifest written before layouts existed
+
+
+@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+@pytest.mark.parametrize("rows", [1, 6])
+@pytest.mark.parametrize("n,layout", [(112, "rows"), (104, "panels")])
+def test_a_program_under_stream_layout_rows_binds_the_weights_themselves(dtype, rows, n, layout):
+    """[N, K] weights whose N and K 16 divides are passed as they are (the same arrays, no panel copy; N = 112
+    leaves the last panel of 32 half full); others keep their panel copy; the program equals the reference."""
+    from egraft.runtime.derived import provenance
+
+    seed = fresh_seed()
+    g = _linear_graph(dtype, rows, 64, n, seed)  # Linear(64, n), then Linear(n, 64)
+    knobs = {"stream": "llvm", "stream_width": 32, "stream_layout": "rows"}
+    ex = check_graph(g, seed, knobs=knobs, what=f"rows {dtype} rows={rows} n={n}")
+    assert ex.stats["kernel_dots"] == 2 and ex.stats["panel_dots"] == 0
+    assert [s.layout for s in ex.program.kernels] == [layout, layout]
+    copies = [a for a in ex._host if provenance(a) is not None]
+    stored = list(g.weights.values())
+    if layout == "rows":
+        assert not copies, "a weight the rows layout reads was copied"
+        assert all(any(a is w or np.shares_memory(a, w) for w in stored) for a in ex._host if a.ndim == 2)
+    else:
+        assert len(copies) == 2

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..base import Backend, register
 from ..xla_fusion import plan
-from .executable import KNOBS, JaxExecutable, knobs, lower
+from .executable import COPY_FREE, KNOBS, JaxExecutable, knobs, lower
 from .export import export_executable
 from .rules import RULES
 
@@ -25,6 +25,7 @@ def rule_table():
 
 BACKEND = register(Backend(name="jax", devices={"cpu": 20, "cuda": 20, "tpu": 20}, lower=lower, knobs=knobs,
                            rule_table=rule_table, plan=plan, writer="egraft.backends.jax.export",
-                           loader="egraft.runtime.jax_loader"))
+                           loader="egraft.runtime.jax_loader", copy_free=COPY_FREE,
+                           copy_free_only=("stream_layout",)))
 
 __all__ = ["BACKEND", "KNOBS", "JaxExecutable", "RULES", "export_executable", "knobs", "lower", "rule_table"]

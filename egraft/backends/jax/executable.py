@@ -66,7 +66,13 @@ KNOBS = {
     # (under stream="llvm") the generated product's panel width: 64 was fastest on an AVX-512 host (one row 5-15 %
     # ahead of 16, sixteen rows 1.6-2x), 32 is the next; the search times both
     "stream_width": [64, 32],
+    # (under stream="llvm") a [N, K] weight read as column panels made once ("panels": a second copy of the
+    # weight) or where it is stored ("rows": no copy; panels.py); "rows" is what weight_copies=False asks for
+    "stream_layout": ["panels", "rows"],
 }
+# the knob values under which no product keeps a relaid copy of a weight (CompileConfig.weight_copies=False; the
+# generated products widen a bfloat16 weight in registers, so no float32 copy is folded either)
+COPY_FREE = {"stream": "llvm", "stream_layout": "rows", "panels": 0}
 
 
 # weights as closed-over constants only for a graph whose weights are small: XLA embeds constants in the compiled

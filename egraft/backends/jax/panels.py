@@ -50,6 +50,18 @@ panels and widens them in registers, so the float32 copy is never made and
 a step reads half the bytes.  XLA's own dot of bfloat16 weights is a slow
 path on the CPU (18x the float32 dot, measured), so this is the only form
 that gains from the narrower weights; the search times both.
+
+The generated product can also read a ``[N, K]`` weight (``nn.Linear``'s
+layout) where it is stored, with no panel copy (knob ``stream_layout="rows"``,
+``runtime.llvm_ir``'s layout ``"rows"``), when 16 divides ``N`` and ``K``; the
+program then passes the weight itself under its panel name (the same array:
+bound, and saved, once).  Other products keep the panel copy.  It is what
+``CompileConfig(weight_copies=False)`` asks for, and the search does not
+offer it otherwise: measured on one core (AVX-512 host, the 494 M model's
+weights), one row reads a bfloat16 weight as fast as its panels (0.97-1.04
+times their time) and a float32 one 1.0-1.2 times slower, but 4 to 64 rows
+take 1.0-1.6 times the panels' time, and the search times only the decode
+step, not the prompt's products.
 """
 
 from __future__ import annotations
@@ -63,6 +75,7 @@ from ...ir.analysis import weight_operand
 from ...ir.graph import Graph
 from ...runtime import llvm_kernels
 from ...runtime.derived import derived
+from ...runtime.llvm_ir import TILE, VEC
 from ...runtime.llvm_kernels import WIDEN, KernelSpec
 from ..fold import Widened
 from .peephole import DotPlan, place_output
@@ -91,6 +104,7 @@ class PanelWeight:
     source: str  # the weight it is made from (under ``stream``, the stored weight a folded float32 copy widens)
     width: int
     transposed: bool  # the source is [N, K] (read through its transposed view)
+    layout: str = "panels"  # "rows": the source [N, K] itself, no copy (the generated product reads it in place)
 
 
 def _dot_weight(graph: Graph, p: DotPlan) -> tuple[str, bool, int, int, int] | None:
@@ -126,13 +140,16 @@ def _dot_weight(graph: Graph, p: DotPlan) -> tuple[str, bool, int, int, int] | N
 
 
 def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = False,
-         widened: dict[str, Widened] | None = None) -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
+         widened: dict[str, Widened] | None = None,
+         layout: str = "panels") -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
     """The products that read a weight in panels of `width` columns (MatMul nodes, and the primitive products
     among the peephole's `dots`: node id -> DotPlan), and the panel weights they need.
 
     Under `stream` every such product of a float32, bfloat16 or float16 weight (any number of rows) is the
     generated CPU product of ``runtime.llvm_kernels``, and a product of a folded value that only widens a
-    stored weight (`widened`: ``backends.fold.widened``) reads that weight's own panels, in its stored dtype.
+    stored weight (`widened`: ``backends.fold.widened``) reads that weight's own panels, in its stored dtype;
+    with `layout` ``"rows"`` a stored ``[N, K]`` weight whose ``N`` the width divides (and ``K`` the kernel's
+    vector) is read in place (module docstring).
     """
     plans: dict[int, PanelPlan] = {}
     weights: dict[str, PanelWeight] = {}
@@ -150,11 +167,17 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
                 name, transposed, dtype = wide.source, transposed != wide.transposed, wide.dtype
             if dtype not in WIDEN or cols < 2 * width:
                 return
-            kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
+            if layout == "rows" and transposed and cols % TILE == 0 and k % VEC == 0:
+                kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols)
+            else:
+                kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
         elif m > MAX_ROWS or cols < 2 * width:
             return
-        pname = f"{name}{SEP}{width}{'T' if transposed else ''}"
-        weights[pname] = PanelWeight(name, width, transposed)
+        if kernel is not None and kernel.layout == "rows":
+            pname, pw = f"{name}{SEP}{width}R", PanelWeight(name, width, transposed, "rows")
+        else:
+            pname, pw = f"{name}{SEP}{width}{'T' if transposed else ''}", PanelWeight(name, width, transposed)
+        weights[pname] = pw
         plans[i] = PanelPlan(lhs, pname, cols, dot, kernel)
 
     for i, n in enumerate(graph.nodes):
@@ -173,7 +196,10 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
 def panel_form(value: np.ndarray, p: PanelWeight) -> np.ndarray:
     """The weight ``[K, N]`` (or ``[N, K]`` when transposed) as C-contiguous panels ``[ceil(N / w), K, w]``, the
     last one padded with zero columns; read-only, made once per weight array while a program binds it
-    (the ``panels`` recipe of ``runtime.derived``, which a saved generation stores instead of the panels)."""
+    (the ``panels`` recipe of ``runtime.derived``, which a saved generation stores instead of the panels).
+    Layout ``"rows"``: the ``[N, K]`` weight itself (a copy only if it is not C-contiguous)."""
+    if p.layout == "rows":
+        return value if value.flags.c_contiguous else derived("contiguous", {}, (value,), (p.source,))
     return derived("panels", {"width": p.width, "transposed": p.transposed}, (value,), (p.source,))
 
 
@@ -187,7 +213,10 @@ def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn):
     import jax.numpy as jnp
     from jax import lax
 
-    j, k, w = panels.shape
+    if plan.kernel is not None:  # (panels [J, K, w], or the stored rows [J * w, K])
+        j, k, w = plan.kernel.panels, plan.kernel.k, plan.kernel.width
+    else:
+        j, k, w = panels.shape
     p = plan.dot
     if p is not None:
         if p.lhs.view is not None:
