@@ -74,6 +74,10 @@ BY_HAND = {
                     "size, load time and memory, decode against HF eager; about an hour, its JSON read by hand",
     "peers.py": "real_size.py's models against llama.cpp (its own venv: make llamacpp-venv) and HF eager, one core "
                 "and two, in one process per thread count; about an hour, its JSON read by hand",
+    "gpu_artifacts.py": "each backend's program compiled for a GPU, saved, and loaded by a fresh process there; run "
+                        "where a GPU is",
+    "rows_layout_kernels.py": "the generated CPU product reading a weight where it is stored against its column "
+                              "panels, per product of the 494 M model (minutes), its table read by hand",
 }
 
 

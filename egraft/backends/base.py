@@ -70,7 +70,7 @@ class Backend:
     state_in_place: bool = False
     writer: str | None = None  # module with write(executable, directory, **options) -> artifact.WrittenProgram
     # knob -> the value under which its programs read every weight where the model stores it (no relaid copy);
-    # CompileConfig(weight_copies=False) fixes these knobs to them (:func:`search_knobs`)
+    # CompileConfig.weight_copies=False (the default) holds these knobs to them (:func:`search_knobs`)
     copy_free: Mapping[str, Any] = field(default_factory=dict)
     # knobs whose copy-free value is offered only then (it is slower elsewhere, e.g. on the prompt's products)
     copy_free_only: tuple[str, ...] = ()
@@ -125,7 +125,7 @@ def default_knobs(choices: Mapping[str, Sequence]) -> dict:
     return {k: v[0] for k, v in choices.items()}
 
 
-def search_knobs(rec: Backend, graph: Graph, weight_copies: bool = True) -> dict[str, list]:
+def search_knobs(rec: Backend, graph: Graph, weight_copies: bool = False) -> dict[str, list]:
     """`rec`'s knob space for `graph` as a search sees it: with ``weight_copies=False`` each knob of
     ``rec.copy_free`` that offers its copy-free value is held to it (one value); otherwise the copy-free values
     of ``rec.copy_free_only`` are left out."""

@@ -131,10 +131,10 @@ class CompileConfig:
     state_in_place  for a graph with state and backend ``"auto"``, search only the backends that write the
                 caller's state tensors in place (``egraft.backends.candidates``; the Dynamo backend's default,
                 so a static KV cache is not copied on every decode step)
-    weight_copies  True: a backend may keep a weight in another layout too (the JAX backend's column panels, a
-                second copy of each product's weight, made once and shared by every program), where the search
-                finds it faster; False: every product reads its weight where the model stores it
-                (``Backend.copy_free``), for the least memory
+    weight_copies  False (the default): every product reads its weight where the model stores it
+                (``Backend.copy_free``): one copy of the weights in memory; True: a backend may also keep a
+                weight in another layout (the JAX backend's column panels, a second copy of each product's
+                weight, made once and shared by every program) where the search finds it faster
     """
 
     device: str | None = "cpu"
@@ -151,7 +151,7 @@ class CompileConfig:
     progress: bool | None = None
     reuse_layers: bool = True
     state_in_place: bool = False
-    weight_copies: bool = True
+    weight_copies: bool = False
 
     # --- parsing -------------------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ class GenomeSpace:
     base: list[int]  # e-node id per class: what a class that is not a gene extracts to
     backends: list[str]
     reference: Graph  # the program whose knob spaces define the knob genes
-    weight_copies: bool = True  # CompileConfig.weight_copies: False holds the copy-free knobs to their values
+    weight_copies: bool = False  # CompileConfig.weight_copies: False holds the copy-free knobs to their values
     genes: list[int] = field(init=False)  # gene classes
     alleles: list[list[int]] = field(init=False)  # e-node ids per gene class
     shared: list[int] = field(init=False)  # classes with a materialise bit
