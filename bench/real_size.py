@@ -36,7 +36,7 @@ to one core with one thread before torch and jax start
    ``egraft.measure.compare`` concludes.
 
     python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s]
-                               [--rounds 5] [--new 32] [--weight-copies yes] [--out docs/results/raw/real_size.json]
+                               [--rounds 5] [--new 32] [--weight-copies no] [--out docs/results/raw/real_size.json]
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def child_compile(a) -> dict:
     before = _vm("VmRSS")
     t0 = time.perf_counter()
     cm = egraft.compile(model, device="cpu", max_batch=1, max_length=MAX_LENGTH, budget=a.budget, progress=False,
-                        weight_copies=getattr(a, "weight_copies", "yes") == "yes")
+                        weight_copies=getattr(a, "weight_copies", "no") == "yes")
     compile_s = time.perf_counter() - t0
     peak = _vm("VmHWM")
     t0 = time.perf_counter()
@@ -202,7 +202,7 @@ def time_decode(systems: dict, rounds: int, new: int) -> tuple[dict, dict]:
 def run_child(kind: str, a, directory: str) -> dict:
     return run_script(sys.executable, __file__, ["--child", kind, "--models", a.model, "--dtypes", a.dtype,
                                                  "--budget", a.budget,
-                                                 "--weight-copies", getattr(a, "weight_copies", "yes"),
+                                                 "--weight-copies", getattr(a, "weight_copies", "no"),
                                                  "--rounds", str(a.rounds), "--new",
                                                  str(a.new), "--dir", directory])
 
@@ -226,8 +226,9 @@ def main(argv=None) -> int:
     p.add_argument("--new", type=int, default=32)
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "raw", "real_size.json"))
     p.add_argument("--quick", action="store_true", help="the tiny Llama, 3 rounds, 8 tokens, budget 5s")
-    p.add_argument("--weight-copies", choices=["yes", "no"], default="yes",
-                   help="egraft.compile's weight_copies (no: every product reads its weight where it is stored)")
+    p.add_argument("--weight-copies", choices=["yes", "no"], default="no",
+                   help="egraft.compile's weight_copies (no, its default: every product reads its weight where it "
+                        "is stored; yes: column panels, a second copy, where the search finds them faster)")
     p.add_argument("--child", choices=["compile", "load"], help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -263,7 +264,7 @@ def measure_rows(a, script: str, argv, extend=None) -> None:
             try:
                 art = os.path.join(d, "artifact")
                 row = {"model": model, "dtype": dtype, "budget": a.budget, "threads": 1,
-                       "weight_copies": getattr(a, "weight_copies", "yes") == "yes"}
+                       "weight_copies": getattr(a, "weight_copies", "no") == "yes"}
                 row["compile"] = run_child("compile", a, art)
                 ok = "error" not in row["compile"]
                 row["load"] = run_child("load", a, art) if ok else {"error": "no artifact"}

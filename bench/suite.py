@@ -76,6 +76,8 @@ BY_HAND = {
                 "and two, in one process per thread count; about an hour, its JSON read by hand",
     "gpu_artifacts.py": "each backend's program compiled for a GPU, saved, and loaded by a fresh process there; run "
                         "where a GPU is",
+    "gpu_dispatch.py": "what a compiled JAX call costs apart from its work (arguments, kernel launches); run where a "
+                       "GPU is",
     "rows_layout_kernels.py": "the generated CPU product reading a weight where it is stored against its column "
                               "panels, per product of the 494 M model (minutes), its table read by hand",
 }
