@@ -196,8 +196,13 @@ def _second_compile(search_cache) -> dict:
                       path=str(ROOT / "tests" / "generation"))
 
 
+def _tracing(got: dict) -> float:
+    """The compile's tracing: the step's exports (made once, before any bucket) and each bucket's lowering of them."""
+    return got["describe"]["stages_s"]["trace"]
+
+
 def _beyond_tracing(got: dict) -> float:
-    return got["total"] - sum(s["trace"] for s in got["stages"].values())
+    return got["total"] - _tracing(got)
 
 
 def test_a_second_process_reads_the_search_cache(second):
@@ -223,7 +228,7 @@ def test_a_second_process_compiles_in_under_5_s_beyond_tracing(second, search_ca
         if _beyond_tracing(got) < 5.0:
             break
         got = min(got, _second_compile(search_cache), key=_beyond_tracing)
-    trace = sum(s["trace"] for s in got["stages"].values())
+    trace = _tracing(got)
     beyond = _beyond_tracing(got)
     lower = sum(s.get("lower", 0.0) for s in got["stages"].values())
     print(f"\nsecond process: compile {got['total']:.2f} s, tracing {trace:.2f} s, beyond tracing {beyond:.2f} s "
