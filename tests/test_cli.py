@@ -278,3 +278,15 @@ def test_bench_refuses_to_time_a_wrong_program(capsys, artifact, factories):
                  "--no-inductor"]) == 1
     cap = capsys.readouterr()
     assert "not timing a wrong program" in cap.err and "median" not in cap.out
+
+
+def test_weight_copies_is_a_search_flag():
+    import argparse
+
+    from egraft.cli.compile import add_search_args, search_config
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--seed", type=int, default=0)  # (add_model_args' flag)
+    add_search_args(p)
+    assert search_config(p.parse_args([])).weight_copies is False
+    assert search_config(p.parse_args(["--weight-copies"])).weight_copies is True

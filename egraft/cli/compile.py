@@ -37,7 +37,8 @@ def search_config(args):
     from ..search.config import CompileConfig
 
     flags = {"device": args.device, "backend": args.backend, "budget": args.budget, "seed": args.seed,
-             "fitness": getattr(args, "fitness", None), "cache": not getattr(args, "no_cache", False)}
+             "fitness": getattr(args, "fitness", None), "cache": not getattr(args, "no_cache", False),
+             "weight_copies": getattr(args, "weight_copies", False)}
     config = CompileConfig.parse(flags, where="egraft compile")
     trials = getattr(args, "trials", None)
     if trials is not None:
@@ -128,6 +129,10 @@ def add_search_args(p) -> None:
                    help="measured: time candidates on the device (default where it exists); model: the roofline "
                         "cost model, no timing (fast; the default for an absent device)")
     p.add_argument("--no-cache", action="store_true", help="search again even if a cached result exists")
+    p.add_argument("--weight-copies", action="store_true",
+                   help="let a backend also keep a weight in another layout (column panels: a second copy of each "
+                        "weight) where the search finds it faster; default: every product reads the weight where "
+                        "the model stores it")
 
 
 def add_parsers(verb) -> None:
