@@ -95,6 +95,40 @@ class KernelSpec:
                    str(d.get("layout", "panels")), int(d.get("n", 0)))
 
 
+def _group_sizes(rows: int) -> list[int]:
+    """The row-group sizes a product of `rows` rows calls its block with: :data:`ROW_GROUP`, and what is left."""
+    full, rest = divmod(rows, ROW_GROUP)
+    return sorted({ROW_GROUP if full else 0, rest} - {0})
+
+
+def _row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_at: str = "0") -> str:
+    """IR calling ``@<block><G>(x rows, args, out rows)`` on each full group of :data:`ROW_GROUP` rows of x (at
+    ``%x``, `k_at` values along k) and of their output rows (at ``%oc``, `n` columns apart), then once on the rest;
+    entered from label `start`, it ends in the block ``groups_done`` (the product's code goes on there)."""
+    full, rest = divmod(rows, ROW_GROUP)
+    text = "  br label %group\n" if full else "  br label %groups_done\n"
+    if full:
+        text += f"""group:
+  %g = phi i64 [0, %{start}], [%g1, %group]
+  %gxr = mul i64 %g, {ROW_GROUP * k}
+  %gxo = add i64 %gxr, {k_at}
+  %gx = getelementptr float, ptr %x, i64 %gxo
+  %goo = mul i64 %g, {ROW_GROUP * n}
+  %go = getelementptr float, ptr %oc, i64 %goo
+  call void @{block}{ROW_GROUP}(ptr %gx, {args}, ptr %go)
+  %g1 = add i64 %g, 1
+  %gd = icmp eq i64 %g1, {full}
+  br i1 %gd, label %groups_done, label %group
+"""
+    text += "groups_done:\n"
+    if rest:
+        text += (f"  %rxo = add i64 {k_at}, {full * ROW_GROUP * k}\n"
+                 f"  %rx = getelementptr float, ptr %x, i64 %rxo\n"
+                 f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
+                 f"  call void @{block}{rest}(ptr %rx, {args}, ptr %ro)\n")
+    return text
+
+
 def _row_block(spec: KernelSpec, rows: int) -> str:
     """``@block<rows>(x, panel, out)``: `rows` rows of x against one panel, into their `width` output columns."""
     w, k = spec.width, spec.k
@@ -132,61 +166,9 @@ exit:
 }}"""
 
 
-def _rows_shape(spec: KernelSpec) -> tuple[int, int]:
-    """(layout "rows", one row of x) (weight rows dotted at once, k vectors per step): one weight row at a time,
-    one sequential stream, with up to four independent accumulators along k."""
-    return 1, next(u for u in (4, 2, 1) if spec.k % (VEC * u) == 0)
-
-
-def _rows_block(spec: KernelSpec, rows: int) -> str:
-    """(layout "rows") ``@rblock<rows>(x, w, out)``: `rows` rows of x dotted with the weight rows at `w` (as many
-    as :func:`_rows_shape` says), into ``out[m * n + r]``."""
-    v, k, n = VEC, spec.k, spec.panels * spec.width
-    sub, unroll = _rows_shape(spec)
-    elem, widen = WIDEN[spec.dtype]
-    trip = [(m, r, u) for m in range(rows) for r in range(sub) for u in range(unroll)]
-    acc = "\n".join(f"  %a{m}_{r}_{u} = phi <{v} x float> [zeroinitializer, %entry], [%n{m}_{r}_{u}, %loop]"
-                    for m, r, u in trip)
-    xs = "\n".join(f"  %xo{m}_{u} = add i64 %k, {m * k + u * v}\n"
-                    f"  %xp{m}_{u} = getelementptr float, ptr %x, i64 %xo{m}_{u}\n"
-                    f"  %x{m}_{u} = load <{v} x float>, ptr %xp{m}_{u}, align 4"
-                    for m in range(rows) for u in range(unroll))
-    # each weight vector's load and widening, the template's value names (%v, %z, %s, %f) suffixed with it
-    ws = "\n".join(_suffixed(f"  %wo = add i64 %k, {r * k + u * v}\n"
-                              f"  %wp = getelementptr {elem}, ptr %w, i64 %wo\n"
-                              f"  %v = load <{v} x {elem}>, ptr %wp, align 2\n" + widen.format(w=v), f"{r}_{u}")
-                    for r in range(sub) for u in range(unroll))
-    fmas = "\n".join(f"  %n{m}_{r}_{u} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{m}_{u}, "
-                      f"<{v} x float> %f{r}_{u}, <{v} x float> %a{m}_{r}_{u})" for m, r, u in trip)
-    sums = []
-    for m in range(rows):
-        for r in range(sub):
-            last = f"%n{m}_{r}_0"
-            for u in range(1, unroll):
-                sums.append(f"  %c{m}_{r}_{u} = fadd <{v} x float> {last}, %n{m}_{r}_{u}")
-                last = f"%c{m}_{r}_{u}"
-            sums.append(f"  %t{m}_{r} = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, "
-                        f"<{v} x float> {last})\n"
-                        f"  %op{m}_{r} = getelementptr float, ptr %out, i64 {m * n + r}\n"
-                        f"  store float %t{m}_{r}, ptr %op{m}_{r}")
-    sums = "\n".join(sums)
-    return f"""
-define internal void @rblock{rows}(ptr noalias %x, ptr noalias %w, ptr noalias %out) alwaysinline {{
-entry:
-  br label %loop
-loop:
-  %k = phi i64 [0, %entry], [%k1, %loop]
-{acc}
-{xs}
-{ws}
-{fmas}
-  %k1 = add i64 %k, {v * unroll}
-  %done = icmp eq i64 %k1, {k}
-  br i1 %done, label %exit, label %loop
-exit:
-{sums}
-  ret void
-}}"""
+def _unroll(spec: KernelSpec) -> int:
+    """(layout "rows", one row of x) vectors of k per step: up to four independent accumulators."""
+    return next(u for u in (4, 2, 1) if spec.k % (VEC * u) == 0)
 
 
 def _suffixed(text: str, tag: str) -> str:
@@ -195,35 +177,54 @@ def _suffixed(text: str, tag: str) -> str:
 
 
 def _rows_product(spec: KernelSpec) -> str:
-    """(layout "rows") ``@panel(x, w, out, p)``: weight rows ``p * width ..`` in blocks of :data:`SUB_ROWS`, each
-    against every row group of x while it is in cache; ``@product`` and ``@work`` as for panels."""
-    w, k, elem, v = spec.width, spec.k, WIDEN[spec.dtype][0], VEC
-    full, rest = divmod(spec.rows, ROW_GROUP)
-    n = spec.panels * w
-    groups = ""
-    if full:
-        groups += f"""  br label %group
-group:
-  %g = phi i64 [0, %sub], [%g1, %group]
-  %gxo = mul i64 %g, {ROW_GROUP * k}
-  %gx = getelementptr float, ptr %x, i64 %gxo
-  %goo = mul i64 %g, {ROW_GROUP * n}
-  %go = getelementptr float, ptr %oc, i64 %goo
-  call void @rblock{ROW_GROUP}(ptr %gx, ptr %wr, ptr %go)
-  %g1 = add i64 %g, 1
-  %gd = icmp eq i64 %g1, {full}
-  br i1 %gd, label %groups_done, label %group
-groups_done:
+    """(layout "rows", one row of x) ``@panel(x, w, out, p)``: each weight row ``p * width ..`` in turn (one
+    sequential stream) dotted with x, :func:`_unroll` vectors of k per step, each accumulator summed across its
+    lanes at the end; ``@product`` and ``@work`` as for panels."""
+    k, v, u = spec.k, VEC, _unroll(spec)
+    elem, widen = WIDEN[spec.dtype]
+    acc = "\n".join(f"  %a{j} = phi <{v} x float> [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
+    xs = "\n".join(f"  %xo{j} = add i64 %k, {j * v}\n"
+                    f"  %xp{j} = getelementptr float, ptr %x, i64 %xo{j}\n"
+                    f"  %x{j} = load <{v} x float>, ptr %xp{j}, align 4" for j in range(u))
+    # each weight vector's load and widening, the template's value names (%v, %z, %s, %f) suffixed with it
+    ws = "\n".join(_suffixed(f"  %wo = add i64 %k, {j * v}\n"
+                              f"  %wp = getelementptr {elem}, ptr %wr, i64 %wo\n"
+                              f"  %v = load <{v} x {elem}>, ptr %wp, align 2\n" + widen.format(w=v), f"{j}")
+                    for j in range(u))
+    fmas = "\n".join(f"  %n{j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{j}, <{v} x float> %f{j}, "
+                      f"<{v} x float> %a{j})" for j in range(u))
+    sums, last = [], "%n0"
+    for j in range(1, u):
+        sums.append(f"  %c{j} = fadd <{v} x float> {last}, %n{j}")
+        last = f"%c{j}"
+    sums = "\n".join(sums)
+    body = f"""  br label %dot
+dot:
+  %k = phi i64 [0, %sub], [%k1, %dot]
+{acc}
+{xs}
+{ws}
+{fmas}
+  %k1 = add i64 %k, {v * u}
+  %kd = icmp eq i64 %k1, {k}
+  br i1 %kd, label %dot_done, label %dot
+dot_done:
+{sums}
+  %t = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, <{v} x float> {last})
+  %op = getelementptr float, ptr %out, i64 %row
+  store float %t, ptr %op
 """
-    if rest:
-        groups += (f"  %rx = getelementptr float, ptr %x, i64 {full * ROW_GROUP * k}\n"
-                   f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
-                   f"  call void @rblock{rest}(ptr %rx, ptr %wr, ptr %ro)\n")
-    blocks = "".join(_rows_block(spec, r) for r in sorted({ROW_GROUP if full else 0, rest} - {0}))
     return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
 declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
-{blocks}
+""" + _rows_panel(spec, 1, body) + _walk(spec)
 
+
+def _rows_panel(spec: KernelSpec, step: int, body: str) -> str:
+    """(layout "rows") ``@panel(x, w, out, p)``: panel `p`'s weight rows (fewer in a part-filled last panel),
+    `step` at a time: `body` runs with ``%row`` the first of them and ``%wr`` its address, from the block ``sub``,
+    and ends in the block that goes on to the next."""
+    w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
+    return f"""
 define internal void @panel(ptr noalias %x, ptr noalias %wts, ptr noalias %out, i64 %p) {{
 entry:
   %first = mul i64 %p, {w}
@@ -231,20 +232,19 @@ entry:
   %lim = call i64 @llvm.umin.i64(i64 %left, i64 {w})
   br label %sub
 sub:
-  %r0 = phi i64 [0, %entry], [%r1, %sub_done]
+  %r0 = phi i64 [0, %entry], [%r1, %next]
   %row = add i64 %first, %r0
-  %wo = mul i64 %row, {k}
-  %wr = getelementptr {elem}, ptr %wts, i64 %wo
-  %oc = getelementptr float, ptr %out, i64 %row
-{groups}  br label %sub_done
-sub_done:
-  %r1 = add i64 %r0, {_rows_shape(spec)[0]}
+  %wrow = mul i64 %row, {k}
+  %wr = getelementptr {elem}, ptr %wts, i64 %wrow
+{body}  br label %next
+next:
+  %r1 = add i64 %r0, {step}
   %rd = icmp uge i64 %r1, %lim
   br i1 %rd, label %exit, label %sub
 exit:
   ret void
 }}
-""" + _walk(spec)
+"""
 
 
 def _transpose(names: list[str], tag: str) -> tuple[str, list[str]]:
@@ -266,7 +266,7 @@ def _transpose(names: list[str], tag: str) -> tuple[str, list[str]]:
 
 
 def _tile_block(spec: KernelSpec, rows: int) -> str:
-    """(layout "rows", rows > 1) ``@tblock<rows>(xm, op, fresh, u0 .. u15)``: `rows` rows of x (at `xm`, k already
+    """(layout "rows", rows > 1) ``@tblock<rows>(xm, fresh, u0 .. u15, op)``: `rows` rows of x (at `xm`, k already
     offset) add their products with the transposed tile ``u`` into their :data:`TILE` output columns at `op`
     (running sums there; zeros first when `fresh`)."""
     t, k, n = TILE, spec.k, spec.panels * spec.width
@@ -284,7 +284,7 @@ def _tile_block(spec: KernelSpec, rows: int) -> str:
                       f"<{t} x float> %u{i}, <{t} x float> %a{g}_{i})" for i in range(t) for g in range(rows))
     stores = "\n".join(f"  store <{t} x float> %a{g}_{t}, ptr %op{g}, align 4" for g in range(rows))
     return f"""
-define internal void @tblock{rows}(ptr noalias %xm, ptr noalias %op, i1 %fresh, {args}) alwaysinline {{
+define internal void @tblock{rows}(ptr noalias %xm, i1 %fresh, {args}, ptr noalias %op) alwaysinline {{
 entry:
 {head}
 {fmas}
@@ -302,34 +302,14 @@ def _tile_product(spec: KernelSpec) -> str:
     w, k, elem, t = spec.width, spec.k, WIDEN[spec.dtype][0], TILE
     n = spec.panels * w
     widen = WIDEN[spec.dtype][1]
-    full, rest = divmod(spec.rows, ROW_GROUP)
     loads = "\n".join(_suffixed(f"  %wo = add i64 %wk, {r * k}\n"
                                  f"  %wp = getelementptr {elem}, ptr %wr, i64 %wo\n"
                                  f"  %v = load <{t} x {elem}>, ptr %wp, align 2\n" + widen.format(w=t), f"{r}")
                        for r in range(t))
     shuffle, cols = _transpose([f"%f{r}" for r in range(t)], "q")
     us = ", ".join(f"<{t} x float> {c}" for c in cols)
-    groups = "  br label %m\n" if full else "  br label %rest\n"
-    if full:
-        groups += f"""m:
-  %g = phi i64 [0, %kt], [%g1, %m]
-  %xrow = mul i64 %g, {ROW_GROUP * k}
-  %xo = add i64 %xrow, %wk
-  %xm = getelementptr float, ptr %x, i64 %xo
-  %orow = mul i64 %g, {ROW_GROUP * n}
-  %op = getelementptr float, ptr %oc, i64 %orow
-  call void @tblock{ROW_GROUP}(ptr %xm, ptr %op, i1 %fresh, {us})
-  %g1 = add i64 %g, 1
-  %gd = icmp eq i64 %g1, {full}
-  br i1 %gd, label %rest, label %m
-"""
-    groups += "rest:\n"
-    if rest:
-        groups += (f"  %rxo = add i64 %wk, {full * ROW_GROUP * k}\n"
-                   f"  %rx = getelementptr float, ptr %x, i64 %rxo\n"
-                   f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
-                   f"  call void @tblock{rest}(ptr %rx, ptr %ro, i1 %fresh, {us})\n")
-    blocks = "".join(_tile_block(spec, r) for r in sorted({ROW_GROUP if full else 0, rest} - {0}))
+    groups = _row_groups("tblock", spec.rows, k, n, "kt", f"i1 %fresh, {us}", "%wk")
+    blocks = "".join(_tile_block(spec, r) for r in _group_sizes(spec.rows))
     # the tile's rows are k apart (t streams): the next block of t weight rows (contiguous) is fetched ahead in
     # order, a tile's worth (t * t values) per step, so the strided reads find it in cache
     per_line = 64 // (4 if spec.dtype == "float32" else 2)
@@ -338,40 +318,23 @@ def _tile_product(spec: KernelSpec) -> str:
                           f"  call void @llvm.prefetch.p0(ptr %pfp{j}, i32 0, i32 3, i32 1)"
                           for j in range(t * t // per_line))
     prefetch = f"  %pfk = mul i64 %wk, {t}\n  %pfb = add i64 %pfk, {t * k}\n" + prefetch
-    return f"""declare <{t} x float> @llvm.fma.v{t}f32(<{t} x float>, <{t} x float>, <{t} x float>)
-declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
-{blocks}
-
-define internal void @panel(ptr noalias %x, ptr noalias %wts, ptr noalias %out, i64 %p) {{
-entry:
-  %first = mul i64 %p, {w}
-  %left = sub i64 {spec.weight_rows}, %first
-  %lim = call i64 @llvm.umin.i64(i64 %left, i64 {w})
-  br label %sub
-sub:
-  %r0 = phi i64 [0, %entry], [%r1, %sub_done]
-  %row = add i64 %first, %r0
-  %wrow = mul i64 %row, {k}
-  %wr = getelementptr {elem}, ptr %wts, i64 %wrow
-  %oc = getelementptr float, ptr %out, i64 %row
+    body = f"""  %oc = getelementptr float, ptr %out, i64 %row
   br label %kt
 kt:
-  %wk = phi i64 [0, %sub], [%wk1, %rest]
+  %wk = phi i64 [0, %sub], [%wk1, %groups_done]
   %fresh = icmp eq i64 %wk, 0
 {loads}
 {prefetch}
 {shuffle}
 {groups}  %wk1 = add i64 %wk, {t}
   %kd = icmp eq i64 %wk1, {k}
-  br i1 %kd, label %sub_done, label %kt
-sub_done:
-  %r1 = add i64 %r0, {t}
-  %rd = icmp uge i64 %r1, %lim
-  br i1 %rd, label %exit, label %sub
-exit:
-  ret void
-}}
-""" + _walk(spec)
+  br i1 %kd, label %tiles_done, label %kt
+tiles_done:
+"""
+    return f"""declare <{t} x float> @llvm.fma.v{t}f32(<{t} x float>, <{t} x float>, <{t} x float>)
+declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
+{blocks}
+""" + _rows_panel(spec, t, body) + _walk(spec)
 
 
 def _product(spec: KernelSpec) -> str:
@@ -380,28 +343,8 @@ def _product(spec: KernelSpec) -> str:
     if spec.layout == "rows":
         return _rows_product(spec) if spec.rows == 1 else _tile_product(spec)
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
-    full, rest = divmod(spec.rows, ROW_GROUP)
-    n = spec.panels * w
-    groups = ""
-    if full:  # a loop over the full row groups
-        groups += f"""  br label %group
-group:
-  %g = phi i64 [0, %entry], [%g1, %group]
-  %gxo = mul i64 %g, {ROW_GROUP * k}
-  %gx = getelementptr float, ptr %x, i64 %gxo
-  %goo = mul i64 %g, {ROW_GROUP * n}
-  %go = getelementptr float, ptr %oc, i64 %goo
-  call void @block{ROW_GROUP}(ptr %gx, ptr %pp, ptr %go)
-  %g1 = add i64 %g, 1
-  %gd = icmp eq i64 %g1, {full}
-  br i1 %gd, label %groups_done, label %group
-groups_done:
-"""
-    if rest:
-        groups += (f"  %rx = getelementptr float, ptr %x, i64 {full * ROW_GROUP * k}\n"
-                   f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
-                   f"  call void @block{rest}(ptr %rx, ptr %pp, ptr %ro)\n")
-    blocks = "".join(_row_block(spec, r) for r in sorted({ROW_GROUP if full else 0, rest} - {0}))
+    groups = _row_groups("block", spec.rows, k, spec.panels * w, "entry", "ptr %pp")
+    blocks = "".join(_row_block(spec, r) for r in _group_sizes(spec.rows))
     return f"""declare <{w} x float> @llvm.fma.v{w}f32(<{w} x float>, <{w} x float>, <{w} x float>)
 {blocks}
 

@@ -175,7 +175,6 @@ def test_an_input_every_layer_reads_does_not_hide_the_layers():
     _layered(b.build([x]), "masked stack")
 
 
-
 def test_a_value_computed_for_every_layer_and_outputs_inside_layers_do_not_hide_them():
     # a generation step's shape: a value every layer reads that another input computes (a rotary embedding's
     # cos / sin from the positions), and an output inside each layer (its cache update); before, neither reading

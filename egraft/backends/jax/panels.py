@@ -58,8 +58,8 @@ program then passes the weight itself under its panel name (the same array:
 bound, and saved, once).  Other products keep the panel copy.  It is what
 ``CompileConfig(weight_copies=False)`` asks for, and the search does not
 offer it otherwise: measured on one core (AVX-512 host, the 494 M model's
-weights), one row reads a bfloat16 weight as fast as its panels (0.97-1.04
-times their time) and a float32 one 1.0-1.2 times slower, but 4 to 64 rows
+weights), one row reads a bfloat16 weight as fast as its panels (0.97-1.09
+times their time) and a float32 one 1.0-1.4 times slower, but 4 to 64 rows
 take 1.0-1.6 times the panels' time, and the search times only the decode
 step, not the prompt's products.
 """
