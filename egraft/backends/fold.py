@@ -36,8 +36,11 @@ class FoldPlan:
     folded_names: tuple[str, ...]
 
 
-def plan(graph: Graph) -> FoldPlan:
-    """Find the weight-only values the per-call graph needs and cut them out."""
+def plan(graph: Graph, widen: bool = True) -> FoldPlan:
+    """Find the weight-only values the per-call graph needs and cut them out.
+
+    ``widen=False``: a weight widened to float32 (:func:`widened`'s form) is not folded: the per-call program
+    widens it where it reads it, so no float32 copy of the weight is held (``CompileConfig.weight_copies``)."""
     wo = weight_only(graph)
     foldable: list[bool] = []  # no value of a dtype that must not fold on the way to this node
     for n in graph.nodes:
@@ -63,6 +66,8 @@ def plan(graph: Graph) -> FoldPlan:
             needed.add(o)
     for j in needed:
         b = base(j)
+        if not widen and _widens(graph, b):
+            continue
         if graph.nodes[b].op not in (Op.Input, Op.Constant) and foldable[b] and b not in seen:
             seen.add(b)
             targets.append(b)
@@ -107,11 +112,16 @@ def widened(p: FoldPlan) -> dict[str, Widened]:
     g = p.fold
     out = {}
     for name, o in zip(p.folded_names, g.outputs):
-        n = g.nodes[o]
-        found = weight_operand(g, n.inputs[0]) if n.op == Op.Cast and n.dtype == "float32" else None
+        found = _widens(g, o)
         if found is not None:
-            out[name] = Widened(found[0], g.nodes[n.inputs[0]].dtype, found[1])
+            out[name] = Widened(found[0], g.nodes[g.nodes[o].inputs[0]].dtype, found[1])
     return out
+
+
+def _widens(g: Graph, i: int) -> tuple[str, bool] | None:
+    """(weight, transposed) when node `i` is ``Cast(W)`` or ``Cast(transpose(W))`` to float32 of a 2-D weight."""
+    n = g.nodes[i]
+    return weight_operand(g, n.inputs[0]) if n.op == Op.Cast and n.dtype == "float32" else None
 
 
 def compute_folded(p: FoldPlan, names=None) -> dict[str, np.ndarray]:
@@ -151,8 +161,8 @@ def target_graph(g: Graph, o: int) -> Graph:
     return Graph(nodes, [remap[o]], [])
 
 
-def fold_weights(graph: Graph) -> tuple[Graph, dict[str, np.ndarray]]:
-    """The per-call graph with its folded weights bound, plus those folded values."""
-    p = plan(graph)
+def fold_weights(graph: Graph, widen: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The per-call graph with its folded weights bound, plus those folded values (`widen`: :func:`plan`'s)."""
+    p = plan(graph, widen)
     folded = compute_folded(p)
     return (p.main.with_weights(folded) if folded else p.main), folded

@@ -1,8 +1,11 @@
 """The reference interpreter: numpy, exact to the op table's semantics.
 
 ``evaluate(graph, inputs, dtype=None)`` runs a graph on numpy arrays.  With
-``dtype=np.float64`` every floating-point value is held and computed in
-float64: that is the oracle every rewrite and backend is checked against.
+``dtype=np.float64`` every floating-point value is computed in float64:
+that is the oracle every rewrite and backend is checked against.  A weight
+stays in its own dtype (the model's memory, never a float64 copy of it):
+data movement (views, gathers) and casts between float types run on it as
+it is, which is exact, and a product widens it a block at a time.
 Otherwise values are stored in their own dtype and half types are computed
 in float32 and rounded after each op.
 """
@@ -17,7 +20,7 @@ import numpy as np
 from ..errors import InputError, IRError
 from . import dtypes
 from .graph import Graph
-from .op_groups import Op, get_op
+from .op_groups import Group, Op, get_op
 from .signature import shape_accepts, shape_str
 from .tensors import as_numpy as to_numpy  # a numpy array, a torch tensor or a scalar/list, as numpy
 
@@ -28,6 +31,11 @@ def _storage(dt: str, oracle: bool) -> np.dtype:
 
 def _compute(dt: str, oracle: bool) -> np.dtype:
     return np.dtype(np.float64) if oracle and dtypes.is_float(dt) else dtypes.compute_dtype(dt)
+
+
+# ops exact in any dtype (they copy elements): the oracle runs them on a weight in its own dtype
+_MOVES = Group.MOVEMENT | {Op.Gather}
+_BLOCK_BYTES = 64 << 20  # the most of one operand a product widens to float64 at a time
 
 
 def _dtype_ok(got: np.dtype, want: str, oracle: bool) -> bool:
@@ -119,8 +127,10 @@ def evaluate(
                 vals[o] = _eval_node(graph, o, graph.nodes[o], vals, wmap, oracle)
     # an output that is an input or weight would alias the caller's (or the graph's bound) array, and a
     # View's value may be a read-only strided view
-    return [np.array(vals[o]) if graph.nodes[o].op == Op.Input or not np.asarray(vals[o]).flags.writeable
-            else np.asarray(vals[o]) for o in graph.outputs]
+    outs = [vals[o] if not oracle or not dtypes.is_float(graph.nodes[o].dtype) else
+            np.asarray(vals[o], np.float64) for o in graph.outputs]
+    return [np.array(v) if graph.nodes[o].op == Op.Input or not np.asarray(v).flags.writeable
+            else np.asarray(v) for o, v in zip(graph.outputs, outs)]
 
 
 def _contractions(graph: Graph) -> dict[int, int]:
@@ -143,8 +153,8 @@ def _contractions(graph: Graph) -> dict[int, int]:
 
 
 def _contract(a: np.ndarray, b: np.ndarray, axis: int, shape: tuple) -> np.ndarray:
-    """``sum(a * b, axis)`` for same-shape `a`, `b`, reading a stride-0 (broadcast) axis once."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    """``sum(a * b, axis)`` in float64 for same-shape `a`, `b`, reading a stride-0 (broadcast) axis once."""
+    a, b = np.asarray(a), np.asarray(b)
     letters = string.ascii_letters[:a.ndim]
 
     def compact(x):
@@ -154,12 +164,34 @@ def _contract(a: np.ndarray, b: np.ndarray, axis: int, shape: tuple) -> np.ndarr
 
     (ca, la), (cb, lb) = compact(a), compact(b)
     present = [d for d in range(a.ndim) if d != axis and (letters[d] in la or letters[d] in lb)]
-    r = np.einsum(f"{la},{lb}->{''.join(letters[d] for d in present)}", ca, cb, optimize=True)
+    lo = "".join(letters[d] for d in present)
+    r = _blocked_einsum(ca, la, cb, lb, lo)
     if letters[axis] not in la and letters[axis] not in lb:  # both broadcast along it: K equal terms
         r = r * a.shape[axis]
     full = [d for d in range(a.ndim) if d != axis]
     r = r.reshape([a.shape[d] if d in present else 1 for d in full])
     return np.array(np.broadcast_to(r, shape))  # (ascontiguousarray would make a 0-d result 1-d)
+
+
+def _blocked_einsum(ca: np.ndarray, la: str, cb: np.ndarray, lb: str, lo: str) -> np.ndarray:
+    """``einsum(la,lb->lo)`` in float64, widening the larger operand (a weight in its own dtype) in blocks
+    of one output axis it holds, so no more than ``_BLOCK_BYTES`` of it is ever float64 at once."""
+    (big, lbig), (small, lsmall) = sorted([(ca, la), (cb, lb)], key=lambda t: -t[0].size)
+    cut = max((c for c in lbig if c in lo), key=lambda c: big.shape[lbig.index(c)], default=None)
+    if cut is None or big.size * 8 <= _BLOCK_BYTES:
+        return np.einsum(f"{la},{lb}->{lo}", np.asarray(ca, np.float64), np.asarray(cb, np.float64), optimize=True)
+    n = big.shape[lbig.index(cut)]
+    step = max(1, _BLOCK_BYTES // (8 * big.size // n))
+    small64 = np.asarray(small, np.float64)
+    parts = []
+    for s in range(0, n, step):
+        def part(x, lx):
+            if cut not in lx:
+                return x
+            return x[tuple(slice(s, s + step) if c == cut else slice(None) for c in lx)]
+        parts.append(np.einsum(f"{lbig},{lsmall}->{lo}", np.asarray(part(big, lbig), np.float64),
+                               part(small64, lsmall), optimize=True))
+    return np.concatenate(parts, axis=lo.index(cut))
 
 
 def _eval_node(graph, i, n, vals, wmap, oracle):
@@ -176,15 +208,22 @@ def _eval_node(graph, i, n, vals, wmap, oracle):
                 f"weight {name!r} has dtype {w.dtype}, the graph expects {n.dtype}; convert it "
                 f"(e.g. w.astype('{n.dtype}'))"
             )
-        return w.astype(store, copy=False)
+        return w if oracle else w.astype(store, copy=False)  # the oracle widens a weight where it reads it
     d = get_op(n.op)
+    # exact in the operand's own dtype, widened by its readers: data movement, and a cast between float types
+    # (the identity in the oracle, which holds every float in float64)
+    as_is = oracle and (n.op in _MOVES or (n.op == Op.Cast and dtypes.is_float(n.dtype)
+                                           and dtypes.is_float(graph.nodes[n.inputs[0]].dtype)))
     ins = []
     for j in n.inputs:
         v = vals[j]
         src = graph.nodes[j]
-        ins.append(v.astype(_compute(src.dtype, oracle), copy=False) if dtypes.is_float(src.dtype) else v)
+        widen = dtypes.is_float(src.dtype) and not as_is
+        ins.append(v.astype(_compute(src.dtype, oracle), copy=False) if widen else v)
+    if as_is and n.op == Op.Cast:
+        return ins[0]
     out = d.compute(*ins, n.attrs, n.shape, _compute(n.dtype, oracle))
     out = np.asarray(out)
     if tuple(out.shape) != n.shape:  # pragma: no cover - guards the op table itself
         raise IRError(f"op {n.op} produced shape {out.shape}, expected {n.shape}")
-    return out.astype(store, copy=False)
+    return out if as_is else out.astype(store, copy=False)

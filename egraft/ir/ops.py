@@ -240,11 +240,16 @@ def _scatter(x, idx, upd, attrs, *_):
 
 
 def _view(x, attrs, *_):
-    flat = np.ascontiguousarray(x).reshape(-1)
     shape = tuple(attrs["shape"])
     if shapes.numel(shape) == 0:
         return np.zeros(shape, x.dtype)
     strides, offset = tuple(attrs["strides"]), attrs["offset"]
+    if not x.flags.c_contiguous and _broadcasts(x.shape, shape, strides, offset):
+        # `x` with broadcast axes added, read where it lies (the oracle's transposed weight in a product)
+        mem = iter(st for n, st in zip(x.shape, x.strides) if n > 1)
+        return np.lib.stride_tricks.as_strided(
+            x, shape, [next(mem) if n > 1 and st else 0 for n, st in zip(shape, strides)], writeable=False)
+    flat = np.ascontiguousarray(x).reshape(-1)
     lo = offset + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
     hi = offset + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
     if 0 <= lo and hi < flat.size:
@@ -253,6 +258,13 @@ def _view(x, attrs, *_):
         return np.lib.stride_tricks.as_strided(flat[offset:], shape, [s * flat.itemsize for s in strides],
                                                writeable=False)
     return flat[strided.gather_index(shape, strides, offset)]
+
+
+def _broadcasts(src: tuple, shape: tuple, strides: tuple, offset: int) -> bool:
+    """The view is `src` (in order, whole) with broadcast (stride-0) and size-1 axes inserted."""
+    kept = [(n, st) for n, st in zip(shape, strides) if n > 1 and st]
+    whole = [(n, st) for n, st in zip(src, shapes.contiguous_strides(src)) if n > 1]
+    return offset == 0 and kept == whole
 
 
 def _max_reduce(x, attrs, *_):

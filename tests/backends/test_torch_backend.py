@@ -245,6 +245,29 @@ def test_other_knob_choices_match_the_reference(knobs):
         _check(lower(g, "torch", "cpu", knobs), g, random_inputs(g, seed), f"{name} with {knobs} (seed {seed})")
 
 
+def test_a_widened_weight_is_folded_only_when_copies_are_allowed():
+    """fold_widened=True folds Cast(W.T) of a bfloat16 weight into a float32 copy (twice its bytes);
+    False, what the default weight_copies=False holds it to, widens it in the call: no copy, the same outputs."""
+    import ml_dtypes
+
+    from egraft.backends.base import search_knobs
+
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+    x = b.input("x", (3, 64), "bfloat16")
+    w = b.weight("w", rng.standard_normal((96, 64)).astype(ml_dtypes.bfloat16))
+    g = b.build([x @ w.T])
+    inputs = random_inputs(g, seed)
+    copy = lower(g, "torch", "cpu", {"fold_widened": True})
+    free = lower(g, "torch", "cpu", {"fold_widened": False})
+    assert [v.dtype for v in copy.folded.values()] == [np.float32] and free.folded == {}
+    _check(copy, g, inputs, f"folded float32 copy (seed {seed})")
+    _check(free, g, inputs, f"widened in the call (seed {seed})")
+    assert search_knobs(get_backend("torch"), g)["fold_widened"] == [False]
+    assert search_knobs(get_backend("torch"), g, weight_copies=True)["fold_widened"] == [True, False]
+
+
 def _double_rounding_cases():
     """(source dtype, values): values where rounding through float32 first differs from rounding once."""
     rng = np.random.default_rng(0)

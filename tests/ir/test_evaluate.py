@@ -190,3 +190,57 @@ def test_view_reads_in_place_and_by_gather_alike(rng):
     for (s, st, off), out in zip(cases, got):
         np.testing.assert_array_equal(out, xv.reshape(-1)[gather_index(s, st, off)])
         out += 1  # outputs are the caller's own arrays, writeable
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_oracle_reads_a_weight_in_its_own_dtype_and_widens_products_in_blocks(dt, rng, monkeypatch):
+    """An embedding lookup and a tied output layer: the oracle gathers rows of the stored weight and widens
+    it a block at a time in the product, so a model's weights are never held again in float64."""
+    import importlib
+    import tracemalloc
+
+    module = importlib.import_module("egraft.ir.evaluate")
+    vocab, hidden, rows = 1536, 64, 3
+    np_dt = ml_dtypes.bfloat16 if dt == "bfloat16" else np.float32
+    table = rand((vocab, hidden), "float32", rng).astype(np_dt)
+    b = GraphBuilder()
+    ids = b.input("ids", (rows, 1), "int64")
+    emb = b.weight("emb", table)
+    h = emb.index_select(0, ids.reshape((rows,)))  # [rows, hidden], the stored dtype
+    scale = b.input("scale", (rows, hidden), dt)
+    logits = (h * scale) @ emb.T
+    g = b.build([logits, h])
+    xs = [rng.gen.integers(0, vocab, size=(rows, 1)).astype(np.int64), rand((rows, hidden), dt, rng)]
+    t64 = table.astype(np.float64)
+    want_h = t64[xs[0][:, 0]]
+    want = (want_h * xs[1].astype(np.float64)) @ t64.T
+    monkeypatch.setattr(module, "_BLOCK_BYTES", 16 * hidden * 8)  # 16 rows of the table a block: 96 blocks
+    tracemalloc.start()
+    got, got_h = evaluate(g, xs, np.float64)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert got.dtype == got_h.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(got_h, want_h)
+    # the float64 table alone would be vocab * hidden * 8 bytes (786 KB); the evaluation holds far less
+    assert peak < vocab * hidden * 8 / 4, f"peak {peak} bytes: a float64 copy of the weight was made"
+    monkeypatch.setattr(module, "_BLOCK_BYTES", 1 << 40)  # one block: the same numbers
+    whole, _ = evaluate(g, xs, np.float64)
+    np.testing.assert_allclose(got, whole, rtol=1e-12, atol=1e-12)
+
+
+def test_broadcast_view_of_a_strided_value_reads_it_in_place(rng):
+    """A View that only adds broadcast or size-1 axes to a transposed value reads it where it lies, and
+    every other View of it (an offset, a slice) still reads its elements in order: both give numpy's."""
+    b = GraphBuilder()
+    x = b.input("x", (4, 6), "float32")
+    t = x.T  # [6, 4], a strided (transposed) value
+    cases = [((3, 6, 4), (0, 4, 1), 0), ((6, 1, 4), (4, 0, 1), 0), ((6, 4, 2), (4, 1, 0), 0),
+             ((5, 4), (4, 1), 4), ((6, 2), (4, 2), 0)]
+    g = b.build([b.view(t, s, st, off) for s, st, off in cases])
+    xv = rand((4, 6), "float32", rng)
+    flat = np.ascontiguousarray(xv.T).reshape(-1)
+    for dtype in (None, np.float64):
+        for (s, st, off), out in zip(cases, evaluate(g, [xv], dtype)):
+            want = np.lib.stride_tricks.as_strided(flat[off:], s, [k * flat.itemsize for k in st])
+            np.testing.assert_array_equal(out, want)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..base import Backend, register
 from ..xla_fusion import plan
-from .executable import KNOBS, TorchExecutable, knobs, lower
+from .executable import COPY_FREE, KNOBS, TorchExecutable, knobs, lower
 from .rules import RULES
 
 
@@ -25,6 +25,7 @@ def rule_table():
 # mode=inductor is a late knob: each new value is a compile of many seconds on one core, tried once on the winner
 BACKEND = register(Backend(name="torch", devices={"cpu": 10, "cuda": 10}, lower=lower, knobs=knobs,
                            rule_table=rule_table, plan=plan, late_knobs={"mode": "inductor"}, state_in_place=True,
-                           writer="egraft.backends.torch.export", loader="egraft.runtime.torch_loader"))
+                           writer="egraft.backends.torch.export", loader="egraft.runtime.torch_loader",
+                           copy_free=COPY_FREE))
 
 __all__ = ["BACKEND", "KNOBS", "RULES", "TorchExecutable", "knobs", "lower", "rule_table"]
