@@ -21,7 +21,7 @@ to one core with one thread before torch and jax start
 1. ``compile``: ``egraft.compile(model, device="cpu", max_batch=1,
    max_length=256, budget=...)``; its wall time, the process's peak RSS
    (``VmHWM``) against the weights' bytes, ``describe()`` (per-stage
-   seconds, memory), then ``save`` and the artifact's size on disk, and
+   seconds, memory and which stage set the peak), then ``save`` and the artifact's size on disk, and
    greedy tokens against transformers' eager ``generate`` on the same model;
 2. ``load``: ``egraft.load(dir)`` in a new process: its wall time and the RSS
    it added; a second load in another fresh process (a restarted server);
@@ -125,7 +125,8 @@ def child_compile(a) -> dict:
     return {"weights_bytes": weights, "rss_before_compile": before, "compile_s": compile_s, "peak_rss": peak,
             "peak_over_weights": peak / weights, "save_s": save_s, "artifact_bytes": size,
             "artifact_over_weights": size / weights, "tokens_equal": same, "first_difference": first,
-            "programs": d["programs"], "stages_s": d["stages_s"], "memory": d["memory"], "choices": d["choices"]}
+            "programs": d["programs"], "stages_s": d["stages_s"], "memory": d["memory"], "compile_memory": d["compile_memory"],
+            "choices": d["choices"]}
 
 
 def child_load(a) -> dict:

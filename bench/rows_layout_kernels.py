@@ -2,10 +2,13 @@
 
 For each weight shape of the 494 M Qwen2-architecture model (the gate/up
 product 4864 x 896, the down product 896 x 4864, the QKV product 1152 x 896,
-the output layer 151936 x 896), in float32 and bfloat16: enough distinct
+the output layer 151936 x 896) and of the 1.2 B Llama-architecture model
+(2048 x 2048, 8192 x 2048, 2048 x 8192), in float32 and bfloat16: enough distinct
 random weights to fill about 300 MB (so none stays in cache), ``x [rows, K]``
 times each in turn, with the panel layout (``[N / 64, K, 64]``, a copy) and
-the rows layout (the ``[N, K]`` weight itself), called directly (no XLA).
+the rows layout (the ``[N, K]`` weight itself; at more than one row of x
+in transposed tiles, or in blocks of dots where the tiles' rows would share
+an L1 set: ``runtime.llvm_rows``, the ``form`` column), called directly (no XLA).
 One pinned core, one thread; the two layouts interleaved, ``--turns`` turns
 each, medians with their p10-p90 and the ratio of the medians.
 
@@ -22,7 +25,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SHAPES = [(4864, 896), (896, 4864), (1152, 896), (151936, 896)]  # (N, K): the weight as nn.Linear stores it
+SHAPES = [(4864, 896), (896, 4864), (1152, 896), (151936, 896),  # (N, K): the weight as nn.Linear stores it
+          (2048, 2048), (8192, 2048), (2048, 8192)]
 WIDTH = 64
 
 
@@ -43,6 +47,7 @@ def main(argv=None) -> int:
 
     from egraft.runtime import llvm_kernels as lk
     from egraft.runtime.derived import RECIPES
+    from egraft.runtime.llvm_rows import _tiles_alias
 
     out_rows = []
     for rows in a.rows:
@@ -65,13 +70,15 @@ def main(argv=None) -> int:
                             f(x.ctypes.data, arr.ctypes.data, out.ctypes.data)
                         times[name].append((time.perf_counter() - t0) / len(arrs) * 1e3)
                 med = {m: float(np.median(v)) for m, v in times.items()}
-                row = {"rows": rows, "dtype": dtype, "n": n, "k": k, "median_ms": med,
+                form = "one row" if rows == 1 else "dots" if _tiles_alias(lk.KernelSpec(dtype, rows, k, 1, WIDTH,
+                                                                                        "rows")) else "tiles"
+                row = {"rows": rows, "dtype": dtype, "n": n, "k": k, "form": form, "median_ms": med,
                        "p10_p90_ms": {m: [float(np.percentile(v, 10)), float(np.percentile(v, 90))]
                                       for m, v in times.items()},
                        "rows_over_panels": med["rows"] / med["panels"]}
                 out_rows.append(row)
                 print(f"rows={rows:3} {dtype:9} {n:6} x {k:5}: panels {med['panels']:.3f} ms, rows {med['rows']:.3f} ms"
-                      f" ({row['rows_over_panels']:.2f}x)", flush=True)
+                      f" ({row['rows_over_panels']:.2f}x, {form})", flush=True)
                 del ws, ps
     if a.out:
         with open(a.out, "w") as f:

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import InputError
+from ..measure.memory import ledger, mark
 from ..runtime.device import parse
 from ..runtime import generation as gen
 from .pipeline import Program, build, call_key
@@ -67,6 +68,7 @@ class Generation:
     state: list = field(default_factory=list)
     weights: object = None  # the frontend.weights.WeightCopies every program binds (views of the model's weights)
     export_s: float = 0.0  # the step's torch.export(s), made before any bucket's compile (in no program's stages)
+    memory: dict = field(default_factory=dict)  # measure.memory.Ledger.report() of the compile: what set the peak
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
@@ -135,15 +137,14 @@ class Generation:
                 "choices": {b.name: {"backend": p.result.backend, "knobs": dict(p.result.knobs)}
                             for b, p in self.programs.items() if p.searched},  # the search's winner(s)
                 "stages_s": {k: round(v, 3) for k, v in stages.items()},  # summed over the programs
-                "memory": self.weight_report()}
+                "memory": self.weight_report(), "compile_memory": dict(self.memory)}
 
 
 def compile_generation(model: torch.nn.Module, config, status: Callable[[str], None], *, max_batch: int,
                        max_length: int, chunks: Sequence[int] | None = None,
                        contexts: Sequence[int] | None = None, rows: Sequence[int] | None = None) -> Generation:
     """Compile `model`'s step for every bucket of its spec (the module docstring)."""
-    from ..frontend.causal_lm import DEFAULT_CHUNKS, StepTracer, family, step_module
-    from ..frontend.weights import WeightCopies
+    from ..frontend.causal_lm import DEFAULT_CHUNKS, step_module
 
     start = time.perf_counter()  # the budget is the whole compile's (search.config.Budget.started)
 
@@ -160,6 +161,19 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
             enable_xla_cache(xla_cache_dir())
         except ImportError:  # no jax here: nothing of XLA to cache
             pass
+    with ledger() as led:
+        programs, times, tracer = _compile_buckets(step, config, status, start)
+    # the caches live on the programs' device (a JAX step keeps them as its own arrays after the first call)
+    dev = parse(config.device or "cpu")
+    return Generation(step.spec, programs, times, weights=tracer.weights, export_s=tracer.export_s,
+                      memory=led.report(), state=gen.new_state(step.spec, str(dev) if dev.kind == "cuda" else "cpu"))
+
+
+def _compile_buckets(step, config, status: Callable[[str], None], start: float):
+    """Every bucket's program: the step's exports first, then the full decode step searched, then the others."""
+    from ..frontend.causal_lm import StepTracer, family
+    from ..frontend.weights import WeightCopies
+
     programs: dict[gen.Bucket, Program] = {}
     times: dict[gen.Bucket, float] = {}
     first = None
@@ -171,6 +185,7 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
     status(f"exporting the step ({len({family(b) for b in order})} export(s) for {len(order)} bucket(s))")
     for b in order:  # every export before the search, so that its budget counts them
         tracer.export(b)
+    mark("trace")
     # the search keeps time for compiling and checking the other buckets' programs after it
     searched = replace(config, budget=replace(config.budget, started=start, after=len(order) - 1))
     for b in order:
@@ -183,10 +198,7 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
         times[b] = time.perf_counter() - t0
         programs[b] = prog
         first = first or prog
-    # the caches live on the programs' device (a JAX step keeps them as its own arrays after the first call)
-    dev = parse(config.device or "cpu")
-    return Generation(step.spec, programs, times, weights=weights, export_s=tracer.export_s,
-                      state=gen.new_state(step.spec, str(dev) if dev.kind == "cuda" else "cpu"))
+    return programs, times, tracer
 
 
 __all__ = ["Generation", "compile_generation", "state_program"]

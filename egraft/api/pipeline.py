@@ -41,6 +41,7 @@ from ..frontend import trace
 from ..ir import dtypes
 from ..ir.tensors import ir_dtypes
 from ..measure import like
+from ..measure.memory import mark
 from ..runtime.outputs import describe, rebuild
 from ..search.config import CompileConfig
 from ..search.pipeline import CompiledSignature, compile_like, compile_signature
@@ -239,6 +240,7 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
         return (new, out) if state else out
 
     status(f"searching and checking ({graph.summary().splitlines()[0]})")
+    mark("trace")
     bufs = [model.get_buffer(n).detach().clone() for n, _ in state]
     sets = [flat_inputs(args, kwargs, kwarg_order) + bufs,
             flat_inputs(*fresh, kwarg_order) + list(like(tuple(bufs), None, config.seed + 1)[0])]

@@ -48,6 +48,7 @@ from ..backends.base import default_knobs, search_knobs
 from ..errors import BackendError, InputError, SearchError
 from ..ir.graph import Graph
 from ..measure import available
+from ..measure.memory import mark
 from . import final, stored
 from .cache import default_cache
 from .candidate import Candidate, Executables, Task, evaluate_one, knob_items
@@ -189,6 +190,7 @@ class _Run:
     def _stage(self, name: str, t: float) -> float:
         now = _time.perf_counter()
         self.stages[name] = self.stages.get(name, 0.0) + now - t
+        mark(name)
         return now
 
     def result(self, saturation, inputs, prior: SearchResult | None) -> SearchResult:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..measure import compare, interleaved
+from ..measure.memory import mark
 from ..measure.timing import COLLAPSE
 from .candidate import (Candidate, Executables, Task, bound, evaluate_one, own_state, repeatable, saved_state,
                         torch_inputs)
@@ -88,6 +89,7 @@ def run(task: Task, contenders: Sequence[Contender], memo: Executables, allowanc
         alive.append(c)
     ests = [bound(c.cand.graph, c.cand.backend, c.cand.knobs, task.device) for c in alive]
     stages = {"final_check": _time.perf_counter() - t}
+    mark("final_check")
     if task.fitness == "model":
         k = min(range(len(alive)), key=lambda i: (ests[i] if math.isfinite(ests[i]) else math.inf, i))
         rows = [_row(c, e, 0.0, e) for c, e in zip(alive, ests)]
@@ -104,6 +106,7 @@ def run(task: Task, contenders: Sequence[Contender], memo: Executables, allowanc
                           jax={str(i) for i, c in enumerate(alive) if c.cand.backend == "jax"}, budget_s=allowance_s)
     ts = [timings[str(i)] for i in range(len(alive))]
     stages["final_timing"] = _time.perf_counter() - t
+    mark("final_timing")
     k = min(range(len(alive)), key=lambda i: (ts[i].median, i))
     verdict = compare(ts[k], ts[0])
     noisy = max(ts[k].spread, ts[0].spread) > COLLAPSE

@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 from ..errors import BackendError, ValidationError
 from ..ir import dtypes
 from ..measure import outputs, tolerance_for
+from ..measure.memory import mark
 from .config import CompileConfig
 from .result import SearchResult
 
@@ -78,11 +79,13 @@ def compile_signature(graph, config: CompileConfig, *, reference: Callable | Non
     t = _time.perf_counter()
     ex = res.executable  # as the search built and measured it (a cached result lowers it here, once)
     stages["lower"] = _time.perf_counter() - t
+    mark("lower")
     record = None
     if reference is not None and config.validate and check_sets:
         t = _time.perf_counter()
         record = check(ex, graph, reference, check_sets, label, against)
         stages["validate"] = _time.perf_counter() - t
+        mark("validate")
     return CompiledSignature(ex, res, record, {k: round(v, 4) for k, v in stages.items()})
 
 
@@ -117,6 +120,7 @@ def compile_like(prior: CompiledSignature, graph, config: CompileConfig, *, refe
     except BackendError as e:
         why, ex = f"the {backend} lowering with {knobs} failed: {e}", None
     stages = {"lower": _time.perf_counter() - t}
+    mark("lower")
     record = None
     if ex is not None and config.validate:
         t = _time.perf_counter()
@@ -128,6 +132,7 @@ def compile_like(prior: CompiledSignature, graph, config: CompileConfig, *, refe
         except ValidationError as e:
             why = f"the reused {backend} lowering failed the check: {e}"
         stages["validate"] = _time.perf_counter() - t
+        mark("validate")
     if why:
         done = compile_signature(graph, config, reference=reference, check_sets=check_sets, inputs=inputs,
                                  label=label, against=against)

@@ -119,6 +119,9 @@ def test_one_search_one_program_per_bucket_and_generate_compiles_nothing(compile
     # the budget is the whole compile's: the search kept time for the 13 programs after it and counted the exports
     assert any("13 more program(s) of this model" in n for n in g.programs[decode].result.notes)
     assert d["stages_s"]["trace"] >= g.export_s > 0
+    mem = d["compile_memory"]  # what set the compile's peak: rises charged to stages this compile has
+    assert mem["peak_rss"] >= mem["at_start"] > 0 and set(mem["rise_by_stage"]) <= {
+        "trace", "saturate", "reference", "baseline", "search", "final_check", "final_timing", "lower", "validate"}
     assert len(d["backends"]) == 1
     assert d["choices"] == {decode.name: {"backend": g.programs[decode].result.backend,
                                           "knobs": g.programs[decode].result.knobs}}

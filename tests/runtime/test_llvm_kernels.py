@@ -248,9 +248,11 @@ def test_object_code_is_kept_for_the_next_process_and_a_damaged_copy_is_rebuilt(
 
 @pytest.mark.parametrize("dtype", list(lk.WIDEN))
 @pytest.mark.parametrize("rows,k,n,width", [(1, 32, 64, 16), (3, 64, 96, 32), (4, 128, 256, 64), (5, 16, 256, 128),
-                                            (9, 96, 128, 64), (1, 48, 80, 32), (6, 32, 208, 64)])
+                                            (9, 96, 128, 64), (1, 48, 80, 32), (6, 32, 208, 64),
+                                            (5, 2048, 80, 32), (3, 1024, 64, 64), (8, 2048, 32, 16)])
 def test_the_rows_product_reads_the_stored_weight_and_equals_float64_numpy(dtype, rows, k, n, width):
-    """One row (the dot kernel) and several (the transposed tiles), full last panels and a part-filled one."""
+    """One row (the dot kernel) and several (the transposed tiles; blocks of dots where a tile's rows would
+    share an L1 set: k * itemsize a multiple of 4 KB), full last panels and a part-filled one."""
     seed = fresh_seed()
     x, w, _, _ = _case(dtype, rows, k, n, width, seed)
     panels = -(-n // width)
@@ -260,6 +262,18 @@ def test_the_rows_product_reads_the_stored_weight_and_equals_float64_numpy(dtype
     _check(out[:, :n], x, w, f"{spec} seed={seed}")
     got = np.asarray(__import__("jax").jit(lambda a, b: lk.call(spec, a, b))(x, w))  # through XLA's FFI
     _check(got[:, :n], x, w, f"{spec} through XLA seed={seed}")
+
+
+def test_several_rows_read_tiles_unless_their_rows_share_an_l1_set():
+    from egraft.runtime.llvm_rows import _tiles_alias
+
+    def form(dtype, k):
+        return "dots" if _tiles_alias(lk.KernelSpec(dtype, 4, k, 1, 16, "rows")) else "tiles"
+
+    assert [form("float32", k) for k in (896, 1024, 2048, 4864)] == ["tiles", "dots", "dots", "tiles"]
+    assert [form("bfloat16", k) for k in (896, 1024, 2048, 8192)] == ["tiles", "tiles", "dots", "dots"]
+    for k, want in ((64, "@tblock4"), (2048, "@dblock4")):  # the module holds the form's block
+        assert want in lk.module_ir(lk.KernelSpec("bfloat16", 4, k, 1, 16, "rows"))
 
 
 def test_a_rows_spec_needs_multiples_of_16_and_keeps_its_layout_in_json():

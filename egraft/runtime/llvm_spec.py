@@ -1,0 +1,134 @@
+"""What a generated CPU product is (:class:`KernelSpec`) and the LLVM IR pieces its forms share.
+
+The forms' code: ``runtime.llvm_ir`` (column panels, and the whole module
+of one spec) and ``runtime.llvm_rows`` (a weight read where it is stored).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from ..errors import BackendError
+from .llvm_ffi import SHARED
+
+ROW_GROUP = 4  # rows a panel pass accumulates at once (4 rows x 64 columns: 16 AVX-512 registers)
+
+# stored dtype -> (the LLVM element type loaded, the widening of a loaded vector %v to <w x float> named %f)
+WIDEN = {
+    "float32": ("i32", "  %f = bitcast <{w} x i32> %v to <{w} x float>"),
+    "bfloat16": ("i16", "  %z = zext <{w} x i16> %v to <{w} x i32>\n"
+                        "  %s = shl <{w} x i32> %z, splat (i32 16)\n"
+                        "  %f = bitcast <{w} x i32> %s to <{w} x float>"),
+    "float16": ("half", "  %f = fpext <{w} x half> %v to <{w} x float>"),
+}
+WIDTHS = (16, 32, 64, 128)
+LAYOUTS = ("panels", "rows")
+VEC = 16  # (layout "rows") k values per vector: one AVX-512 register of float32; k must be a multiple
+TILE = 16  # (layout "rows", more than one row of x) weight rows x k values transposed in registers at a time
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One generated product: ``[rows, k] float32 @ W -> [rows, panels * width]``, W of `dtype` held as panels
+    ``[panels, k, width]`` (`layout` ``"panels"``) or as stored rows ``[panels * width, k]`` (``"rows"``)."""
+
+    dtype: str
+    rows: int
+    k: int
+    panels: int
+    width: int
+    layout: str = "panels"
+    n: int = 0  # (layout "rows") the weight's rows, when the last panel holds fewer than width (0: all full)
+
+    def __post_init__(self):
+        if self.dtype not in WIDEN:
+            raise BackendError(f"no generated CPU product for weights of dtype {self.dtype!r}; "
+                               f"it takes {', '.join(WIDEN)}")
+        if self.width not in WIDTHS or min(self.rows, self.k, self.panels) < 1:
+            raise BackendError(f"a generated CPU product needs rows, k, panels >= 1 and a width in {WIDTHS}: {self}")
+        if self.layout not in LAYOUTS:
+            raise BackendError(f"unknown layout {self.layout!r} of a generated CPU product; one of {LAYOUTS}")
+        if self.layout == "rows" and (self.k % VEC or self.weight_rows % TILE
+                                      or not (self.panels - 1) * self.width < self.weight_rows <= self.panels * self.width):
+            raise BackendError(f"a generated product reading stored rows needs k and the weight's rows multiples of "
+                               f"{VEC} and {TILE}, within its last panel: {self}")
+
+    @property
+    def weight_rows(self) -> int:
+        """(layout "rows") the weight's rows, N (the output has ``panels * width`` columns, the last N..)."""
+        return self.n or self.panels * self.width
+
+    @property
+    def name(self) -> str:
+        tail = "" if self.layout == "panels" else f"_{self.layout}" + (f"_{self.n}" if self.n else "")
+        return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}{tail}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "KernelSpec":
+        return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]),
+                   str(d.get("layout", "panels")), int(d.get("n", 0)))
+
+
+def group_sizes(rows: int) -> list[int]:
+    """The row-group sizes a product of `rows` rows calls its block with: :data:`ROW_GROUP`, and what is left."""
+    full, rest = divmod(rows, ROW_GROUP)
+    return sorted({ROW_GROUP if full else 0, rest} - {0})
+
+
+def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_at: str = "0") -> str:
+    """IR calling ``@<block><G>(x rows, args, out rows)`` on each full group of :data:`ROW_GROUP` rows of x (at
+    ``%x``, `k_at` values along k) and of their output rows (at ``%oc``, `n` columns apart), then once on the rest;
+    entered from label `start`, it ends in the block ``groups_done`` (the product's code goes on there)."""
+    full, rest = divmod(rows, ROW_GROUP)
+    text = "  br label %group\n" if full else "  br label %groups_done\n"
+    if full:
+        text += f"""group:
+  %g = phi i64 [0, %{start}], [%g1, %group]
+  %gxr = mul i64 %g, {ROW_GROUP * k}
+  %gxo = add i64 %gxr, {k_at}
+  %gx = getelementptr float, ptr %x, i64 %gxo
+  %goo = mul i64 %g, {ROW_GROUP * n}
+  %go = getelementptr float, ptr %oc, i64 %goo
+  call void @{block}{ROW_GROUP}(ptr %gx, {args}, ptr %go)
+  %g1 = add i64 %g, 1
+  %gd = icmp eq i64 %g1, {full}
+  br i1 %gd, label %groups_done, label %group
+"""
+    text += "groups_done:\n"
+    if rest:
+        text += (f"  %rxo = add i64 {k_at}, {full * ROW_GROUP * k}\n"
+                 f"  %rx = getelementptr float, ptr %x, i64 %rxo\n"
+                 f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
+                 f"  call void @{block}{rest}(ptr %rx, {args}, ptr %ro)\n")
+    return text
+
+
+def suffixed(text: str, tag: str) -> str:
+    """A load's and the widening template's value names (%wo, %wp, %v, %z, %s, %f) with the suffix `tag`."""
+    return re.sub(r"%(wo|wp|[vzsf])\b", lambda mt: f"%{mt.group(1)}{tag}", text)
+
+
+def walk(spec: KernelSpec) -> str:
+    """``@product``: every panel in turn (whatever its layout), then the shared job's code (``runtime.llvm_ffi.SHARED``)."""
+    return f"""
+define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out) {{
+entry:
+  br label %loop
+loop:
+  %p = phi i64 [0, %entry], [%p1, %loop]
+  call void @panel(ptr %x, ptr %panels, ptr %out, i64 %p)
+  %p1 = add i64 %p, 1
+  %pd = icmp eq i64 %p1, {spec.panels}
+  br i1 %pd, label %done, label %loop
+done:
+  ret void
+}}
+""" + SHARED
+
+
+__all__ = ["KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
+           "suffixed", "walk"]
