@@ -14,7 +14,8 @@ One of each mechanism, used by every part of egraft:
 * the fixed conditions: :func:`pinned` and :func:`fix_threads` (:mod:`.pinning`);
 * the device strings: :func:`parse` (:mod:`.device`) and device peaks
   (:mod:`.specs`, :func:`calibrate_cpu`);
-* a compiled model against eager PyTorch and torch.compile: :func:`compare_model`.
+* a compiled model against eager PyTorch and torch.compile: :func:`compare_model`;
+* which compile stage set the process's peak memory: :mod:`.memory`.
 
 The package sits on the backends' layer: it imports ``ir`` and ``errors``
 only, takes any callable (an ``Executable`` among them) without importing
