@@ -27,7 +27,7 @@ from egraft.backends import get_backend, lower, resolve
 from egraft.backends.base import Executable
 from egraft.errors import BackendError, InputError
 from egraft.backends.torch.emit import from_numpy, to_numpy
-from egraft.ir import GraphBuilder, Tensor, dtypes, evaluate
+from egraft.ir import GraphBuilder, Op, Tensor, dtypes, evaluate
 from egraft.models import MODELS
 from egraft.testing import assert_close, fresh_seed, random_inputs
 
@@ -266,6 +266,50 @@ def test_a_widened_weight_is_folded_only_when_copies_are_allowed():
     _check(free, g, inputs, f"widened in the call (seed {seed})")
     assert search_knobs(get_backend("torch"), g)["fold_widened"] == [False]
     assert search_knobs(get_backend("torch"), g, weight_copies=True)["fold_widened"] == [True, False]
+
+
+def _torch_dtype(fx_node):
+    """The torch dtype an FX node of an egraft module holds (its IR dtype)."""
+    from egraft.backends.torch.emit import TORCH_DTYPES
+
+    return TORCH_DTYPES[fx_node.meta["egraft_dtype"]]
+
+
+def test_a_bfloat16_linear_runs_as_torchs_bfloat16_product():
+    """A traced bfloat16 Linear (its sum only rounded back to bfloat16) runs as torch's product of the bfloat16
+    operands: no float32 copy of the weight in the program, the reference's values; a product whose float32 sum
+    is read as it is keeps the float32 product."""
+    import ml_dtypes
+
+    from egraft.backends.torch import peephole
+    from egraft.frontend.tracer import trace
+
+    seed = fresh_seed()
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.SiLU(), torch.nn.Linear(96, 32)).to(torch.bfloat16)
+    g = trace(m, (torch.randn(5, 64, dtype=torch.bfloat16),))
+    plans = peephole.find(g)
+    assert len(plans) == 2 and all(p.half is not None for p in plans.values())
+    ex = lower(g, "torch", "cpu", {"fold_widened": False})
+    calls = [n for n in ex.module.graph.nodes if n.op == "call_function" and "bmm" in str(n.target)]
+    assert len(calls) == 2 and all(_torch_dtype(a) == torch.bfloat16 for n in calls for a in n.args[:2])
+    _check(ex, g, random_inputs(g, seed), f"bfloat16 Linear (seed {seed})")
+    b = GraphBuilder()
+    x = b.input("x", (3, 64), "bfloat16")
+    w = b.weight("w", np.random.default_rng(seed).standard_normal((32, 64)).astype(ml_dtypes.bfloat16))
+    wide = x.cast("float32") @ w.T.cast("float32")  # the float32 sum of widened halves, read as it is
+    kept = b.build([wide, (wide * 2.0).cast("bfloat16")])
+    assert len(peephole.find(kept)) == 1 and all(p.half is None for p in peephole.find(kept).values())
+    _check(lower(kept, "torch", "cpu"), kept, random_inputs(kept, seed), f"float32 sum kept (seed {seed})")
+    # the same through the MatMul idiom (the library form a candidate of the e-graph holds)
+    b = GraphBuilder()
+    x = b.input("x", (3, 64), "bfloat16")
+    w = b.weight("w", np.random.default_rng(seed).standard_normal((32, 64)).astype(ml_dtypes.bfloat16))
+    idiom = b.build([b.add(Op.MatMul, (x.cast("float32"), w.T.cast("float32"))).cast("bfloat16")])
+    ex = lower(idiom, "torch", "cpu", {"fold_widened": False})
+    mms = [n for n in ex.module.graph.nodes if n.op == "call_function" and "mm" in str(n.target)]
+    assert mms and all(_torch_dtype(a) == torch.bfloat16 for n in mms for a in n.args[:2]), mms
+    _check(ex, idiom, random_inputs(idiom, seed), f"bfloat16 MatMul idiom (seed {seed})")
 
 
 def _double_rounding_cases():

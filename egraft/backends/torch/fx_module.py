@@ -82,7 +82,7 @@ class Program:
         self.knobs = dict(knobs)
         self.device = device
         ctx = Emitter(device, self.knobs)
-        ctx.graph = graph
+        ctx.graph, ctx.users = graph, graph.consumers()
         self.weights: dict[str, torch.Tensor] = {}  # weight name -> the module's tensor (on the device)
         plans = peephole.find(graph) if self.knobs.get("peephole", True) else {}
         self.stats = {"peephole_dots": len(plans)}
@@ -104,6 +104,7 @@ class Program:
                 x, idx, upd = (vals[j] for j in n.inputs)
                 v = ctx.call(aten.scatter_.src, (x, n.attrs["axis"], convert(ctx, idx, "int64"), upd), n.dtype)
             else:
+                ctx.nid = i
                 v = RULES[n.op](ctx, n, *[vals[j] for j in n.inputs])
             vals[i] = convert(ctx, v, n.dtype)
         outs, bases = [], set()

@@ -11,6 +11,15 @@ and :func:`emit_dot` runs it as one ``bmm`` over the factors' compact views
 factor, then the output put back in order and broadcast over the axes
 neither factor covers.  Half types are multiplied and summed in float32, as
 the ``MatMul`` rule does.  Knob ``peephole``.
+
+A product of two half values widened to float32 whose sum is only ever
+rounded back to that half type (``nn.Linear`` of a bfloat16 model, as
+traced: ``Cast(SumReduce(Mul(Cast(a), Cast(W))))``) runs as torch's own
+product of the half operands (``half`` in the plan): torch multiplies and
+sums them in float32 and rounds once, which is the traced value up to the
+order of summation, and no float32 copy of the weight is made (torch has
+no product of float32 by bfloat16, so the widened form widened the whole
+weight on every call).
 """
 
 from __future__ import annotations
@@ -31,36 +40,59 @@ class DotPlan:
     rhs: Factor
     axis: int  # the contracted product axis
     mul_shape: tuple[int, ...]
+    half: tuple[int, int] | None = None  # the half-type sources of both widened factors (module docstring)
 
     def deps(self) -> tuple[int, ...]:
-        return (self.lhs.src, self.rhs.src)
+        return self.half or (self.lhs.src, self.rhs.src)
 
 
-def _dot_plan(graph: Graph, nid: int) -> DotPlan | None:
+def _dot_plan(graph: Graph, nid: int, users) -> DotPlan | None:
     form = matmul_form(graph, nid)
     if form is None or form.K <= 1 or not dtypes.is_float(form.dtype):
         return None
     if not (form.lhs.broadcast or form.rhs.broadcast):
         return None
-    return DotPlan(form.lhs, form.rhs, form.k, form.shape)
+    return DotPlan(form.lhs, form.rhs, form.k, form.shape, half_sources(graph, nid, form.lhs.src, form.rhs.src, users))
+
+
+def half_sources(graph: Graph, nid: int, lhs: int, rhs: int, users=None) -> tuple[int, int] | None:
+    """Product `nid`'s factors `lhs` and `rhs` both ``Cast`` to float32 of one half type, and every reader of its
+    float32 sum a ``Cast`` back to that type: the half sources (else None; the module docstring)."""
+    users = graph.consumers() if users is None else users
+
+    def source(i):
+        n = graph.nodes[i]
+        return n.inputs[0] if n.op == Op.Cast and n.dtype == "float32" else None
+
+    a, b = source(lhs), source(rhs)
+    if a is None or b is None or graph.nodes[nid].dtype != "float32" or nid in graph.outputs:
+        return None
+    half = graph.nodes[a].dtype
+    if not dtypes.is_half(half) or graph.nodes[b].dtype != half or not users[nid]:
+        return None
+    if any(graph.nodes[u].op != Op.Cast or graph.nodes[u].dtype != half for u in users[nid]):
+        return None
+    return a, b
 
 
 def find(graph: Graph) -> dict[int, DotPlan]:
     """SumReduce node id -> plan, for every primitive matrix product."""
     plans = {}
+    users = graph.consumers()
     for i, n in enumerate(graph.nodes):
         if n.op == Op.SumReduce:
-            p = _dot_plan(graph, i)
+            p = _dot_plan(graph, i, users)
             if p is not None:
                 plans[i] = p
     return plans
 
 
-def _operand(ctx: Emitter, f: Factor, src, order: list[int], groups: list[list[int]], sizes):
-    """Factor `f`'s compact value (src through its view), permuted to `order` and reshaped to `groups`."""
+def _operand(ctx: Emitter, f: Factor, src, order: list[int], groups: list[list[int]], sizes, half: bool = False):
+    """Factor `f`'s compact value (src through its view), permuted to `order` and reshaped to `groups`; in
+    float32 unless `half` (the plan's half sources, read as they are)."""
     if f.view is not None:
         src = emit_view(ctx, src, ctx.graph.nodes[f.src].shape, *f.view)
-    src = ctx.f32(src)
+    src = src if half else ctx.f32(src)
     perm = [f.axes.index(d) for d in order]
     if perm != list(range(len(perm))):
         src = ctx.call(aten.permute.default, (src, perm), ctx.dt(src))
@@ -73,8 +105,9 @@ def emit_dot(ctx: Emitter, plan: DotPlan, a, b):
     batch = [d for d in plan.lhs.axes if d in plan.rhs.axes and d != r]
     a_free = [d for d in plan.lhs.axes if d not in plan.rhs.axes]
     b_free = [d for d in plan.rhs.axes if d not in plan.lhs.axes]
-    x = _operand(ctx, plan.lhs, a, batch + a_free + [r], [batch, a_free, [r]], sizes)
-    y = _operand(ctx, plan.rhs, b, batch + [r] + b_free, [batch, [r], b_free], sizes)
+    half = plan.half is not None
+    x = _operand(ctx, plan.lhs, a, batch + a_free + [r], [batch, a_free, [r]], sizes, half)
+    y = _operand(ctx, plan.rhs, b, batch + [r] + b_free, [batch, [r], b_free], sizes, half)
     dt = ctx.dt(x)
     out = ctx.call(aten.bmm.default, (x, y), dt)
     got = batch + a_free + b_free
