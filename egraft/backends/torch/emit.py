@@ -42,8 +42,6 @@ class Emitter:
         self.knobs = knobs
         self._attrs = 0
         self.graph = None  # the IR graph being lowered: rules read their operands' shapes from it
-        self.users = None  # graph.consumers(), and the id of the node a rule is emitting (None: not known)
-        self.nid = None
 
     def call(self, op, args, dt: str, **kwargs) -> torch.fx.Node:
         """``op(*args, **kwargs)`` whose result has IR dtype `dt`."""

@@ -8,7 +8,8 @@ tuple of outputs.  Weights are buffers of the module, put on the device once
 here; tensor constants too.  Under the knob ``idioms="primitive"`` idiom
 nodes are first rewritten to their primitive form
 (:func:`egraft.ir.decompose.decompose`); under ``peephole=True`` (the
-default) a primitive matrix product runs as ``bmm`` (:mod:`.peephole`).
+default) a primitive matrix product runs as ``bmm``, and a product of two widened
+half values whose sum is only rounded back as torch's own half product (:mod:`.peephole`).
 
 Every output is a tensor of its own: one that would share memory with an
 input, a weight, a constant or an earlier output (an identity, a view of
@@ -82,10 +83,10 @@ class Program:
         self.knobs = dict(knobs)
         self.device = device
         ctx = Emitter(device, self.knobs)
-        ctx.graph, ctx.users = graph, graph.consumers()
+        ctx.graph = graph
         self.weights: dict[str, torch.Tensor] = {}  # weight name -> the module's tensor (on the device)
         plans = peephole.find(graph) if self.knobs.get("peephole", True) else {}
-        self.stats = {"peephole_dots": len(plans)}
+        self.stats = {"peephole_dots": sum(isinstance(p, peephole.DotPlan) for p in plans.values())}
         alive = graph.needed(lambda i: plans[i].deps() if i in plans else graph.nodes[i].inputs)
         in_place = in_place_scatters(graph)
         self.stats["in_place_scatters"] = len(in_place)
@@ -99,12 +100,11 @@ class Program:
                 vals[i] = self._weight(ctx, n)
                 continue
             if i in plans:
-                v = peephole.emit_dot(ctx, plans[i], *[vals[j] for j in plans[i].deps()])
+                v = peephole.emit(ctx, plans[i], n, *[vals[j] for j in plans[i].deps()])
             elif i in in_place:
                 x, idx, upd = (vals[j] for j in n.inputs)
                 v = ctx.call(aten.scatter_.src, (x, n.attrs["axis"], convert(ctx, idx, "int64"), upd), n.dtype)
             else:
-                ctx.nid = i
                 v = RULES[n.op](ctx, n, *[vals[j] for j in n.inputs])
             vals[i] = convert(ctx, v, n.dtype)
         outs, bases = [], set()

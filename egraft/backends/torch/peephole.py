@@ -15,11 +15,12 @@ the ``MatMul`` rule does.  Knob ``peephole``.
 A product of two half values widened to float32 whose sum is only ever
 rounded back to that half type (``nn.Linear`` of a bfloat16 model, as
 traced: ``Cast(SumReduce(Mul(Cast(a), Cast(W))))``) runs as torch's own
-product of the half operands (``half`` in the plan): torch multiplies and
-sums them in float32 and rounds once, which is the traced value up to the
-order of summation, and no float32 copy of the weight is made (torch has
-no product of float32 by bfloat16, so the widened form widened the whole
-weight on every call).
+product of the half operands (``half`` in the plan; a ``MatMul`` idiom of
+the same shape, ``Cast(MatMul(Cast(a), Cast(W)))``, is a :class:`HalfMatMul`
+plan): torch multiplies and sums them in float32 and rounds once, which is
+the traced value up to the order of summation, and no float32 copy of the
+weight is made (torch has no product of float32 by bfloat16, so the
+widened form widened the whole weight on every call).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ...ir import Op, dtypes
 from ...ir.graph import Graph
 from ...ir.matmul_form import Factor, matmul_form
 from .emit import Emitter, aten
+from .rules import matmul
 from .views import emit_view, reshape
 
 
@@ -75,16 +77,39 @@ def half_sources(graph: Graph, nid: int, lhs: int, rhs: int, users=None) -> tupl
     return a, b
 
 
-def find(graph: Graph) -> dict[int, DotPlan]:
-    """SumReduce node id -> plan, for every primitive matrix product."""
+@dataclass(frozen=True)
+class HalfMatMul:
+    """A ``MatMul`` idiom over the half-type sources of its two widened operands (the module docstring)."""
+
+    sources: tuple[int, int]
+
+    def deps(self) -> tuple[int, ...]:
+        return self.sources
+
+
+def find(graph: Graph) -> dict[int, DotPlan | HalfMatMul]:
+    """Node id -> plan: every primitive matrix product (at its SumReduce), and every ``MatMul`` of two widened
+    half values whose sum is only rounded back."""
     plans = {}
     users = graph.consumers()
     for i, n in enumerate(graph.nodes):
+        p = None
         if n.op == Op.SumReduce:
             p = _dot_plan(graph, i, users)
-            if p is not None:
-                plans[i] = p
+        elif n.op == Op.MatMul:
+            half = half_sources(graph, i, *n.inputs, users)
+            p = HalfMatMul(half) if half is not None else None
+        if p is not None:
+            plans[i] = p
     return plans
+
+
+def emit(ctx: Emitter, plan: DotPlan | HalfMatMul, node, a, b):
+    """Plan `plan` of IR node `node` on the values of its deps `a` and `b`."""
+    if isinstance(plan, HalfMatMul):
+        sa, sb = ctx.in_shapes(node)  # (the sources' shapes: a Cast keeps its operand's)
+        return matmul(ctx, a, b, sa, sb, ctx.dt(a))
+    return emit_dot(ctx, plan, a, b)
 
 
 def _operand(ctx: Emitter, f: Factor, src, order: list[int], groups: list[list[int]], sizes, half: bool = False):

@@ -29,7 +29,6 @@ import torch
 from ...ir import dtypes
 from ...ir.ops import constant_array
 from .emit import TORCH_DTYPES, Emitter, aten, constant_value, convert, from_numpy
-from .peephole import half_sources
 from .views import emit_view
 
 # --- elementwise --------------------------------------------------------------------------
@@ -140,11 +139,7 @@ def matmul(ctx: Emitter, a, b, a_shape, b_shape, dt: str):
 
 
 def _matmul(ctx: Emitter, node, a, b):
-    half = half_sources(ctx.graph, ctx.nid, *node.inputs, ctx.users) if ctx.nid is not None else None
-    if half is not None and all(x.target is aten._to_copy.default for x in (a, b)):
-        a, b = a.args[0], b.args[0]  # the half operands, multiplied by torch (peephole's docstring); not widened
-    else:
-        a, b = ctx.f32(a), ctx.f32(b)
+    a, b = ctx.f32(a), ctx.f32(b)
     sa, sb = ctx.in_shapes(node)
     return matmul(ctx, a, b, sa, sb, ctx.dt(a))
 
