@@ -22,7 +22,9 @@ GF/s, dots 91-183; bench/rows_layout_kernels.py, an AVX-512 host).
 
 from __future__ import annotations
 
-from .llvm_spec import TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, suffixed, walk
+import re
+
+from .llvm_spec import TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, walk
 
 
 def rows_product(spec: KernelSpec) -> str:
@@ -37,21 +39,33 @@ def _unroll(spec: KernelSpec) -> int:
     return next(u for u in (4, 2, 1) if spec.k % (VEC * u) == 0)
 
 
+def _x_vectors(offsets: list[int]) -> str:
+    """IR loading :data:`VEC` values of x at ``%x + %k + offset`` for each offset, as ``%x<j>``."""
+    return "\n".join(f"  %xo{j} = add i64 %k, {off}\n"
+                     f"  %xp{j} = getelementptr float, ptr %x, i64 %xo{j}\n"
+                     f"  %x{j} = load <{VEC} x float>, ptr %xp{j}, align 4" for j, off in enumerate(offsets))
+
+
+def _widened_loads(spec: KernelSpec, at: str, offsets: list[int], width: int = VEC) -> str:
+    """IR loading `width` weight values at ``%wr + at + offset`` for each offset, widened to float32 by the
+    dtype's row of ``WIDEN`` as ``%f<j>`` (the template's value names %wo, %wp, %v, %z, %s, %f suffixed with j)."""
+    elem, widen = WIDEN[spec.dtype]
+    out = []
+    for j, off in enumerate(offsets):
+        text = (f"  %wo = add i64 {at}, {off}\n  %wp = getelementptr {elem}, ptr %wr, i64 %wo\n"
+                f"  %v = load <{width} x {elem}>, ptr %wp, align 2\n" + widen.format(w=width))
+        out.append(re.sub(r"%(wo|wp|[vzsf])\b", lambda mt: f"%{mt.group(1)}{j}", text))
+    return "\n".join(out)
+
+
 def _rows_product(spec: KernelSpec) -> str:
     """(layout "rows", one row of x) ``@panel(x, w, out, p)``: each weight row ``p * width ..`` in turn (one
     sequential stream) dotted with x, :func:`_unroll` vectors of k per step, each accumulator summed across its
     lanes at the end; ``@product`` and ``@work`` as for panels."""
     k, v, u = spec.k, VEC, _unroll(spec)
-    elem, widen = WIDEN[spec.dtype]
     acc = "\n".join(f"  %a{j} = phi <{v} x float> [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
-    xs = "\n".join(f"  %xo{j} = add i64 %k, {j * v}\n"
-                    f"  %xp{j} = getelementptr float, ptr %x, i64 %xo{j}\n"
-                    f"  %x{j} = load <{v} x float>, ptr %xp{j}, align 4" for j in range(u))
-    # each weight vector's load and widening, the template's value names (%v, %z, %s, %f) suffixed with it
-    ws = "\n".join(suffixed(f"  %wo = add i64 %k, {j * v}\n"
-                              f"  %wp = getelementptr {elem}, ptr %wr, i64 %wo\n"
-                              f"  %v = load <{v} x {elem}>, ptr %wp, align 2\n" + widen.format(w=v), f"{j}")
-                    for j in range(u))
+    xs = _x_vectors([j * v for j in range(u)])
+    ws = _widened_loads(spec, "%k", [j * v for j in range(u)])
     fmas = "\n".join(f"  %n{j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{j}, <{v} x float> %f{j}, "
                       f"<{v} x float> %a{j})" for j in range(u))
     sums, last = [], "%n0"
@@ -162,11 +176,7 @@ def _tile_product(spec: KernelSpec) -> str:
     order, as the panel product's)."""
     w, k, elem, t = spec.width, spec.k, WIDEN[spec.dtype][0], TILE
     n = spec.panels * w
-    widen = WIDEN[spec.dtype][1]
-    loads = "\n".join(suffixed(f"  %wo = add i64 %wk, {r * k}\n"
-                                 f"  %wp = getelementptr {elem}, ptr %wr, i64 %wo\n"
-                                 f"  %v = load <{t} x {elem}>, ptr %wp, align 2\n" + widen.format(w=t), f"{r}")
-                       for r in range(t))
+    loads = _widened_loads(spec, "%wk", [r * k for r in range(t)], t)
     shuffle, cols = _transpose([f"%f{r}" for r in range(t)], "q")
     us = ", ".join(f"<{t} x float> {c}" for c in cols)
     groups = row_groups("tblock", spec.rows, k, n, "kt", f"i1 %fresh, {us}", "%wk")
@@ -233,16 +243,10 @@ def _dot_block(spec: KernelSpec, rows: int) -> str:
     """``@dblock<rows>(x, wr, out)``: `rows` rows of x dotted with the :data:`DOT_ROWS` weight rows at `wr`, one
     :data:`VEC`-wide accumulator per pair, each summed across its lanes at the end into ``out`` (rows n apart)."""
     k, v, d, n = spec.k, VEC, DOT_ROWS, spec.panels * spec.width
-    elem, widen = WIDEN[spec.dtype]
     acc = "\n".join(f"  %a{m}_{r} = phi <{v} x float> [zeroinitializer, %entry], [%n{m}_{r}, %loop]"
                     for m in range(rows) for r in range(d))
-    xs = "\n".join(f"  %xo{m} = add i64 %k, {m * k}\n"
-                   f"  %xp{m} = getelementptr float, ptr %x, i64 %xo{m}\n"
-                   f"  %x{m} = load <{v} x float>, ptr %xp{m}, align 4" for m in range(rows))
-    ws = "\n".join(suffixed(f"  %wo = add i64 %k, {r * k}\n"
-                             f"  %wp = getelementptr {elem}, ptr %wr, i64 %wo\n"
-                             f"  %v = load <{v} x {elem}>, ptr %wp, align 2\n" + widen.format(w=v), f"{r}")
-                   for r in range(d))
+    xs = _x_vectors([m * k for m in range(rows)])
+    ws = _widened_loads(spec, "%k", [r * k for r in range(d)])
     fmas = "\n".join(f"  %n{m}_{r} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{m}, <{v} x float> %f{r}, "
                      f"<{v} x float> %a{m}_{r})" for m in range(rows) for r in range(d))
     reduce, total = _lane_sums([f"%n{m}_{r}" for m in range(rows) for r in range(d)], "rs")

@@ -6,7 +6,6 @@ of one spec) and ``runtime.llvm_rows`` (a weight read where it is stored).
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 from ..errors import BackendError
@@ -107,11 +106,6 @@ def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_a
     return text
 
 
-def suffixed(text: str, tag: str) -> str:
-    """A load's and the widening template's value names (%wo, %wp, %v, %z, %s, %f) with the suffix `tag`."""
-    return re.sub(r"%(wo|wp|[vzsf])\b", lambda mt: f"%{mt.group(1)}{tag}", text)
-
-
 def walk(spec: KernelSpec) -> str:
     """``@product``: every panel in turn (whatever its layout), then the shared job's code (``runtime.llvm_ffi.SHARED``)."""
     return f"""
@@ -131,4 +125,4 @@ done:
 
 
 __all__ = ["KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
-           "suffixed", "walk"]
+           "walk"]
