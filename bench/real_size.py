@@ -93,16 +93,6 @@ def _vm(field: str) -> int:
     return 0
 
 
-def _reset_peak() -> bool:
-    """Set the process's peak RSS (VmHWM) back to its present RSS (Linux's clear_refs); False where it cannot."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def _prompt(vocab: int):
     import torch
 
@@ -113,11 +103,12 @@ def child_compile(a) -> dict:
     import torch
 
     import egraft
+    from egraft.measure.memory import reset_peak
 
     model = build(a.model, a.dtype)
     weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
     before = _vm("VmRSS")
-    reset = _reset_peak()  # the peak from here on is the compile's (building the model can peak higher: a cast)
+    reset = reset_peak()  # the peak from here on is the compile's (building the model can peak higher: a cast)
     t0 = time.perf_counter()
     cm = egraft.compile(model, device="cpu", max_batch=1, max_length=MAX_LENGTH, budget=a.budget, progress=False,
                         weight_copies=getattr(a, "weight_copies", "no") == "yes")

@@ -37,6 +37,17 @@ def peak_rss() -> int | None:
         return None
 
 
+def reset_peak() -> bool:
+    """Set the process's peak RSS back to its present RSS (Linux's ``clear_refs``), so that what a caller measures
+    next starts from here; False where the platform cannot.  A benchmark's call: egraft itself never resets it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 @dataclass
 class Ledger:
     """Peak-memory rises charged to the stages that ended after them (module docstring)."""
@@ -76,4 +87,4 @@ def mark(stage: str) -> None:
         led.mark(stage)
 
 
-__all__ = ["Ledger", "ledger", "mark", "peak_rss"]
+__all__ = ["Ledger", "ledger", "mark", "peak_rss", "reset_peak"]
