@@ -36,8 +36,9 @@ is counted in the row and named in the table.
 
 The decode bound: the bytes a step must read (bench/generate_models.py: the
 weights except unused embedding rows, and the KV cache up to the current
-length) over this machine's read bandwidth, measured here (numpy sums over
-a 256 MiB array on the same pinned cores, median of --bw-repeats).
+length) over this machine's read bandwidth, measured here (the faster of numpy
+sums and BLAS matrix-vector products over a 256 MiB array on the same
+pinned cores, median of --bw-repeats: bench/generate_worker.py).
 
     python3 bench/generate.py [--threads 1 2] [--systems ...] [--models ...] [--rounds 5] [--out FILE]
     python3 bench/generate.py --quick        # tiny Llama, prompt 16, batch 1, 8 tokens, one core
@@ -207,9 +208,9 @@ def tables(out: dict) -> str:
     info = out["info"]
     lines = [f"Generation benchmark ({info['date']}, {info['machine']}); {info['versions_line']}.",
              f"Command: `{info['command']}`.",
-             "Read bandwidth (numpy sum, 256 MiB): " + ", ".join(
+             "Read bandwidth (the faster of a numpy sum and a BLAS gemv, 256 MiB): " + ", ".join(
                  f"{t} core{'s' if int(t) > 1 else ''} {b['bytes_per_s']['median'] / 1e9:.1f} GB/s "
-                 f"±{b['bytes_per_s']['spread']:.0%}" for t, b in out["bandwidth"].items()) + ".", ""]
+                 f"±{b['bytes_per_s']['spread']:.0%} ({b.get('reader', 'numpy sum')})" for t, b in out["bandwidth"].items()) + ".", ""]
     cfg = info["config"]
     for model in cfg["models"]:
         pc = parameter_counts(model)

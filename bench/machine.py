@@ -6,8 +6,10 @@ in a process of its own pinned the way the benchmarks pin theirs
 CPU's clock and its share of the memory bus depend on how many cores are
 busy:
 
-* read bandwidth: a numpy sum over a 256 MiB float32 array split over the
-  pinned threads (``bench/generate_worker.py bandwidth``: the same number
+* read bandwidth: the faster of a numpy sum and a BLAS matrix-vector product
+  over a 256 MiB float32 array split over the pinned threads (one stream
+  against many rows at once, as a decode step reads its weights;
+  ``bench/generate_worker.py bandwidth``: the same number
   the generation benchmark's decode bound divides by), median and spread
   of the repeats;
 * peak float32 FLOP/s: ``egraft.measure.calibrate.calibrate_cpu`` (square
@@ -112,7 +114,7 @@ def _measure(threads: int, repeats: int, calibrate_s: float) -> dict:
     return {"threads": threads, "cores": bw["cores"],
             "read_bandwidth": {"median": rates.median, "spread": rates.spread, "n": rates.n,
                                "samples": list(rates.samples), "unit": "B/s",
-                               "how": "numpy sum over a 256 MiB float32 array"},
+                               "how": f"{bw['reader']} over a 256 MiB float32 array (the faster of {' and '.join(bw['readers'])})"},
             "peak_flops_float32": spec.flops["float32"], "copy_bandwidth": spec.bandwidth,
             "peak_how": spec.source}
 

@@ -67,7 +67,7 @@ def machine_lines(res: dict) -> list[str]:
     for t, x in sorted(m.get("per_threads", {}).items()):
         bw = x["read_bandwidth"]
         lines.append(f"- **{t} thread(s)** on core(s) {x['cores']}: read bandwidth {bw['median'] / 1e9:.1f} GB/s "
-                     f"{_pct(bw['spread'])} (numpy sum over 256 MiB, median of repeats), calibrated peak float32 "
+                     f"{_pct(bw['spread'])} ({bw.get('how', 'numpy sum over 256 MiB').split(' (')[0]}, median of repeats), calibrated peak float32 "
                      f"{x['peak_flops_float32'] / 1e9:.0f} GFLOP/s (the faster GEMM of numpy's BLAS and XLA, best of repeats)")
     if m.get("gpu"):
         g = m["gpu"]

@@ -22,7 +22,11 @@ puts the three side by side at deployed sizes (the models of
    ``--rounds`` rounds: prompt 16, the prefill plus one token and the
    prefill plus ``1 + new`` tokens, decode time per token the difference.
    Medians and spreads (``egraft.measure.summarize``); a ratio only where
-   ``egraft.measure.compare`` concludes.  llama.cpp's greedy tokens (F32)
+   ``egraft.measure.compare`` concludes.  Then, in the same process, the
+   read bandwidth on those cores (``generate_worker.bandwidth``: the faster
+   of a numpy sum and a BLAS matrix-vector product) and the decode bound:
+   that bandwidth over the bytes a step reads (``real_size.step_bytes``),
+   with each system's share of it.  llama.cpp's greedy tokens (F32)
    and egraft's are checked against transformers'.
 
 llama.cpp's environment: ``make llamacpp-venv`` (builds llama.cpp from the
@@ -45,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from bench import real_size  # noqa: E402  (the models, the prompt and the compile child)
+from bench import generate_worker, real_size  # noqa: E402  (the read bandwidth; the models, prompt, compile child)
 
 VENV = os.environ.get("EGRAFT_LLAMACPP_VENV", os.path.join(ROOT, ".venv-llamacpp"))
 GGUF_TYPES = {"float32": ("f32",), "bfloat16": ("f16", "bf16"), "float16": ("f16",)}
@@ -140,7 +144,12 @@ def child_measure(a) -> dict:
     want = tokens["hf_eager"]
     equal = {name: got == want for name, got in tokens.items() if name != "hf_eager"}
     steps, timed = real_size.time_decode(systems, a.rounds, a.new)
-    return {"threads": a.threads[0], **timed,
+    bw = generate_worker.bandwidth(argparse.Namespace(threads=a.threads[0], repeats=9))  # same pinned cores
+    rate = bw["bytes"] / sorted(bw["seconds"])[len(bw["seconds"]) // 2]
+    per_step = real_size.step_bytes(model, real_size.PROMPT + a.new / 2)
+    bound = {"bandwidth": rate, "reader": bw["reader"], "step_bytes": per_step, "tok_s": rate / per_step,
+             "share": {n: t / (rate / per_step) for n, t in timed["decode_tok_s"].items()}}
+    return {"threads": a.threads[0], **timed, "decode_bound": bound,
             "tokens_equal_transformers": equal,
             "egraft_vs": {n: compare(steps["egraft"], steps[n]) for n in systems if n != "egraft"}}
 

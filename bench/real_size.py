@@ -85,6 +85,19 @@ def build(name: str, dtype: str):
     return model
 
 
+def step_bytes(model, context: float) -> float:
+    """Bytes one batch-1 decode step of `model` reads: every weight once (an untied input embedding: one row)
+    and the K and V cache over `context` positions, in the model's dtype."""
+    params = {p.data_ptr(): p for p in model.parameters()}  # a tied table once
+    total = sum(p.numel() * p.element_size() for p in params.values())
+    emb = model.get_input_embeddings().weight
+    if emb.data_ptr() != model.get_output_embeddings().weight.data_ptr():
+        total -= (emb.shape[0] - 1) * emb.shape[1] * emb.element_size()
+    c = model.config
+    head = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return total + 2 * c.num_hidden_layers * c.num_key_value_heads * head * emb.element_size() * context
+
+
 def _vm(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:

@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 
 from ..errors import ArtifactError, BackendError, InputError
+from ..frontend.quantize import check_mode
+from ..frontend.quantize import quantize as quantize_model
 from ..measure import parse, require
 from ..runtime.outputs import rebuild
 from ..search.config import CompileConfig
@@ -58,6 +60,7 @@ class CompiledModel(torch.nn.Module):
         self._fast_rebuild = None
         self._status = _status_printer(config.progress)
         self.generation = None  # an egraft.api.generation.Generation when compiled with max_batch / max_length
+        self.quantization = None  # frontend.quantize.quantize's report when compiled with quantize=
 
     # --- the call path --------------------------------------------------------------------------
 
@@ -229,7 +232,8 @@ class CompiledModel(torch.nn.Module):
         from .report import json_report
 
         return {"input_names": list(p.input_names), "output_tree": p.output_tree,
-                "model": type(self.model).__name__, "report": json_report(self, [p])}
+                "model": type(self.model).__name__, "report": json_report(self, [p]),
+                **({"quantization": dict(self.quantization)} if self.quantization else {})}
 
     def extra_repr(self) -> str:
         return f"device={self.config.device!r}, signatures={list(self.programs)}"
@@ -260,7 +264,7 @@ def _isatty(stream) -> bool:
 
 def compile(model, device: str = "cpu", example_inputs=None, backend: str = "auto", budget=None, *,  # noqa: A001
             example_kwargs: dict | None = None, max_batch: int | None = None, max_length: int | None = None,
-            chunks=None, contexts=None, rows=None, **options) -> CompiledModel:
+            chunks=None, contexts=None, rows=None, quantize: str | None = None, **options) -> CompiledModel:
     """Compile `model`'s forward pass with egraft; see docs/compile.md.
 
     `example_inputs`: a tensor or a tuple of tensors (and `example_kwargs`,
@@ -283,6 +287,12 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
     to half of `max_length`; ``()``: none) and the row buckets `rows` (default 1
     below `max_batch`: a batch of one sequence computes one row, prompt and
     decode; ``()``: none), for :meth:`CompiledModel.generate`.
+
+    `quantize`: ``"int8"`` compiles the model with its linear layers' weights
+    as int8, one scale per output channel (:mod:`egraft.frontend.quantize`;
+    the model itself is left as it is); the compiled programs equal that
+    quantised model (``cm.model``), the model with each weight replaced by
+    its dequantised values.
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"egraft.compile takes a torch.nn.Module, got {type(model).__name__}; wrap a function "
@@ -296,8 +306,13 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
         b = get_backend(backend)  # an unknown name raises BackendError listing the known ones
         if dev.kind not in b.devices:
             raise BackendError(f"backend {backend!r} does not run on {str(dev)!r}; it runs on {', '.join(b.devices)}")
+    mode = check_mode(quantize)  # an unknown mode: InputError before any work
     model.eval()
+    quantization = None
+    if mode is not None:
+        model, quantization = quantize_model(model, mode)
     cm = CompiledModel(model, config)
+    cm.quantization = quantization
     if (max_batch is None) != (max_length is None):
         raise InputError("generation needs both max_batch and max_length (the KV caches' rows and length); "
                          f"got max_batch={max_batch!r}, max_length={max_length!r}")
@@ -306,6 +321,7 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
 
         cm.generation = compile_generation(model, config, cm._status, max_batch=max_batch, max_length=max_length,
                                            chunks=chunks, contexts=contexts, rows=rows)
+        cm.generation.quantization = quantization
     elif chunks is not None or contexts is not None or rows is not None:
         raise InputError("chunks=, contexts= and rows= describe generation: pass them with max_batch and max_length")
     if example_inputs is not None or example_kwargs:

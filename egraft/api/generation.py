@@ -69,6 +69,7 @@ class Generation:
     weights: object = None  # the frontend.weights.WeightCopies every program binds (views of the model's weights)
     export_s: float = 0.0  # the step's torch.export(s), made before any bucket's compile (in no program's stages)
     memory: dict = field(default_factory=dict)  # measure.memory.Ledger.report() of the compile: what set the peak
+    quantization: dict | None = None  # frontend.quantize.quantize's report when compiled with quantize=
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
@@ -137,7 +138,8 @@ class Generation:
                 "choices": {b.name: {"backend": p.result.backend, "knobs": dict(p.result.knobs)}
                             for b, p in self.programs.items() if p.searched},  # the search's winner(s)
                 "stages_s": {k: round(v, 3) for k, v in stages.items()},  # summed over the programs
-                "memory": self.weight_report(), "compile_memory": dict(self.memory)}
+                "memory": self.weight_report(), "compile_memory": dict(self.memory),
+                **({"quantization": dict(self.quantization)} if self.quantization else {})}
 
 
 def compile_generation(model: torch.nn.Module, config, status: Callable[[str], None], *, max_batch: int,

@@ -42,13 +42,17 @@ class KernelPlan:
     and the buffers or roots it reads runs inside that kernel); ``dots`` the
     ``SumReduce`` nodes that run as a matrix product of two operands (node ->
     (a, b); the ``Mul`` between them is never formed); ``tf32``: its float32
-    contractions run at the tf32 rate.
+    contractions run at the tf32 rate; ``stored``: per-call weights read in a
+    narrower dtype than the graph's (node -> that dtype: a folded widening of
+    a bfloat16 or int8 weight that the product reads as stored and widens in
+    registers).
     """
 
     graph: Graph
     roots: frozenset
     dots: Mapping[int, tuple[int, int]] = field(default_factory=dict)
     tf32: bool = False
+    stored: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

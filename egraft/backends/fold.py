@@ -36,11 +36,13 @@ class FoldPlan:
     folded_names: tuple[str, ...]
 
 
-def plan(graph: Graph, widen: bool = True) -> FoldPlan:
+def plan(graph: Graph, widen: bool = True, grow: bool = True) -> FoldPlan:
     """Find the weight-only values the per-call graph needs and cut them out.
 
     ``widen=False``: a weight widened to float32 (:func:`widened`'s form) is not folded: the per-call program
-    widens it where it reads it, so no float32 copy of the weight is held (``CompileConfig.weight_copies``)."""
+    widens it where it reads it, so no float32 copy of the weight is held (``CompileConfig.weight_copies``).
+    ``grow=False``: nor is any other value larger than the stored weights it is computed from (a quantised
+    weight dequantised to float32 would be four times its int8 values): it is computed where it is read."""
     wo = weight_only(graph)
     foldable: list[bool] = []  # no value of a dtype that must not fold on the way to this node
     for n in graph.nodes:
@@ -68,6 +70,8 @@ def plan(graph: Graph, widen: bool = True) -> FoldPlan:
         b = base(j)
         if not widen and _widens(graph, b):
             continue
+        if not grow and not _widens(graph, b) and _grows(graph, b):
+            continue
         if graph.nodes[b].op not in (Op.Input, Op.Constant) and foldable[b] and b not in seen:
             seen.add(b)
             targets.append(b)
@@ -92,6 +96,24 @@ def plan(graph: Graph, widen: bool = True) -> FoldPlan:
         remap[i] = len(nodes) - 1
     main = graph.rebuilt(nodes, [remap[o] for o in graph.outputs], [remap[i] for i in graph.input_ids]).pruned()
     return FoldPlan(main, fold, names)
+
+
+def _grows(graph: Graph, i: int) -> bool:
+    """Whether node `i` holds more bytes than the stored weights (and tensor constants) it is computed from."""
+    def size(n):
+        return int(np.prod(n.shape, dtype=np.int64)) * dtypes.to_numpy(n.dtype).itemsize
+
+    seen, stack, sources = set(), [i], 0
+    while stack:
+        j = stack.pop()
+        if j in seen:
+            continue
+        seen.add(j)
+        n = graph.nodes[j]
+        if n.op in (Op.Input, Op.Constant):
+            sources += size(n)
+        stack.extend(n.inputs)
+    return size(graph.nodes[i]) > sources
 
 
 @dataclass(frozen=True)
@@ -161,8 +183,9 @@ def target_graph(g: Graph, o: int) -> Graph:
     return Graph(nodes, [remap[o]], [])
 
 
-def fold_weights(graph: Graph, widen: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
-    """The per-call graph with its folded weights bound, plus those folded values (`widen`: :func:`plan`'s)."""
-    p = plan(graph, widen)
+def fold_weights(graph: Graph, widen: bool = True, grow: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The per-call graph with its folded weights bound, plus those folded values (`widen`, `grow`:
+    :func:`plan`'s)."""
+    p = plan(graph, widen, grow)
     folded = compute_folded(p)
     return (p.main.with_weights(folded) if folded else p.main), folded

@@ -5,8 +5,10 @@ the JAX and torch backends cannot ask XLA or Inductor which kernels they will
 emit, so their plan is this approximation (rules in :func:`xla_roots`): the
 per-call graph after weight folding (``fold.plan``), idioms expanded first
 under knob ``idioms="primitive"``, ``SumReduce(Mul(..))`` products run as
-dots under knob ``peephole`` (the default).  Other knobs do not change the
-work.  Causal attention is priced as full attention.
+dots under knob ``peephole`` (the default); under ``stream="llvm"`` a folded
+widening of a weight (``fold.widened``) is read in the weight's stored dtype
+(the generated product widens it in registers).  Other knobs do not change
+the work.  Causal attention is priced as full attention.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..ir.graph import Graph
 from ..ir.matmul_form import matmul_form
 from .base import KernelPlan
 from .fold import plan as fold_plan
+from .fold import widened
 
 _CONTRACTING = Group.CONTRACTION | Group.ATTENTION
 
@@ -98,8 +101,15 @@ def xla_roots(graph: Graph, knobs: dict) -> tuple[set, dict]:
 
 def plan(graph: Graph, knobs: dict) -> KernelPlan:
     """The kernels one call of `graph` runs under XLA-like fusion (the ``jax`` and ``torch`` backends' plan)."""
-    main = fold_plan(graph).main
+    wide = knobs.get("fold_widened", True)  # (the torch backend's knob; the JAX backend's: fold_growing)
+    folded = fold_plan(graph, wide, grow=wide and knobs.get("fold_growing", True))
+    main = folded.main
     if knobs.get("idioms", "library") == "primitive":
         main = decompose(main)
     mat, dots = xla_roots(main, knobs)
-    return KernelPlan(main, frozenset(mat), dots)
+    stored = {}
+    if knobs.get("stream") == "llvm":  # the JAX backend's generated products read a widened weight as stored
+        wide = widened(folded)
+        stored = {i: wide[n.attrs["name"]].dtype for i, n in enumerate(main.nodes)
+                  if n.op == Op.Input and n.attrs["name"] in wide}
+    return KernelPlan(main, frozenset(mat), dots, stored=stored)

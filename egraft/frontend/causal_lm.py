@@ -150,7 +150,8 @@ class StepModule(torch.nn.Module):
                 name = f"cache_{kind}{i}"
                 self.register_buffer(name, torch.zeros(max_batch, heads, cache_len, dim, dtype=dtype, device=device))
                 specs.append(StateSpec(name, (max_batch, heads, cache_len, dim), str(dtype).removeprefix("torch.")))
-        vocab = model.get_output_embeddings().weight.shape[0]
+        head = model.get_output_embeddings()
+        vocab = getattr(head, "out_features", None) or head.weight.shape[0]  # (a quantised head has no .weight)
         if contexts is None:
             slot = sum(s.shape[0] * s.shape[1] * s.shape[3] for s in specs) * dtype.itemsize  # every layer and row
             weights = sum(p.numel() * p.element_size() for p in model.parameters())

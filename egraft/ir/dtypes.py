@@ -55,12 +55,13 @@ def _i(name, npd, triton, ptr, st, rank):
 
 
 ROWS: dict[str, DType] = {r.name: r for r in (
-    _f("float32", np.float32, "float32", "*fp32", "F32", "float32", 2.0**-23, 1e-4, 4),
-    _f("float16", np.float16, "float16", "*fp16", "F16", "float32", 2.0**-10, 1e-2, 3),
-    _f("bfloat16", ml_dtypes.bfloat16, "bfloat16", "*bf16", "BF16", "float32", 2.0**-7, 5e-2, 3, bits="int16"),
-    _f("float64", np.float64, "float64", "*fp64", "F64", "float64", 2.0**-52, 1e-9, 5),
-    _i("int32", np.int32, "int32", "*i32", "I32", 1),
-    _i("int64", np.int64, "int64", "*i64", "I64", 2),
+    _f("float32", np.float32, "float32", "*fp32", "F32", "float32", 2.0**-23, 1e-4, 5),
+    _f("float16", np.float16, "float16", "*fp16", "F16", "float32", 2.0**-10, 1e-2, 4),
+    _f("bfloat16", ml_dtypes.bfloat16, "bfloat16", "*bf16", "BF16", "float32", 2.0**-7, 5e-2, 4, bits="int16"),
+    _f("float64", np.float64, "float64", "*fp64", "F64", "float64", 2.0**-52, 1e-9, 6),
+    _i("int8", np.int8, "int8", "*i8", "I8", 1),  # quantised weights' values (egraft.quantize)
+    _i("int32", np.int32, "int32", "*i32", "I32", 2),
+    _i("int64", np.int64, "int64", "*i64", "I64", 3),
     _i("bool", np.bool_, "int1", "*i1", "BOOL", 0),
 )}
 

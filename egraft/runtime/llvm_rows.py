@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from .llvm_spec import TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, walk
+from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, walk
 
 
 def rows_product(spec: KernelSpec) -> str:
@@ -292,8 +292,7 @@ def _tiles_alias(spec: KernelSpec) -> bool:
     they all fall in one set of an L1 data cache (64 sets of 64 bytes on x86) and evict one another.  Measured
     (bench/rows_layout_kernels.py, AVX-512 host): k = 2048 and 8192 ran the tiles at 42-98 GF/s against the dots'
     91-183; k = 896 and 4864 at 120-202 against 86-195."""
-    itemsize = 4 if spec.dtype == "float32" else 2
-    return (spec.k * itemsize) % 4096 == 0
+    return (spec.k * ITEMSIZE[spec.dtype]) % 4096 == 0
 
 
 __all__ = ["DOT_ROWS", "rows_product"]

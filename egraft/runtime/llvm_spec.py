@@ -20,7 +20,9 @@ WIDEN = {
                         "  %s = shl <{w} x i32> %z, splat (i32 16)\n"
                         "  %f = bitcast <{w} x i32> %s to <{w} x float>"),
     "float16": ("half", "  %f = fpext <{w} x half> %v to <{w} x float>"),
+    "int8": ("i8", "  %f = sitofp <{w} x i8> %v to <{w} x float>"),  # a quantised weight's values (exact)
 }
+ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}  # bytes per stored value
 WIDTHS = (16, 32, 64, 128)
 LAYOUTS = ("panels", "rows")
 VEC = 16  # (layout "rows") k values per vector: one AVX-512 register of float32; k must be a multiple

@@ -144,7 +144,7 @@ def estimate(graph: Graph, backend: str = "jax", knobs: dict | None = None, devi
     out = []
     for k in K.kernels(main, set(p.roots), dict(p.dots)):
         root = main.nodes[k.root]
-        nbytes = sum(n * K.itemsize(main.nodes[j].dtype) for j, n in k.reads.items())
+        nbytes = sum(n * K.itemsize(p.stored.get(j, main.nodes[j].dtype)) for j, n in k.reads.items())
         nbytes += k.writes * K.itemsize(root.dtype)
         dt = _kernel_dtype(main, k, p.tf32)
         ops = tuple(main.nodes[i].op for i in k.nodes if main.nodes[i].op not in Group.LEAF | Group.MOVEMENT)
@@ -159,13 +159,31 @@ def weight_only_classes(space: Space) -> list[bool]:
     return egraph.weight_only_classes(space.nodes, space.n_classes)
 
 
+def stored_sizes(space: Space, wo: list[bool]) -> list[int]:
+    """Per class, bytes per element a product reads it in: a weight-only class that is a view or widening of a
+    narrower weight (``Cast`` of a bfloat16 or int8 weight to float32) is read as stored (the CPU products widen
+    it in registers); any other class in its own dtype."""
+    size = [K.itemsize(d) for d in space.dtype]
+    moves = [(c, space.nodes[ni].children[0]) for c, members in enumerate(space.classes) if wo[c]
+             for ni in members if space.nodes[ni].op in (Op.Cast, Op.View) and space.nodes[ni].children]
+    for _ in range(8):  # chains of views and casts are short; a fixed point in a few passes
+        changed = False
+        for c, child in moves:
+            if wo[child] and size[child] < size[c]:
+                size[c], changed = size[child], True
+        if not changed:
+            break
+    return size
+
+
 def node_cost(spec: DeviceSpec | None = None, device: str = "cpu") -> Callable[[ENode, Space], float]:
     """Roofline seconds of one e-node run alone, for ``Space.greedy(cost_fn=...)``.
 
     The node reads its children and writes its output (no fusion: that is
     what makes an idiom beat its primitive form and a matmul beat the
     broadcast product), plus one launch.  Leaves, views and weight-only
-    nodes (folded at build) cost 0.
+    nodes (folded at build) cost 0; a weight-only operand is read in its
+    stored dtype (:func:`stored_sizes`).
     """
     spec = spec or device_spec(device)
     launch = LAUNCH_S[parse(device).kind]
@@ -175,12 +193,13 @@ def node_cost(spec: DeviceSpec | None = None, device: str = "cpu") -> Callable[[
         if memo.get("space") is not space:
             memo.clear()
             memo.update(space=space, wo=weight_only_classes(space))
+            memo.update(stored=stored_sizes(space, memo["wo"]))
         if node.op in Group.LEAF or node.op in Group.MOVEMENT or all(memo["wo"][c] for c in node.children):
             return 0.0
         out, dt = space.shape[node.cls] or (), space.dtype[node.cls] or "float32"
         ins = [space.shape[c] or () for c in node.children]
         flops = K.op_flops(node.op, out, ins)
-        nbytes = K.numel(out) * K.itemsize(dt) + sum(K.numel(s) * K.itemsize(space.dtype[c])
+        nbytes = K.numel(out) * K.itemsize(dt) + sum(K.numel(s) * memo["stored"][c]
                                                     for s, c in zip(ins, node.children))
         if node.op == Op.Scatter:  # the updates are stored too (over the copy of the target)
             nbytes += K.numel(ins[2]) * K.itemsize(dt)
@@ -221,4 +240,4 @@ def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 __all__ = ["LAUNCH_S", "Estimate", "KernelCost", "device_spec", "estimate", "node_cost",
-           "rank_correlation", "roofline", "weight_only_classes"]
+           "rank_correlation", "roofline", "stored_sizes", "weight_only_classes"]

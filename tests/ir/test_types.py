@@ -43,7 +43,7 @@ BAD = [
     ("Iota", [], {"n": -1, "dtype": "int64"}, "length"),
     ("Iota", [], {"n": 2.5, "dtype": "int64"}, "length"),
     ("Iota", [], {"n": 3, "dtype": "bool"}, "bool"),
-    ("Iota", [], {"n": 3, "dtype": "int8"}, "dtype"),
+    ("Iota", [], {"n": 3, "dtype": "uint8"}, "dtype"),
     ("Gather", [_t((3, 4)), _t((3, 4), F)], {"axis": 0}, "int32 or int64"),
     ("Gather", [_t((3, 4)), _t((3,), "int64")], {"axis": 0}, "rank"),
     ("Gather", [_t((3, 4)), _t((2, 5), "int64")], {"axis": 0}, "except on axis"),

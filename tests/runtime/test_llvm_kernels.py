@@ -22,12 +22,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "generation"))
 from compiled_helpers import run_python  # noqa: E402
 from jax_helpers import check_graph  # noqa: E402
 
-NUMPY = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
+NUMPY = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
+         "int8": np.dtype(np.int8)}
+FLOATS = [d for d in lk.WIDEN if d != "int8"]  # the dtypes a model's own weights come in
+
+
+def _weight(rng, shape, dtype):
+    """Random weight values of `dtype` (int8: a quantised weight's values, all of -127..127)."""
+    if dtype == "int8":
+        return rng.integers(-127, 128, shape).astype(np.int8)
+    return rng.standard_normal(shape).astype(NUMPY[dtype])
 
 
 def _case(dtype, rows, k, n, width, seed):
     rng = np.random.default_rng(seed)
-    w = rng.standard_normal((n, k)).astype(NUMPY[dtype])  # nn.Linear's [N, K]
+    w = _weight(rng, (n, k), dtype)  # nn.Linear's [N, K]
     x = rng.standard_normal((rows, k)).astype(np.float32)
     panels = RECIPES["panels"]({"width": width, "transposed": True}, w)
     spec = lk.KernelSpec(dtype, rows, k, panels.shape[0], width)
@@ -104,8 +113,8 @@ def test_one_core_or_two_the_same_values(cores, tmp_path):
 
 
 def test_bad_specs_are_refused_with_what_to_do():
-    with pytest.raises(BackendError, match="dtype 'int8'.*float32, bfloat16, float16"):
-        lk.KernelSpec("int8", 1, 8, 2, 16)
+    with pytest.raises(BackendError, match="dtype 'int16'.*float32, bfloat16, float16, int8"):
+        lk.KernelSpec("int16", 1, 8, 2, 16)
     with pytest.raises(BackendError, match="width in"):
         lk.KernelSpec("float32", 1, 8, 2, 24)
     spec = lk.KernelSpec("bfloat16", 2, 8, 3, 16)
@@ -124,7 +133,7 @@ def _linear_graph(dtype: str, rows: int, k: int, n: int, seed: int, bias: bool =
     return trace(m, (torch.randn(rows, k, dtype=getattr(torch, dtype)),))
 
 
-@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("rows", [1, 4, 20])
 def test_a_program_under_stream_reads_the_stored_weights_and_equals_the_reference(dtype, rows):
     seed = fresh_seed()
@@ -272,6 +281,7 @@ def test_several_rows_read_tiles_unless_their_rows_share_an_l1_set():
 
     assert [form("float32", k) for k in (896, 1024, 2048, 4864)] == ["tiles", "dots", "dots", "tiles"]
     assert [form("bfloat16", k) for k in (896, 1024, 2048, 8192)] == ["tiles", "tiles", "dots", "dots"]
+    assert [form("int8", k) for k in (896, 2048, 4096, 8192)] == ["tiles", "tiles", "dots", "dots"]
     for k, want in ((64, "@tblock4"), (2048, "@dblock4")):  # the module holds the form's block
         assert want in lk.module_ir(lk.KernelSpec("bfloat16", 4, k, 1, 16, "rows"))
 
@@ -292,7 +302,7 @@ def test_a_rows_spec_needs_multiples_of_16_and_keeps_its_layout_in_json():
     assert lk.KernelSpec.from_json(old).layout == "panels"  # a manifest written before layouts existed
 
 
-@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("rows", [1, 6])
 @pytest.mark.parametrize("n,layout", [(112, "rows"), (104, "panels")])
 def test_a_program_under_stream_layout_rows_binds_the_weights_themselves(dtype, rows, n, layout):

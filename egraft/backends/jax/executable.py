@@ -69,10 +69,14 @@ KNOBS = {
     # (under stream="llvm") a [N, K] weight read as column panels made once ("panels": a second copy of the
     # weight) or where it is stored ("rows": no copy; panels.py); "rows" is what weight_copies=False asks for
     "stream_layout": ["panels", "rows"],
+    # a weight-only value larger than the weights it is computed from (a quantised weight dequantised to float32:
+    # four times its int8 values) folded once, or computed where it is read; False is what weight_copies=False
+    # asks for (the search then takes the form that moves the scale out of the product: rewrites.reductions)
+    "fold_growing": [True, False],
 }
 # the knob values under which no product keeps a relaid copy of a weight (CompileConfig.weight_copies=False; the
 # generated products widen a bfloat16 weight in registers, so no float32 copy is folded either)
-COPY_FREE = {"stream": "llvm", "stream_layout": "rows", "panels": 0}
+COPY_FREE = {"stream": "llvm", "stream_layout": "rows", "panels": 0, "fold_growing": False}
 
 
 # weights as closed-over constants only for a graph whose weights are small: XLA embeds constants in the compiled
@@ -115,7 +119,7 @@ class JaxExecutable(Executable):
             knobs["stream"] = "xla"  # the generated products are CPU code
         # weight-only values are folded once; a float32 copy that only widens a stored weight is made only if the
         # program reads it (the generated product reads the stored weight itself)
-        fold = fold_plan(self.graph)
+        fold = fold_plan(self.graph, grow=knobs.get("fold_growing", True))
         wide = widened(fold) if knobs.get("stream") == "llvm" else {}
         self.folded = compute_folded(fold, [n for n in fold.folded_names if n not in wide])
         main = fold.main.with_weights(self.folded) if self.folded else fold.main

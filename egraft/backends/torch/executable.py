@@ -52,8 +52,9 @@ KNOBS = {
     # bias-free attention as one scaled_dot_product_attention call, or composed of bmm + _softmax + bmm
     # (with a bias operand it is always composed: sdpa gives 0 for a fully masked row, the IR NaN)
     "attention": ["sdpa", "composed"],
-    # a bfloat16 / float16 weight a product reads widened to float32: a float32 copy made once (a second, larger
-    # copy of the weight), or widened on every call; False is what weight_copies=False asks for
+    # a bfloat16 / float16 weight a product reads widened to float32 (or any weight-only value larger than the
+    # weights it is computed from: a dequantised int8 weight): a copy made once (a second, larger copy of the
+    # weight), or computed on every call; False is what weight_copies=False asks for
     "fold_widened": [True, False],
 }
 # the knob values under which no program keeps a copy of a weight (CompileConfig.weight_copies=False)
@@ -81,7 +82,8 @@ class TorchExecutable(Executable):
         check_knobs(self.knobs)
         device_kind(self.device)  # an unknown device string is refused first
         self._dev = torch_device(self.device, BackendError, "the torch backend")
-        main, self.folded = fold_weights(self.graph, self.knobs.get("fold_widened", True))
+        wide = self.knobs.get("fold_widened", True)
+        main, self.folded = fold_weights(self.graph, wide, grow=wide)
         self.program = Program(main, self.knobs, self._dev)
         self.module = self.program.module
         # the method, not the module (see the module docstring); it holds its weights as buffers

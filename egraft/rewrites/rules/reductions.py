@@ -43,6 +43,17 @@ def sum_factor(snap):
                 yield r.cls, term("Mul", term("SumReduce", x, axis=ax), cv)
 
 
+def sum_factor_inner(snap):
+    """sum_ax(x * (y * c)) = sum_ax(x * y) * c when c is constant along ax: a product against a weight that is
+    scaled per output channel (a quantised weight ``q * s``) sums ``x * q`` and scales once."""
+    for r in snap.by_op("SumReduce"):
+        ax = r.attrs["axis"]
+        for x, yc in _pairs(snap, r.children[0], "Mul"):
+            for y, c in _pairs(snap, yc, "Mul"):
+                for cv in _constant_along(snap, c, ax):
+                    yield r.cls, term("Mul", term("SumReduce", term("Mul", x, y), axis=ax), cv)
+
+
 def sum_shift(snap):
     """sum_ax(x + c) = sum_ax(x) + n*c when c is constant along ax."""
     for r in snap.by_op("SumReduce"):
@@ -98,6 +109,25 @@ def _w_sum_factor(rng):
     return pair(lambda x, c: (x * c.unsqueeze(1)).sum(1), lambda x, c: x.sum(1) * c, (a, n), (a,))
 
 
+def _w_sum_factor_inner(rng):
+    a, n = rand_shape(rng, 2, lo=2)
+    return pair(lambda x, q, c: (x * (q * c.unsqueeze(1))).sum(1), lambda x, q, c: (x * q).sum(1) * c,
+                (a, n), (a, n), (a,))
+
+
+def _w_inner(c_full=False, outer=False):
+    """x [a, n] times (q [a, n] times c), c [a] along axis 1 (constant along the sum) or (c_full) c [n] along
+    axis 0 (a per-input-channel scale: varies along it); `outer`: the other operand orders."""
+    def wit(rng):
+        a, m = rand_shape(rng, 2, lo=2)
+
+        def fn(x, q, c):
+            cb = (c.unsqueeze(0) if c_full else c.unsqueeze(1)).expand((a, m))
+            return ((cb * q) * x).sum(1) if outer else (x * (q * cb)).sum(1)
+        return Witness(program(fn, (a, m), (a, m), (m,) if c_full else (a,)))
+    return wit
+
+
 def _w_sum_shift(rng):
     a, n = rand_shape(rng, 2, lo=2)
     return pair(lambda x, c: (x + c.unsqueeze(1)).sum(1), lambda x, c: x.sum(1) + c * float(n), (a, n), (a,))
@@ -129,11 +159,13 @@ def _w_red(fn, dtype="float32", n=None, c_full=False):
 _PRIMES = (2, 3, 5, 7)
 _FORMS = {  # the other operand order of the matched Mul / Add
     "sum-factor": (_w_red(lambda x, c: (c * x).sum(1)),),
+    "sum-factor-inner": (_w_inner(outer=True),),
     "sum-shift": (_w_red(lambda x, c: (c + x).sum(1)),),
     "max-shift": (_w_red(lambda x, c: (c + x).max(1)),),
 }
 _NEAR = {  # c varies along the reduced axis; an int sum (no float shift); a prime size (no split)
     "sum-factor": (_w_red(lambda x, c: (x * c).sum(1), c_full=True),),
+    "sum-factor-inner": (_w_inner(c_full=True), _w_inner(c_full=True, outer=True)),  # a per-input-channel scale
     "sum-shift": (_w_red(lambda x, c: (x + c).sum(1), c_full=True), _w_red(lambda x, c: (x + c).sum(1), "int64")),
     "max-shift": (_w_red(lambda x, c: (x + c).max(1), c_full=True),),
     "split": (_w_red(lambda x, c: x.sum(1) + x.max(1), n=_PRIMES),),
@@ -149,6 +181,8 @@ def _spec(name, fn, wit, doc, explosive=False):
 RULES = [
     _spec("reductions.sum-factor", fn=sum_factor, wit=_w_sum_factor,
           doc="sum(x*c) = sum(x)*c, c constant along the axis"),
+    _spec("reductions.sum-factor-inner", fn=sum_factor_inner, wit=_w_sum_factor_inner,
+          doc="sum(x*(y*c)) = sum(x*y)*c, c constant along the axis (a per-output-channel weight scale)"),
     _spec("reductions.sum-shift", fn=sum_shift, wit=_w_sum_shift,
           doc="sum(x+c) = sum(x) + n*c, c constant along the axis"),
     _spec("reductions.max-shift", fn=max_shift, wit=_w_max_shift,

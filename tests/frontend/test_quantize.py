@@ -1,0 +1,129 @@
+"""``quantize="int8"``: the quantised model (int8 weights, one scale per output channel) is the function every
+compiled program must equal; the JAX program reads the int8 weights themselves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from egraft.errors import InputError
+from egraft.frontend.quantize import QMAX, QuantizedLinear, int8_per_channel, quantize
+from egraft.testing import fresh_seed
+
+
+def test_int8_per_channel_rounds_each_row_to_its_own_scale():
+    seed = fresh_seed()
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(24, 40, generator=g) * torch.logspace(-3, 2, 24)[:, None]  # rows of very different sizes
+    w[5] = 0.0
+    q, s = int8_per_channel(w)
+    assert q.dtype == torch.int8 and s.dtype == torch.float32 and q.shape == w.shape and s.shape == (24,)
+    assert int(q.abs().max()) <= QMAX and q[5].eq(0).all() and s[5] == 1.0
+    rows = [i for i in range(24) if i != 5]
+    assert torch.equal(q[rows].abs().amax(1), torch.full((23,), QMAX, dtype=torch.int8)), "each row's max is 127"
+    err = (q.float() * s[:, None] - w).abs()
+    assert bool((err <= s[:, None] * 0.5 * (1 + 1e-6)).all()), f"seed={seed}: rounding beyond half a step"
+
+
+def _mlp(dtype=torch.float32):
+    torch.manual_seed(fresh_seed())
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.SiLU(), torch.nn.Linear(256, 128, bias=False),
+                               torch.nn.LayerNorm(128)).eval().to(dtype)
+
+
+def test_quantize_copies_the_module_tree_and_leaves_the_model_alone():
+    m = _mlp()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    qm, info = quantize(m, "int8")
+    assert isinstance(qm[0], QuantizedLinear) and isinstance(qm[2], QuantizedLinear)
+    assert type(m[0]) is torch.nn.Linear, "the model itself was changed"
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+    assert qm[3].weight is m[3].weight, "a kept weight was copied"
+    assert info["layers"] == 2 and info["weight_bytes_after"] < info["weight_bytes_before"] / 3.5
+    x = torch.randn(3, 64)
+    with torch.no_grad():  # the quantised model is the model with its weights dequantised
+        want = torch.nn.functional.linear(torch.nn.functional.silu(
+            torch.nn.functional.linear(x, qm[0].dequantized(), qm[0].bias)), qm[2].dequantized())
+        assert torch.allclose(qm[:3](x), want, rtol=1e-5, atol=1e-5)
+        assert (qm(x) - m(x)).abs().max() < 0.1  # and near the model
+
+
+def test_gpt2_conv1d_layers_are_quantised_by_their_output_channels():
+    from transformers.pytorch_utils import Conv1D
+
+    torch.manual_seed(fresh_seed())
+    layer = Conv1D(48, 32)  # GPT-2's linear layer: weight [in 32, out 48]
+    torch.nn.init.normal_(layer.bias)
+    qm, info = quantize(torch.nn.Sequential(layer), "int8")
+    assert info["layers"] == 1 and qm[0].qweight.shape == (48, 32)
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        assert torch.allclose(qm(x), layer(x), atol=0.05)
+        want = x @ qm[0].dequantized().T + layer.bias
+        assert torch.allclose(qm(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_quantize_requests_are_refused_before_any_work():
+    import egraft
+
+    with pytest.raises(InputError, match=r"quantize='int3'.*'int8'"):
+        egraft.compile(_mlp(), quantize="int3")
+    with pytest.raises(InputError, match="no nn.Linear"):
+        quantize(torch.nn.Sequential(torch.nn.LayerNorm(8)), "int8")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_compiled_quantised_model_equals_it_and_reads_the_int8_weights(dtype):
+    """The scale moves out of the product's sum (rewrites: reductions.sum-factor-inner), so the JAX program's
+    products read the int8 weights as stored: no float copy of a quantised weight is bound."""
+    import egraft
+    from egraft.runtime.derived import provenance
+
+    m = _mlp(dtype)
+    x = torch.randn(1, 64, dtype=dtype)
+    cm = egraft.compile(m, example_inputs=(x,), backend="jax", budget="2s", quantize="int8", cache=False, fitness="model",
+                        progress=False)
+    assert cm.quantization["layers"] == 2 and isinstance(cm.model[0], QuantizedLinear)
+    with torch.no_grad():
+        want = cm.model(x)
+    got = cm(x)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(got.float(), want.float(), rtol=tol, atol=tol)
+    ex = next(iter(cm.executables.values()))
+    assert sorted(s.dtype for s in ex.program.kernels) == ["int8", "int8"], ex.program.kernels
+    big = [a for a in ex._host if a.size >= 64 * 256]
+    assert big and all(a.dtype == np.int8 and provenance(a) is None for a in big), [(a.dtype, a.shape) for a in big]
+
+
+class _Dequantizing(torch.nn.Module):
+    """A layer as other quantisers write it: the dequantised weight formed, then an ordinary product."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        q, s = int8_per_channel(linear.weight)
+        self.register_buffer("q", q)
+        self.register_buffer("s", s)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.q.to(torch.float32) * self.s[:, None])
+
+
+def test_a_written_out_dequantisation_has_its_scale_moved_out_of_the_product():
+    """``x @ (q * s).T`` compiles to a program whose products read q as stored: the e-graph's
+    reductions.sum-factor-inner hoists the per-output-channel scale; no float copy of q is folded."""
+    import egraft
+    from egraft.runtime.derived import provenance
+
+    m = _mlp()
+    layers = torch.nn.Sequential(_Dequantizing(m[0]), torch.nn.SiLU(), _Dequantizing(m[2])).eval()
+    x = torch.randn(1, 64)
+    cm = egraft.compile(layers, example_inputs=(x,), backend="jax", budget="2s", cache=False, fitness="model",
+                        progress=False)
+    with torch.no_grad():
+        assert torch.allclose(cm(x), layers(x), rtol=1e-4, atol=1e-4)
+    graph = next(iter(cm.results.values())).graph  # the chosen program: no dequantised weight is ever formed
+    formed = [n for n in graph.nodes if n.op == "Mul" and tuple(n.shape) in ((256, 64), (128, 256))]
+    assert not formed, formed
+    ex = next(iter(cm.executables.values()))
+    assert not [a for a in ex._host if provenance(a) is not None and a.size >= 64 * 128]
