@@ -36,7 +36,7 @@ to one core with one thread before torch and jax start
    and spreads (``egraft.measure.summarize``), a ratio only where
    ``egraft.measure.compare`` concludes.
 
-    python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s]
+    python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s] [--quantize int8]
                                [--rounds 5] [--new 32] [--weight-copies no] [--out docs/results/raw/real_size.json]
 """
 
@@ -112,6 +112,10 @@ def _prompt(vocab: int):
     return torch.randint(0, vocab, (1, PROMPT), generator=torch.Generator().manual_seed(SEED + 1))
 
 
+def _quantize(a) -> str | None:
+    return None if getattr(a, "quantize", "none") in (None, "none") else a.quantize
+
+
 def child_compile(a) -> dict:
     import torch
 
@@ -124,7 +128,7 @@ def child_compile(a) -> dict:
     reset = reset_peak()  # the peak from here on is the compile's (building the model can peak higher: a cast)
     t0 = time.perf_counter()
     cm = egraft.compile(model, device="cpu", max_batch=1, max_length=MAX_LENGTH, budget=a.budget, progress=False,
-                        weight_copies=getattr(a, "weight_copies", "no") == "yes")
+                        weight_copies=getattr(a, "weight_copies", "no") == "yes", quantize=_quantize(a))
     compile_s = time.perf_counter() - t0
     peak = _vm("VmHWM")
     t0 = time.perf_counter()
@@ -133,8 +137,8 @@ def child_compile(a) -> dict:
     size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(a.dir) for f in fs)
     ids = _prompt(MODELS[a.model]["vocab"])
     got = cm.generate(ids, max_new_tokens=a.new, do_sample=False)
-    with torch.no_grad():
-        want = model.generate(ids, max_new_tokens=a.new, do_sample=False)
+    with torch.no_grad():  # (quantised: the quantised model, eager, is the reference)
+        want = (cm.model if _quantize(a) else model).generate(ids, max_new_tokens=a.new, do_sample=False)
     same = got.tolist() == want.tolist()
     first = next((k for k, (x, y) in enumerate(zip(got[0].tolist(), want[0].tolist())) if x != y), None)
     d = cm.generation.describe()
@@ -143,7 +147,7 @@ def child_compile(a) -> dict:
             "peak_over_weights": peak / weights, "save_s": save_s, "artifact_bytes": size,
             "artifact_over_weights": size / weights, "tokens_equal": same, "first_difference": first,
             "programs": d["programs"], "stages_s": d["stages_s"], "memory": d["memory"], "compile_memory": d["compile_memory"],
-            "choices": d["choices"]}
+            "choices": d["choices"], **({"quantization": d["quantization"]} if "quantization" in d else {})}
 
 
 def child_load(a) -> dict:
@@ -221,6 +225,7 @@ def run_child(kind: str, a, directory: str) -> dict:
     return run_script(sys.executable, __file__, ["--child", kind, "--models", a.model, "--dtypes", a.dtype,
                                                  "--budget", a.budget,
                                                  "--weight-copies", getattr(a, "weight_copies", "no"),
+                                                 "--quantize", getattr(a, "quantize", "none"),
                                                  "--rounds", str(a.rounds), "--new",
                                                  str(a.new), "--dir", directory])
 
@@ -247,6 +252,9 @@ def main(argv=None) -> int:
     p.add_argument("--weight-copies", choices=["yes", "no"], default="no",
                    help="egraft.compile's weight_copies (no, its default: every product reads its weight where it "
                         "is stored; yes: column panels, a second copy, where the search finds them faster)")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none",
+                   help="egraft.compile's quantize (int8: weight-only, per output channel; the tokens are checked "
+                        "against the quantised model's, HF eager stays the float model)")
     p.add_argument("--child", choices=["compile", "load"], help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -282,7 +290,8 @@ def measure_rows(a, script: str, argv, extend=None) -> None:
             try:
                 art = os.path.join(d, "artifact")
                 row = {"model": model, "dtype": dtype, "budget": a.budget, "threads": 1,
-                       "weight_copies": getattr(a, "weight_copies", "no") == "yes"}
+                       "weight_copies": getattr(a, "weight_copies", "no") == "yes",
+                       "quantize": getattr(a, "quantize", "none")}
                 row["compile"] = run_child("compile", a, art)
                 ok = "error" not in row["compile"]
                 row["load"] = run_child("load", a, art) if ok else {"error": "no artifact"}
