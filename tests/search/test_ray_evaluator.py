@@ -2,6 +2,7 @@
 
 import math
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -75,21 +76,34 @@ def test_measured_statuses_agree_with_the_local_evaluator(ev):
     assert all(o.time_s > 0 and math.isfinite(o.time_s) for o in got if o.ok)
 
 
+def _kill(actor) -> None:
+    """Kill `actor` and wait until it is dead (``ray.kill`` only asks: a call right after may still reach it)."""
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=5)
+        except Exception:  # noqa: BLE001 - RayActorError (or a timeout): it is gone
+            return
+        time.sleep(0.05)
+    raise AssertionError("a killed Ray actor still answers after 30 s")
+
+
 def test_a_dead_worker_is_replaced_and_a_killer_candidate_fails(ev, monkeypatch):
     task = Task(_graph(), "cpu", "model")
     cands = _cands()[:3]
     want = [o.status for o in ev.run(task, cands, _bounds(cands, task))]  # the actors are up
     for a in ev._actors:  # dead before the batch: the candidates are not to blame
-        ray.kill(a, no_restart=True)
+        _kill(a)
     assert [o.status for o in ev.run(task, cands, _bounds(cands, task))] == want
     born_dead = ev._new_actor
 
     def dead():
         a = born_dead()
-        ray.kill(a, no_restart=True)
+        _kill(a)
         return a
     for a in ev._actors:
-        ray.kill(a, no_restart=True)
+        _kill(a)
     monkeypatch.setattr(ev, "_new_actor", dead)  # every replacement dies too: as if the candidate killed it
     (out,) = ev.run(task, cands[:1], _bounds(cands[:1], task))
     assert out.status == "failed" and "died" in out.message and out.key == cands[0].key
