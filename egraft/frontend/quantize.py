@@ -49,13 +49,12 @@ class QuantizedLinear(torch.nn.Module):
     """``y = (x @ q.T) * s + bias`` in float32 (``x @ (q * s[:, None]).T + bias`` to rounding), ``q`` int8
     ``[out, in]``, ``s`` float32 ``[out]``."""
 
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
         self.in_features, self.out_features = q.shape[1], q.shape[0]
         self.register_buffer("qweight", q)
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
-        self.dtype = dtype  # the model's dtype: the input's and the output's
 
     def dequantized(self) -> torch.Tensor:
         """The float32 weight ``q * s[:, None]`` this layer computes with."""
@@ -112,7 +111,7 @@ def quantize(model: torch.nn.Module, mode: str) -> tuple[torch.nn.Module, dict]:
                 continue
             w, b = found
             q, s = int8_per_channel(w)
-            setattr(parent, name, QuantizedLinear(q, s, b, w.dtype))
+            setattr(parent, name, QuantizedLinear(q, s, b))
             layers += 1
             before += w.numel() * w.element_size()
             after += q.numel() + s.numel() * 4
