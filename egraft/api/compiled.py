@@ -264,7 +264,8 @@ def _isatty(stream) -> bool:
 
 def compile(model, device: str = "cpu", example_inputs=None, backend: str = "auto", budget=None, *,  # noqa: A001
             example_kwargs: dict | None = None, max_batch: int | None = None, max_length: int | None = None,
-            chunks=None, contexts=None, rows=None, quantize: str | None = None, **options) -> CompiledModel:
+            chunks=None, contexts=None, rows=None, quantize: str | None = None, group_size: int | None = None,
+            **options) -> CompiledModel:
     """Compile `model`'s forward pass with egraft; see docs/compile.md.
 
     `example_inputs`: a tensor or a tuple of tensors (and `example_kwargs`,
@@ -289,10 +290,11 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
     decode; ``()``: none), for :meth:`CompiledModel.generate`.
 
     `quantize`: ``"int8"`` compiles the model with its linear layers' weights
-    as int8, one scale per output channel (:mod:`egraft.frontend.quantize`;
-    the model itself is left as it is); the compiled programs equal that
-    quantised model (``cm.model``), the model with each weight replaced by
-    its dequantised values.
+    as int8, one scale per output channel, ``"int4"`` as int4 in groups of
+    `group_size` (32, 64, 128; default 128) input columns, one scale each
+    (:mod:`egraft.frontend.quantize`; the model itself is left as it is); the
+    compiled programs equal that quantised model (``cm.model``), the model
+    with each weight replaced by its dequantised values.
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"egraft.compile takes a torch.nn.Module, got {type(model).__name__}; wrap a function "
@@ -306,11 +308,11 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
         b = get_backend(backend)  # an unknown name raises BackendError listing the known ones
         if dev.kind not in b.devices:
             raise BackendError(f"backend {backend!r} does not run on {str(dev)!r}; it runs on {', '.join(b.devices)}")
-    mode = check_mode(quantize)  # an unknown mode: InputError before any work
+    mode = check_mode(quantize, group_size)  # an unknown mode or group size: InputError before any work
     model.eval()
     quantization = None
     if mode is not None:
-        model, quantization = quantize_model(model, mode)
+        model, quantization = quantize_model(model, mode, group_size)
     cm = CompiledModel(model, config)
     cm.quantization = quantization
     if (max_batch is None) != (max_length is None):

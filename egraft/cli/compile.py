@@ -58,7 +58,7 @@ def compile_model(args, model, inputs, **generation):
     # no spinner here: the search draws its own progress bar on a terminal, and two live displays garble
     with step(f"compiled for {config.device}", spinner=False):
         return egraft_compile(model, example_inputs=inputs, **generation,
-                              quantize=getattr(args, "quantize", None),
+                              quantize=getattr(args, "quantize", None), group_size=getattr(args, "group_size", None),
                               **{f.name: getattr(config, f.name) for f in fields(config)})
 
 
@@ -134,9 +134,13 @@ def add_search_args(p) -> None:
                    help="let a backend also keep a weight in another layout (column panels: a second copy of each "
                         "weight) where the search finds it faster; default: every product reads the weight where "
                         "the model stores it")
-    p.add_argument("--quantize", choices=["int8"], default=None,
+    p.add_argument("--quantize", choices=["int8", "int4"], default=None,
                    help="int8: compile the model with its linear layers' weights as int8, one scale per output "
-                        "channel (weight-only; the compiled program equals that quantised model)")
+                        "channel; int4: as int4, one scale per --group-size input columns (weight-only; the "
+                        "compiled program equals that quantised model)")
+    p.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
+                   help="(--quantize int4) input columns per scale (default 128; it must divide every linear "
+                        "layer's input width)")
 
 
 def add_parsers(verb) -> None:

@@ -1,30 +1,43 @@
-"""Weight-only quantisation: a model's linear layers with int8 weights, as a model egraft traces.
+"""Weight-only quantisation: a model's linear layers with int8 or int4 weights, as a model egraft traces.
 
-``egraft.compile(model, ..., quantize="int8")`` compiles :func:`quantize` of
-the model, never the model itself (which is left as it was).  Each
+``egraft.compile(model, ..., quantize="int8" | "int4")`` compiles :func:`quantize`
+of the model, never the model itself (which is left as it was).  Each
 ``nn.Linear`` (and transformers' ``Conv1D``, GPT-2's linear layer with its
-weight stored ``[in, out]``) becomes a :class:`QuantizedLinear`: the weight
-``W [out, in]`` as int8 values ``q = round(W / s)`` in -127..127 with one
-float32 scale per output channel, ``s[n] = max_k |W[n, k]| / 127``
-(symmetric: no zero point).  The weight's dtype does not matter (a bfloat16
-weight is quantised from its own values).
+weight stored ``[in, out]``) becomes a :class:`QuantizedLinear`.  The
+weight's dtype does not matter (a bfloat16 weight is quantised from its own
+values).  Both modes are symmetric (no zero point):
+
+* ``"int8"``: ``W [out, in]`` as int8 values ``q = round(W / s)`` in
+  -127..127 with one float32 scale per output channel,
+  ``s[n] = max_k |W[n, k]| / 127``.
+* ``"int4"``: group-wise, ``group_size`` (32, 64 or 128; default 128)
+  consecutive input columns of a row share one float32 scale
+  ``s[n, g] = max |W[n, group g]| / 7``, the values ``q`` in -8..7, two to a
+  byte (``qweight [out, in / 2]`` int8: byte ``j`` holds column ``2j`` in
+  bits 0-3 and column ``2j + 1`` in bits 4-7, two's complement).  The layer
+  unpacks them with :func:`unpack_int4` (the custom op ``egraft::unpack_int4``,
+  which egraft traces into the IR's ``Nibble``).
 
 **What the compiled model equals.**  The quantised model is the model with
-each weight replaced by its dequantised values ``q * s`` (float32).  Its
-layer computes ``(x @ q.T) * s + bias`` in float32: the same function as
+each weight replaced by its dequantised values (float32: ``q * s`` per
+channel, ``q * s[n, k // group_size]`` per group).  An int8 layer computes
+``(x @ q.T) * s + bias`` in float32: the same function as
 ``x @ (q * s).T + bias`` (the scale is constant along the sum over ``k``),
 to float32 rounding, and the form a backend can run reading ``q`` itself, a
-quarter of float32's bytes (a bfloat16 or float16 model's input is widened
-first and the output rounded back to its dtype once, as those models' own
-products accumulate in float32).  Every program egraft compiles from it is
-validated against it like any other model.  A model that writes the
-dequantised weight out (``x @ (q * s).T``, as other quantisers' layers do)
-gets the same form from the e-graph: ``rewrites.rules.reductions``'
-``sum-factor-inner`` moves a per-output-channel scale out of the product's
-sum (and never a per-input-channel one).  Running the returned module
-eagerly in PyTorch is the quantised model, the reference a user compares
-the compiled model's tokens against (:meth:`QuantizedLinear.dequantized`
-gives the weight for a plain ``nn.Linear``).
+quarter of float32's bytes.  An int4 layer computes ``x @ W.T + bias`` with
+``W`` its dequantised weight, written out (a group's scale is not constant
+along the whole sum; a backend that reads the packed values applies it per
+group).  A bfloat16 or float16 model's input is widened first and the output
+rounded back to its dtype once, as those models' own products accumulate in
+float32.  Every program egraft compiles from it is validated against it like
+any other model.  A model that writes an int8 layer's dequantised weight out
+(``x @ (q * s).T``, as other quantisers' layers do) gets the same form from
+the e-graph: ``rewrites.rules.reductions``' ``sum-factor-inner`` moves a
+per-output-channel scale out of the product's sum (and never a
+per-input-channel one).  Running the returned module eagerly in PyTorch is
+the quantised model, the reference a user compares the compiled model's
+tokens against (:meth:`QuantizedLinear.dequantized` gives the weight for a
+plain ``nn.Linear``).
 
 The layers a model has that are neither (embedding tables, norms) keep their
 weights; a tied output layer is quantised while the input embedding it
@@ -41,33 +54,75 @@ import torch
 
 from ..errors import InputError
 
-MODES = ("int8",)  # what `quantize=` takes
+MODES = ("int8", "int4")  # what `quantize=` takes
+GROUP_SIZES = (32, 64, 128)  # what `group_size=` takes (int4)
+DEFAULT_GROUP_SIZE = 128
 QMAX = 127  # int8 values are -QMAX..QMAX (symmetric; -128 unused)
+QMAX4 = 7  # int4 scales map a group's largest magnitude to 7 (values -8..7; -8 only by rounding, never)
+
+
+@torch.library.custom_op("egraft::unpack_int4", mutates_args=())
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """``[..., m]`` int8 bytes -> ``[..., 2m]`` int8 values -8..7: bits 0-3 of byte j, then bits 4-7."""
+    wide = packed.to(torch.int32)
+    low, high = (wide << 28) >> 28, (wide << 24) >> 28
+    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], 2 * packed.shape[-1]).to(torch.int8)
+
+
+@unpack_int4.register_fake
+def _(packed):
+    return packed.new_empty((*packed.shape[:-1], 2 * packed.shape[-1]))
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """int values -8..7 ``[..., 2m]`` -> ``[..., m]`` int8 bytes, the inverse of :func:`unpack_int4`."""
+    q = q.to(torch.int32)
+    low, high = q[..., 0::2], q[..., 1::2]
+    byte = (low & 15) | ((high & 15) << 4)
+    return torch.where(byte > 127, byte - 256, byte).to(torch.int8).contiguous()
 
 
 class QuantizedLinear(torch.nn.Module):
-    """``y = (x @ q.T) * s + bias`` in float32 (``x @ (q * s[:, None]).T + bias`` to rounding), ``q`` int8
-    ``[out, in]``, ``s`` float32 ``[out]``."""
+    """A linear layer with quantised weights (the module docstring's two modes).
 
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
+    int8: ``y = (x @ q.T) * s + bias`` in float32, ``q`` int8 ``[out, in]``, ``s`` float32 ``[out]``.
+    int4: ``y = x @ W.T + bias`` in float32, ``W`` the weight dequantised from ``qweight`` (int8 ``[out, in / 2]``,
+    two values a byte) and ``s`` (float32 ``[out, in / group_size]``)."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, group_size: int = 0):
         super().__init__()
-        self.in_features, self.out_features = q.shape[1], q.shape[0]
+        self.group_size = group_size  # 0: int8, one scale per output channel
+        self.out_features = q.shape[0]
+        self.in_features = q.shape[1] * (2 if group_size else 1)
         self.register_buffer("qweight", q)
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
 
+    @property
+    def mode(self) -> str:
+        return "int4" if self.group_size else "int8"
+
     def dequantized(self) -> torch.Tensor:
-        """The float32 weight ``q * s[:, None]`` this layer computes with."""
-        return self.qweight.to(torch.float32) * self.scale[:, None]
+        """The float32 weight ``[out, in]`` this layer computes with."""
+        if not self.group_size:
+            return self.qweight.to(torch.float32) * self.scale[:, None]
+        n, g = self.out_features, self.group_size
+        values = unpack_int4(self.qweight).to(torch.float32).reshape(n, -1, g)
+        return (values * self.scale[:, :, None]).reshape(n, self.in_features)
 
     def forward(self, x):
-        y = torch.nn.functional.linear(x.to(torch.float32), self.qweight.to(torch.float32)) * self.scale
+        x32 = x.to(torch.float32)
+        if self.group_size:
+            y = torch.nn.functional.linear(x32, self.dequantized())
+        else:
+            y = torch.nn.functional.linear(x32, self.qweight.to(torch.float32)) * self.scale
         if self.bias is not None:
             y = y + self.bias
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per output channel"
+        how = f"int4, groups of {self.group_size}" if self.group_size else "int8 per output channel"
+        return f"in_features={self.in_features}, out_features={self.out_features}, {how}"
 
 
 def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,6 +135,18 @@ def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.contiguous(), scale.contiguous()
 
 
+def int4_per_group(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(packed, s)``: symmetric int4 values of an ``[out, in]`` weight, two to a byte (:func:`pack_int4`), and
+    one float32 scale per `group_size` consecutive columns of a row (a group of zeros gets scale 1)."""
+    w = weight.detach().to(torch.float32)
+    n, k = w.shape
+    groups = w.reshape(n, k // group_size, group_size)
+    amax = groups.abs().amax(dim=2)
+    scale = torch.where(amax > 0, amax / QMAX4, torch.ones_like(amax))
+    q = torch.clamp(torch.round(groups / scale[:, :, None]), -8, QMAX4).reshape(n, k)
+    return pack_int4(q), scale.contiguous()
+
+
 def _linear_weight(m: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """An ``[out, in]`` weight and bias when `m` is a linear layer this module quantises."""
     if type(m) is torch.nn.Linear:
@@ -89,18 +156,31 @@ def _linear_weight(m: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | Non
     return None
 
 
-def check_mode(mode) -> str | None:
-    """`mode` if `quantize=` takes it (None: no quantisation); InputError naming the modes otherwise."""
-    if mode is None or mode in MODES:
-        return mode
-    raise InputError(f"quantize={mode!r} is not a quantisation egraft knows; it takes {', '.join(map(repr, MODES))} "
-                     "(weight-only, symmetric per output channel) or None")
+def check_mode(mode, group_size=None) -> str | None:
+    """`mode` if `quantize=` takes it (None: no quantisation) with this `group_size` (int4 only; None: the
+    default); InputError naming what it takes otherwise."""
+    if mode is not None and mode not in MODES:
+        raise InputError(f"quantize={mode!r} is not a quantisation egraft knows; it takes "
+                         f"{', '.join(map(repr, MODES))} (weight-only: int8 per output channel, int4 in groups of "
+                         "group_size input columns) or None")
+    if group_size is not None:
+        if mode != "int4":
+            raise InputError(f"group_size={group_size!r} is for quantize='int4' (int8 has one scale per output "
+                             f"channel); got quantize={mode!r}")
+        if isinstance(group_size, bool) or group_size not in GROUP_SIZES:
+            raise InputError(f"group_size={group_size!r}: int4 groups of {', '.join(map(str, GROUP_SIZES))} input "
+                             "columns are supported")
+    return mode
 
 
-def quantize(model: torch.nn.Module, mode: str) -> tuple[torch.nn.Module, dict]:
+def quantize(model: torch.nn.Module, mode: str, group_size: int | None = None) -> tuple[torch.nn.Module, dict]:
     """A copy of `model` whose linear layers hold `mode` weights (module docstring), and what was done: layers
-    quantised, bytes of their weights before and after."""
-    check_mode(mode)
+    quantised, bytes of their weights before and after.  A layer whose input width `group_size` does not
+    divide: InputError naming it and the group sizes that divide every layer (the model is untouched)."""
+    check_mode(mode, group_size)
+    group = (group_size or DEFAULT_GROUP_SIZE) if mode == "int4" else 0
+    if group:
+        _check_groups(model, group)
     keep = {id(t): t for t in list(model.parameters()) + list(model.buffers())}  # shared, not copied
     out = copy.deepcopy(model, memo=dict(keep))
     layers, before, after = 0, 0, 0
@@ -110,16 +190,33 @@ def quantize(model: torch.nn.Module, mode: str) -> tuple[torch.nn.Module, dict]:
             if found is None:
                 continue
             w, b = found
-            q, s = int8_per_channel(w)
-            setattr(parent, name, QuantizedLinear(q, s, b))
+            q, s = int4_per_group(w, group) if group else int8_per_channel(w)
+            setattr(parent, name, QuantizedLinear(q, s, b, group))
             layers += 1
             before += w.numel() * w.element_size()
             after += q.numel() + s.numel() * 4
     if not layers:
         raise InputError(f"quantize={mode!r}: {type(model).__name__} has no nn.Linear (or transformers Conv1D) "
                          "layer to quantise")
-    return out.eval(), {"mode": mode, "scheme": "symmetric int8, one float32 scale per output channel",
+    scheme = (f"symmetric int4, one float32 scale per {group} input columns of a row, two values a byte" if group
+              else "symmetric int8, one float32 scale per output channel")
+    return out.eval(), {"mode": mode, "scheme": scheme, **({"group_size": group} if group else {}),
                         "layers": layers, "weight_bytes_before": before, "weight_bytes_after": after}
 
 
-__all__ = ["MODES", "QMAX", "QuantizedLinear", "check_mode", "int8_per_channel", "quantize"]
+def _check_groups(model: torch.nn.Module, group: int) -> None:
+    """InputError when `group` does not divide some linear layer's input width (naming it, and the group sizes
+    that divide every one)."""
+    widths = {name: found[0].shape[1] for name, m in model.named_modules()
+              if (found := _linear_weight(m)) is not None}
+    bad = [(name, k) for name, k in widths.items() if k % group]
+    if bad:
+        fits = [g for g in GROUP_SIZES if all(k % g == 0 for k in widths.values())]
+        raise InputError(f"group_size={group} does not divide the input width {bad[0][1]} of layer {bad[0][0]!r}"
+                         f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}; "
+                         + (f"group_size={fits[-1]} divides every layer's input width" if fits else
+                            f"no group size of {GROUP_SIZES} divides every layer's input width: use quantize='int8'"))
+
+
+__all__ = ["DEFAULT_GROUP_SIZE", "GROUP_SIZES", "MODES", "QMAX", "QMAX4", "QuantizedLinear", "check_mode",
+           "int4_per_group", "int8_per_channel", "pack_int4", "quantize", "unpack_int4"]

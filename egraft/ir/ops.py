@@ -289,6 +289,19 @@ def _mod(a, b, *_):
     return np.fmod(a, b)
 
 
+def _nibble(a, pos, *_):
+    """The signed 4-bit field of each int8 in `a`: bits 0-3 where `pos` is even, bits 4-7 where odd (-8..7)."""
+    shift = 28 - 4 * (pos.astype(np.int32) & 1)
+    return ((a.astype(np.int32) << shift) >> 28).astype(np.int8)
+
+
+def _infer_nibble(ts, attrs):
+    _same("Nibble", ts[0], ts[1])
+    if ts[0][1] != "int8":
+        raise IRError(f"Nibble reads packed 4-bit values from int8 bytes, got {ts[0][1]}; Cast to int8 first")
+    return ts[0]
+
+
 def _rounded(x, dtype: str, dt) -> np.ndarray:
     """``x`` converted to ``dtype`` with one rounding, held in the compute dtype ``dt``.
 
@@ -378,6 +391,8 @@ _def(PRIMITIVES, "Recip", "unary", (1,), "", _unary_float("Recip"), _unary(np.re
 _def(PRIMITIVES, "Add", "binary", (2,), "", _binary("Add"), _add, "a+b (bool: or)")
 _def(PRIMITIVES, "Mul", "binary", (2,), "", _binary("Mul"), _mul, "a*b (bool: and)")
 _def(PRIMITIVES, "Mod", "binary", (2,), "", _binary("Mod", allow_bool=False), _mod, "truncated remainder")
+_def(PRIMITIVES, "Nibble", "binary", (2,), "", _infer_nibble, _nibble,
+     "signed 4-bit field of int8 a: low where b is even, high where odd (packed int4 weights)")
 _def(PRIMITIVES, "LessThan", "binary", (2,), "", _binary("LessThan", result="bool"), lambda a, b, *_: a < b, "a<b")
 _def(PRIMITIVES, "Where", "select", (3,), "", _infer_where, lambda c, a, b, *_: np.where(c, a, b), "IEEE-safe select")
 _def(PRIMITIVES, "SumReduce", "reduce", (1,), "axis:int", _infer_reduce("SumReduce", False), _sum_reduce, "sum over one axis")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ..errors import IRError
-from . import dtypes
+from . import dtypes, shapes
 from .tensor_base import TensorBase
 
 
@@ -54,6 +54,17 @@ class Operators:
     def __mod__(self, o):
         """Truncated remainder (C semantics), the IR's Mod."""
         return self._binop("Mod", o)
+
+    def unpack_int4(self):
+        """int8 bytes ``[..., m]`` -> int8 values ``[..., 2m]`` in -8..7: bits 0-3 of byte j, then its bits 4-7 (two's
+        complement; the packed int4 weights of ``egraft.frontend.quantize``).  Each byte is read twice through a
+        stride-0 view and the IR's ``Nibble`` takes the field its position's parity names."""
+        if self.dtype != "int8" or not self.ndim:
+            raise IRError(f"unpack_int4 reads int8 bytes [..., m], got {self.dtype} {self.shape}")
+        pairs = self.shape + (2,)
+        twice = self.view_as_strided(pairs, shapes.contiguous_strides(self.shape) + (0,))
+        pos = self.builder.iota(2, "int8").expand(pairs)  # 0, 1: the low field, then the high
+        return twice._binop("Nibble", pos).reshape(self.shape[:-1] + (2 * self.shape[-1],))
 
     def floor_mod(self, o):
         """Python/torch `%`: the result takes the divisor's sign."""

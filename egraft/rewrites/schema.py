@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass
 
 from ..ir import OPS, Group, Op, dtypes
+from ..errors import IRError
 from ..ir.ops import OpDef
 
 # egglog sorts of attribute values
@@ -122,12 +123,15 @@ def _pattern(sig: Sig) -> tuple[str, list[str], dict[str, str]]:
 def _fixed_dtype(d: OpDef) -> str | None:
     """The result dtype of an elementwise op when it does not follow its operands (LessThan: bool).
 
-    Probed from the op's own type rule with float32 and float64 operands.
+    Probed from the op's own type rule with float32, float64, int32 and int8 operands (those it takes).
     """
     outs = set()
-    for dt in ("float32", "float64"):
+    for dt in ("float32", "float64", "int32", "int8"):
         ts = [((2,), "bool" if d.kind == "select" and k == 0 else dt) for k in range(min(d.arity))]
-        outs.add(d.infer(ts, {})[1])
+        try:
+            outs.add(d.infer(ts, {})[1])
+        except IRError:  # an op defined on some dtypes only (Nibble: int8)
+            continue
     return outs.pop() if len(outs) == 1 else None
 
 

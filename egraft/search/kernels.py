@@ -51,7 +51,7 @@ def itemsize(dtype: str | None) -> int:
 # (a polynomial or an SFU pass plus range reduction), a select or compare one.
 ELEMENTWISE_FLOPS = {
     "Exp2": 4.0, "Log2": 4.0, "Sin": 8.0, "Sqrt": 2.0, "Recip": 2.0,
-    "Add": 1.0, "Mul": 1.0, "Mod": 4.0, "LessThan": 1.0, "Where": 1.0, "Cast": 1.0,
+    "Add": 1.0, "Mul": 1.0, "Mod": 4.0, "Nibble": 3.0, "LessThan": 1.0, "Where": 1.0, "Cast": 1.0,
 }
 # FLOPs per element of each row idiom: softmax max/sub/exp/sum/scale, layer norm
 # mean/centre/square/sum/scale, RMS norm square/sum/scale (per-row rsqrt amortised)

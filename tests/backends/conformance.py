@@ -28,7 +28,8 @@ NUMERIC = ("float32", "float16", "int32", "int64")
 SHAPES = [(7,), (3, 5), (2, 3, 33)]
 
 # input domain per op where the op is not defined (or not well conditioned) on every value
-DOMAIN = {"Log2": "positive", "Sqrt": "positive", "Recip": "positive", "Mod": "divisor"}
+DOMAIN = {"Log2": "positive", "Sqrt": "positive", "Recip": "positive", "Mod": "divisor", "Nibble": "bytes"}
+OWN_DTYPES = {"Nibble": ("int8",)}  # binary ops defined on other dtypes than NUMERIC + bool
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class Distinct:
 
 
 def draw(shape, dt: str, rng: np.random.Generator, domain=None) -> np.ndarray:
-    """A random input: ``positive`` (|x| + 0.5), ``divisor`` (both signs, away from 0), ``wide``
+    """A random input: ``positive`` (|x| + 0.5), ``divisor`` (both signs, away from 0), ``bytes`` (ints over
+    the whole int8 range), ``wide``
     (floats x7 with a +0 and -0, ints in [-50, 50)), an int n (indices in [0, n)), a :class:`Distinct`
     (scatter indices), or None."""
     npdt = dtypes.to_numpy(dt)
@@ -63,6 +65,8 @@ def draw(shape, dt: str, rng: np.random.Generator, domain=None) -> np.ndarray:
         return distinct_index(shape, dt, rng, domain.n, domain.axis)
     if isinstance(domain, int):
         return rng.integers(0, domain, size=shape).astype(npdt)
+    if domain == "bytes":
+        return rng.integers(-128, 128, size=shape).astype(npdt)
     a = random_array(shape, dt, rng)
     if domain == "positive":
         return (np.abs(a.astype(np.float32)) + 0.5).astype(npdt)
@@ -108,7 +112,7 @@ def _unary_cases():
 
 def _binary_cases():
     for op in sorted(Group.BINARY):
-        for dt in NUMERIC + ("bool",):
+        for dt in OWN_DTYPES.get(op, NUMERIC + ("bool",)):
             probe = GraphBuilder()
             x = probe.input("x", (2,), dt)
             if not builds(op, (x, x)):
@@ -123,6 +127,8 @@ def _binary_cases():
             dom = {}
             if DOMAIN.get(op) == "divisor":  # a wide dividend, a non-zero divisor of either sign
                 dom = {**{n: "wide" for n in names}, **{"y" + n[1:]: "divisor" for n in names}}
+            elif DOMAIN.get(op):
+                dom = {p + n[1:]: DOMAIN[op] for n in names for p in "xy"}
             yield Case(f"binary_{op}_{dt}", graph_of(fn), dom)
 
 

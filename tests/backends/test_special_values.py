@@ -83,7 +83,7 @@ GRID_Y = SPECIALS * len(SPECIALS)
 
 
 def _binary_cases():
-    for op in sorted(Group.BINARY):
+    for op in sorted(Group.BINARY - {"Nibble"}):  # (Nibble reads int8 bytes only: no special float values)
         for dt in ("float32", "float16"):
             x, y = _np(GRID_X, dt), _np(GRID_Y, dt)
             yield SCase(f"binary_{op}_{dt}",
@@ -99,6 +99,18 @@ def _where_case():
         return [Tensor.where(xi < yi, xi, yi), Tensor.where(yi < xi, xi * -1.0, -INF)]
     return SCase("where", graph_of(fn), lambda: [x, y],
                  lambda a, c: [torch.where(a < c, a, c), torch.where(c < a, a * -1.0, torch.tensor(-INF))])
+
+
+def _nibble_case():
+    """Nibble's extremes: every int8 byte (-128, -1, 0, 127 among them) with an even and an odd position."""
+    x = np.repeat(np.arange(-128, 128, dtype=np.int8), 2)
+    pos = np.tile(np.array([0, 1], np.int8), 256)
+
+    def torch_nibble(a, p):
+        return [((a.to(torch.int32) << (28 - 4 * (p.to(torch.int32) & 1))) >> 28).to(torch.int8)]
+    return SCase("nibble_int8", graph_of(lambda b: [b.add("Nibble", (b.input("x", x.shape, "int8"),
+                                                                     b.input("p", x.shape, "int8")))]),
+                 lambda: [x, pos], torch_nibble)
 
 
 CASTS = [("float32", "float16"), ("float16", "float32"), ("float32", "bool"), ("float32", "bfloat16")]
@@ -224,7 +236,7 @@ def _attention_case(causal):
 
 
 def cases() -> list[SCase]:
-    return [*_unary_cases(), *_binary_cases(), _where_case(), *_cast_cases(), _movement_case(), _scatter_case(), *_reduce_cases(),
+    return [*_unary_cases(), *_binary_cases(), _where_case(), _nibble_case(), *_cast_cases(), _movement_case(), _scatter_case(), *_reduce_cases(),
             *_row_cases(), _matmul_case(), _attention_case(False), _attention_case(True)]
 
 
@@ -298,7 +310,7 @@ def test_every_op_has_a_special_value_case():
     missing = sorted((Group.UNARY | Group.BINARY | Group.SELECT | Group.REDUCE | Group.ROW_IDIOM | Group.CONTRACTION
                       | Group.ATTENTION | Group.TYPE) - used)
     assert not missing, f"no special-value case uses {missing}"
-    assert set(TORCH_UNARY) == Group.UNARY and set(TORCH_BINARY) == Group.BINARY
+    assert set(TORCH_UNARY) == Group.UNARY and set(TORCH_BINARY) == Group.BINARY - {"Nibble"}  # (its own case)
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)

@@ -127,3 +127,77 @@ def test_a_written_out_dequantisation_has_its_scale_moved_out_of_the_product():
     assert not formed, formed
     ex = next(iter(cm.executables.values()))
     assert not [a for a in ex._host if provenance(a) is not None and a.size >= 64 * 128]
+
+
+# --- int4: group-wise, two values a byte ---------------------------------------------------------------------
+def test_int4_packing_round_trips_every_byte_and_matches_the_ir_nibble():
+    from egraft.frontend.quantize import pack_int4, unpack_int4
+    from egraft.ir import GraphBuilder, evaluate
+
+    every = torch.arange(-128, 128, dtype=torch.int8).reshape(4, 64)
+    values = unpack_int4(every)
+    assert values.shape == (4, 128) and int(values.min()) == -8 and int(values.max()) == 7
+    assert torch.equal(pack_int4(values), every)
+    u = every.to(torch.int32) & 255  # bits 0-3 then 4-7, two's complement
+    assert torch.equal(values[:, 0::2].to(torch.int32), ((u & 15) ^ 8) - 8)
+    assert torch.equal(values[:, 1::2].to(torch.int32), ((u >> 4) ^ 8) - 8)
+    b = GraphBuilder()
+    g = b.build([b.input("p", (4, 64), "int8").unpack_int4()])
+    assert np.array_equal(evaluate(g, [every.numpy()])[0], values.numpy())
+
+
+@pytest.mark.parametrize("group", [32, 64])
+def test_int4_per_group_rounds_each_group_to_its_own_scale(group):
+    from egraft.frontend.quantize import QMAX4, int4_per_group, unpack_int4
+
+    seed = fresh_seed()
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(12, 128, generator=g) * torch.logspace(-3, 2, 128)[None, :]  # groups of very different sizes
+    w[3, :group] = 0.0
+    packed, s = int4_per_group(w, group)
+    assert packed.dtype == torch.int8 and packed.shape == (12, 64) and s.shape == (12, 128 // group)
+    q = unpack_int4(packed).float().reshape(12, -1, group)
+    assert s[3, 0] == 1.0 and q[3, 0].eq(0).all()
+    assert int(q.abs().max()) == QMAX4
+    err = (q * s[:, :, None] - w.reshape(12, -1, group)).abs()
+    assert bool((err <= s[:, :, None] * 0.5 * (1 + 1e-6)).all()), f"seed={seed}: rounding beyond half a step"
+
+
+def test_int4_quantised_layers_compute_with_their_dequantised_weights():
+    m = _mlp()
+    qm, info = quantize(m, "int4", group_size=32)
+    assert info["mode"] == "int4" and info["group_size"] == 32 and info["layers"] == 2
+    assert info["weight_bytes_after"] < info["weight_bytes_before"] / 6, info  # 4 + 32 / 32 bits a weight
+    assert qm[0].qweight.shape == (256, 32) and qm[0].scale.shape == (256, 2) and qm[0].in_features == 64
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(x, qm[0].dequantized(), qm[0].bias)
+        assert torch.allclose(qm[0](x), want, rtol=1e-6, atol=1e-6)
+        assert (qm(x) - m(x)).abs().max() < 0.5  # and near the model (int4: a coarser step)
+
+
+def test_bad_int4_requests_name_what_was_wrong():
+    import egraft
+
+    with pytest.raises(InputError, match=r"group_size=48.*32, 64, 128"):
+        egraft.compile(_mlp(), quantize="int4", group_size=48)
+    with pytest.raises(InputError, match=r"group_size=.*is for quantize='int4'"):
+        egraft.compile(_mlp(), quantize="int8", group_size=32)
+    odd = torch.nn.Sequential(torch.nn.Linear(96, 64), torch.nn.Linear(64, 8)).eval()
+    with pytest.raises(InputError, match=r"group_size=128 does not divide the input width 96 of layer '0'.*"
+                                         r"group_size=32 divides"):
+        egraft.compile(odd, quantize="int4")
+    assert type(odd[0]) is torch.nn.Linear
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_compiled_int4_model_equals_the_quantised_model(backend):
+    import egraft
+
+    m = _mlp()
+    x = torch.randn(2, 64)
+    cm = egraft.compile(m, example_inputs=(x,), backend=backend, budget="2s", quantize="int4", group_size=64,
+                        cache=False, fitness="model", progress=False)
+    with torch.no_grad():
+        want = cm.model(x)
+    assert torch.allclose(cm(x), want, rtol=1e-4, atol=1e-4)

@@ -1,5 +1,5 @@
-"""``egraft.compile(..., quantize="int8")`` of a causal LM: greedy tokens equal the quantised model's (the model
-with its weights dequantised, run by transformers) on the GPT-2, Llama and Qwen2 families, compiled and loaded
+"""``egraft.compile(..., quantize="int8" | "int4")`` of a causal LM: greedy tokens equal the quantised model's (the
+model with its weights dequantised, run by transformers) on the GPT-2, Llama and Qwen2 families, compiled and loaded
 from a saved artifact, which records the quantisation."""
 
 from __future__ import annotations
@@ -31,24 +31,30 @@ def _dequantized_copy(model, quantized):
     return plain.eval()
 
 
+MODES = {"int8": {}, "int4": {"group_size": 32}}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("family", ["gpt2", "llama", "qwen2"])
-def test_int8_generation_gives_the_dequantised_models_tokens_compiled_and_loaded(family, search_cache, tmp_path):
+def test_quantised_generation_gives_the_dequantised_models_tokens_compiled_and_loaded(family, mode, search_cache,
+                                                                                       tmp_path):
     import egraft
 
     model = tiny_family(family)
     cm = egraft.compile(model, device="cpu", backend="jax", budget="1s", max_batch=2, max_length=64, chunks=(1, 4),
-                        contexts=(), quantize="int8", cache=search_cache, progress=False)
+                        contexts=(), quantize=mode, **MODES[mode], cache=search_cache, progress=False)
     ids, mask = left_padded([6, 3], seed=11, vocab=VOCAB)
     want = reference(_dequantized_copy(model, cm.model), ids, mask, **KW)
     assert torch.equal(reference(cm.model, ids, mask, **KW), want), "the quantised module is not its dequantisation"
     assert torch.equal(cm.generate(ids, attention_mask=mask, **KW), want)
     described = cm.generation.describe()["quantization"]
-    assert described["mode"] == "int8" and described["layers"] >= 5
+    assert described["mode"] == mode and described["layers"] >= 5 and described.get("group_size") == MODES[mode].get(
+        "group_size")
     path = cm.save(str(tmp_path / "art"))
     with open(os.path.join(path, "generation.json")) as f:
         assert json.load(f)["compiled"]["quantization"] == described
     loaded = egraft.load(path)
     assert torch.equal(loaded.generate(ids, attention_mask=mask, **KW), want)
-    # the artifact holds the int8 values (plus float tables the model keeps), not float32 copies of them
+    # the artifact holds the quantised values (plus float tables the model keeps), not float32 copies of them
     weights = sum(t.numel() * t.element_size() for t in model.parameters())
-    assert os.path.getsize(os.path.join(path, "weights.safetensors")) < 0.75 * weights
+    assert os.path.getsize(os.path.join(path, "weights.safetensors")) < (0.75 if mode == "int8" else 0.6) * weights

@@ -66,6 +66,12 @@ def _mod(ctx, node, a, b):
     return lax.rem(compute_f32(a), compute_f32(b))  # truncated remainder, the IR's Mod
 
 
+def _nibble(ctx, node, a, pos):
+    """The IR's Nibble: bits 0-3 (pos even) or 4-7 (pos odd) of int8 `a`, sign-extended."""
+    shift = 28 - 4 * jnp.bitwise_and(pos.astype(jnp.int32), 1)
+    return lax.shift_right_arithmetic(lax.shift_left(a.astype(jnp.int32), shift), 28).astype(jnp.int8)
+
+
 def _less(ctx, node, a, b):
     return lax.lt(a, b)
 
@@ -208,6 +214,7 @@ RULES: dict[str, Callable[..., Any]] = {
     "Add": _add,
     "Mul": _mul,
     "Mod": _mod,
+    "Nibble": _nibble,
     "LessThan": _less,
     "Where": _where,
     "SumReduce": _sum,

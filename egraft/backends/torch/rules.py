@@ -50,6 +50,17 @@ def _binary(op, bool_op=None) -> Callable:
     return rule
 
 
+def _nibble(ctx: Emitter, node, a, pos):
+    """The IR's Nibble: bits 0-3 (pos even) or 4-7 (pos odd) of int8 `a`, sign-extended, through int32."""
+    wide = ctx.call(aten._to_copy.default, (a,), "int32", dtype=torch.int32)
+    odd = ctx.call(aten.bitwise_and.Scalar, (ctx.call(aten._to_copy.default, (pos,), "int32", dtype=torch.int32), 1),
+                   "int32")
+    shift = ctx.call(aten.rsub.Scalar, (ctx.call(aten.mul.Scalar, (odd, 4), "int32"), 28), "int32")
+    up = ctx.call(aten.bitwise_left_shift.Tensor, (wide, shift), "int32")
+    down = ctx.call(aten.bitwise_right_shift.Tensor_Scalar, (up, 28), "int32")
+    return ctx.call(aten._to_copy.default, (down,), "int8", dtype=torch.int8)
+
+
 def _less(ctx: Emitter, node, a, b):
     return ctx.call(aten.lt.Tensor, (a, b), "bool")  # exact in any dtype: no widening needed
 
@@ -214,6 +225,7 @@ RULES: dict[str, Callable[..., Any]] = {
     "Add": _binary(aten.add.Tensor, aten.logical_or.default),
     "Mul": _binary(aten.mul.Tensor, aten.logical_and.default),
     "Mod": _binary(aten.fmod.Tensor),  # truncated remainder, the IR's Mod
+    "Nibble": _nibble,
     "LessThan": _less,
     "Where": _where,
     "SumReduce": _sum,

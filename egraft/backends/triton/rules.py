@@ -45,6 +45,8 @@ _BINARY = {
     # Triton's % is the truncated (C) remainder for ints, as the IR's Mod is (floats: _FLOAT_MOD)
     ("Mod", False): "{0} % {1}",
     ("LessThan", False): "{0} < {1}",
+    # the IR's Nibble: bits 0-3 (b even) or 4-7 (b odd) of int8 a, sign-extended (>> on a signed int is arithmetic)
+    ("Nibble", False): "((({0}.to(tl.int32) << (28 - 4 * ({1}.to(tl.int32) & 1))) >> 28).to(tl.int8))",
     # i1 compares as signed (True = -1): compare bools as int32
     ("LessThan", True): "{0}.to(tl.int32) < {1}.to(tl.int32)",
 }

@@ -5,7 +5,8 @@
 from the per-family modules below.  ``egraft.frontend.tracer`` drives them.
 """
 
-from . import activations, creation, elementwise, index, inverse_trig, linalg, movement, nn, reduce, sort  # noqa: F401  (fill the table)
+from . import (activations, creation, elementwise, index, inverse_trig, linalg, movement, nn, quantized,  # noqa: F401
+               reduce, sort)  # (fill the table)
 from .table import LOWERINGS, UNSUPPORTED_HINTS, Ctx, Missing, Rule, lookup, lowering, op_name
 
 __all__ = ["LOWERINGS", "UNSUPPORTED_HINTS", "Ctx", "Missing", "Rule", "lookup", "lowering", "op_name"]
