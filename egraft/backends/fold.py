@@ -15,6 +15,7 @@ it: its dequantise stays in the per-call program, so the weight stays packed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,9 +69,9 @@ def plan(graph: Graph, widen: bool = True, grow: bool = True) -> FoldPlan:
             needed.add(o)
     for j in needed:
         b = base(j)
-        if not widen and _widens(graph, b):
+        if not widen and _widening(graph, b):
             continue
-        if not grow and not _widens(graph, b) and _grows(graph, b):
+        if not grow and not _widening(graph, b) and _grows(graph, b):
             continue
         if graph.nodes[b].op not in (Op.Input, Op.Constant) and foldable[b] and b not in seen:
             seen.add(b)
@@ -118,17 +119,20 @@ def _grows(graph: Graph, i: int) -> bool:
 
 @dataclass(frozen=True)
 class Widened:
-    """A folded value that is a 2-D weight widened to float32, as stored or through its plain transpose."""
+    """A folded value that is a 2-D weight widened to float32, as stored or through its plain transpose; or
+    (dtype ``"int4"``) the dequantised ``[N, G, group]`` form of packed int4 values and their scales."""
 
-    source: str  # the weight's name
-    dtype: str  # its stored dtype
+    source: str  # the weight's name (int4: the packed bytes [N, K / 2])
+    dtype: str  # its stored dtype ("int4": packed, egraft.frontend.quantize's layout)
     transposed: bool  # the folded value is the weight's transpose
+    scales: str = ""  # (int4) the scales' weight [N, K / group]
+    group: int = 0  # (int4) values of k per scale
 
 
 def widened(p: FoldPlan) -> dict[str, Widened]:
-    """The folded values that are ``Cast(W)`` or ``Cast(transpose(W))`` to float32 of a 2-D weight ``W``
-    (name -> :class:`Widened`): a backend that reads the stored weight itself (a product that widens it in
-    registers) need not make the float32 copy."""
+    """The folded values that are ``Cast(W)`` or ``Cast(transpose(W))`` to float32 of a 2-D weight ``W``, or
+    that dequantise packed int4 values (:func:`_dequantizes`) (name -> :class:`Widened`): a backend that reads
+    the stored weight itself (a product that widens it in registers) need not make the float32 copy."""
     if p.fold is None:
         return {}
     g = p.fold
@@ -137,7 +141,72 @@ def widened(p: FoldPlan) -> dict[str, Widened]:
         found = _widens(g, o)
         if found is not None:
             out[name] = Widened(found[0], g.nodes[g.nodes[o].inputs[0]].dtype, found[1])
+        elif (int4 := _dequantizes(g, o)) is not None:
+            out[name] = Widened(int4[0], "int4", False, int4[1], int4[2])
     return out
+
+
+def _widening(g: Graph, i: int) -> bool:
+    """Node `i` only widens a stored weight (:func:`_widens`, :func:`_dequantizes`)."""
+    return _widens(g, i) is not None or _dequantizes(g, i) is not None
+
+
+def _dequantizes(g: Graph, i: int) -> tuple[str, str, int] | None:
+    """(packed, scales, group) when node `i` is the dequantised form ``[N, G, group]`` of an int4 layer
+    (``egraft.frontend.quantize``): ``Cast(unpack_int4(P)) * S`` with ``P`` int8 bytes ``[N, K / 2]`` (read
+    through the ``Nibble`` form of ``Tensor.unpack_int4``; reshapes and the cast in either order) and the scales
+    ``S [N, G]`` float32 broadcast along each group."""
+    n = g.nodes[i]
+    if n.op != Op.Mul or n.dtype != "float32" or len(n.shape) != 3:
+        return None
+    rows, groups, group = n.shape
+    for a, b in (n.inputs, n.inputs[::-1]):
+        scale = _broadcast_scales(g, b, n.shape)
+        packed = _unpacked(g, a, rows, groups * group)
+        if scale is not None and packed is not None:
+            return packed, scale, group
+    return None
+
+
+def _broadcast_scales(g: Graph, i: int, shape) -> str | None:
+    """The weight ``S [N, G]`` float32 when node `i` is it viewed as ``[N, G, group]`` (stride 0 along a group)."""
+    n = g.nodes[i]
+    if n.op != Op.View or n.attrs["offset"] != 0:
+        return None
+    src = g.nodes[n.inputs[0]]
+    ok = (src.op == Op.Input and src.attrs["role"] == "weight" and src.dtype == "float32"
+          and tuple(src.shape) == tuple(shape[:2]) and tuple(n.attrs["strides"]) == (shape[1], 1, 0))
+    return src.attrs["name"] if ok else None
+
+
+def _unpacked(g: Graph, i: int, rows: int, k: int) -> str | None:
+    """The packed weight ``P [rows, k / 2]`` int8 when node `i` is ``Cast(unpack_int4(P))`` to float32 through
+    contiguous reshapes (``Tensor.unpack_int4``'s views and ``Nibble``)."""
+    from ..ir.shapes import contiguous_strides
+
+    cast = False
+    n = g.nodes[i]
+    while n.op in (Op.View, Op.Cast):
+        if n.op == Op.View and (n.attrs["offset"] != 0 or any(
+                d != 1 and s != c for d, s, c in zip(n.shape, n.attrs["strides"], contiguous_strides(n.shape)))):
+            return None  # (not a reshape of the whole)
+        if n.op == Op.View and math.prod(n.shape) != math.prod(g.nodes[n.inputs[0]].shape):
+            return None
+        if n.op == Op.Cast:
+            if cast or n.dtype != "float32" or g.nodes[n.inputs[0]].dtype != "int8":
+                return None
+            cast = True
+        n = g.nodes[n.inputs[0]]
+    if n.op != Op.Nibble or not cast or tuple(n.shape) != (rows, k // 32, 2, 16):
+        return None
+    bytes_, pos = (g.nodes[j] for j in n.inputs)
+    if bytes_.op != Op.View or pos.op != Op.View or bytes_.attrs["offset"] or pos.attrs["offset"]:
+        return None
+    src, iota = g.nodes[bytes_.inputs[0]], g.nodes[pos.inputs[0]]
+    ok = (src.op == Op.Input and src.attrs["role"] == "weight" and src.dtype == "int8"
+          and tuple(src.shape) == (rows, k // 2) and tuple(bytes_.attrs["strides"]) == (k // 2, 16, 0, 1)
+          and iota.op == Op.Iota and iota.attrs["n"] == 2 and tuple(pos.attrs["strides"]) == (0, 0, 1, 0))
+    return src.attrs["name"] if ok else None
 
 
 def _widens(g: Graph, i: int) -> tuple[str, bool] | None:

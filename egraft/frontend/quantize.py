@@ -13,10 +13,12 @@ values).  Both modes are symmetric (no zero point):
 * ``"int4"``: group-wise, ``group_size`` (32, 64 or 128; default 128)
   consecutive input columns of a row share one float32 scale
   ``s[n, g] = max |W[n, group g]| / 7``, the values ``q`` in -8..7, two to a
-  byte (``qweight [out, in / 2]`` int8: byte ``j`` holds column ``2j`` in
-  bits 0-3 and column ``2j + 1`` in bits 4-7, two's complement).  The layer
-  unpacks them with :func:`unpack_int4` (the custom op ``egraft::unpack_int4``,
-  which egraft traces into the IR's ``Nibble``).
+  byte in blocks of 32 columns (``qweight [out, in / 2]`` int8: byte ``j``
+  of a block's 16 holds its column ``j`` in bits 0-3 and column ``16 + j``
+  in bits 4-7, two's complement; the layout llama.cpp's Q4_0 uses, so a
+  block's 16 bytes widen to 32 values in two vectors without a shuffle).
+  The layer unpacks them with :func:`unpack_int4` (the custom op
+  ``egraft::unpack_int4``, which egraft traces into the IR's ``Nibble``).
 
 **What the compiled model equals.**  The quantised model is the model with
 each weight replaced by its dequantised values (float32: ``q * s`` per
@@ -61,12 +63,16 @@ QMAX = 127  # int8 values are -QMAX..QMAX (symmetric; -128 unused)
 QMAX4 = 7  # int4 scales map a group's largest magnitude to 7 (values -8..7; -8 only by rounding, never)
 
 
+BLOCK = 32  # int4 columns packed together: 16 bytes, low fields first
+
+
 @torch.library.custom_op("egraft::unpack_int4", mutates_args=())
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
-    """``[..., m]`` int8 bytes -> ``[..., 2m]`` int8 values -8..7: bits 0-3 of byte j, then bits 4-7."""
-    wide = packed.to(torch.int32)
+    """``[..., m]`` int8 bytes (16 divides m) -> ``[..., 2m]`` int8 values -8..7: in each block of 16 bytes, bits
+    0-3 of each byte, then bits 4-7 of each."""
+    wide = packed.to(torch.int32).reshape(*packed.shape[:-1], -1, 1, BLOCK // 2)
     low, high = (wide << 28) >> 28, (wide << 24) >> 28
-    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], 2 * packed.shape[-1]).to(torch.int8)
+    return torch.cat((low, high), dim=-2).reshape(*packed.shape[:-1], 2 * packed.shape[-1]).to(torch.int8)
 
 
 @unpack_int4.register_fake
@@ -75,10 +81,10 @@ def _(packed):
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:
-    """int values -8..7 ``[..., 2m]`` -> ``[..., m]`` int8 bytes, the inverse of :func:`unpack_int4`."""
-    q = q.to(torch.int32)
-    low, high = q[..., 0::2], q[..., 1::2]
-    byte = (low & 15) | ((high & 15) << 4)
+    """int values -8..7 ``[..., 2m]`` (32 divides 2m) -> ``[..., m]`` int8 bytes, the inverse of :func:`unpack_int4`."""
+    q = q.to(torch.int32).reshape(*q.shape[:-1], -1, 2, BLOCK // 2)
+    low, high = q[..., 0, :], q[..., 1, :]
+    byte = ((low & 15) | ((high & 15) << 4)).reshape(*q.shape[:-3], -1)
     return torch.where(byte > 127, byte - 256, byte).to(torch.int8).contiguous()
 
 
@@ -218,5 +224,5 @@ def _check_groups(model: torch.nn.Module, group: int) -> None:
                             f"no group size of {GROUP_SIZES} divides every layer's input width: use quantize='int8'"))
 
 
-__all__ = ["DEFAULT_GROUP_SIZE", "GROUP_SIZES", "MODES", "QMAX", "QMAX4", "QuantizedLinear", "check_mode",
+__all__ = ["BLOCK", "DEFAULT_GROUP_SIZE", "GROUP_SIZES", "MODES", "QMAX", "QMAX4", "QuantizedLinear", "check_mode",
            "int4_per_group", "int8_per_channel", "pack_int4", "quantize", "unpack_int4"]

@@ -56,15 +56,17 @@ class Operators:
         return self._binop("Mod", o)
 
     def unpack_int4(self):
-        """int8 bytes ``[..., m]`` -> int8 values ``[..., 2m]`` in -8..7: bits 0-3 of byte j, then its bits 4-7 (two's
-        complement; the packed int4 weights of ``egraft.frontend.quantize``).  Each byte is read twice through a
-        stride-0 view and the IR's ``Nibble`` takes the field its position's parity names."""
-        if self.dtype != "int8" or not self.ndim:
-            raise IRError(f"unpack_int4 reads int8 bytes [..., m], got {self.dtype} {self.shape}")
-        pairs = self.shape + (2,)
-        twice = self.view_as_strided(pairs, shapes.contiguous_strides(self.shape) + (0,))
-        pos = self.builder.iota(2, "int8").expand(pairs)  # 0, 1: the low field, then the high
-        return twice._binop("Nibble", pos).reshape(self.shape[:-1] + (2 * self.shape[-1],))
+        """int8 bytes ``[..., m]`` (16 divides m) -> int8 values ``[..., 2m]`` in -8..7: in each block of 16 bytes,
+        bits 0-3 of each byte, then bits 4-7 of each (two's complement; the packed int4 weights of
+        ``egraft.frontend.quantize``).  Each byte is read twice through a stride-0 view and the IR's ``Nibble``
+        takes the field its position's parity names."""
+        if self.dtype != "int8" or not self.ndim or self.shape[-1] % 16:
+            raise IRError(f"unpack_int4 reads int8 bytes [..., m] in blocks of 16, got {self.dtype} {self.shape}")
+        lead, m = self.shape[:-1], self.shape[-1]
+        blocks = lead + (m // 16, 2, 16)
+        twice = self.view_as_strided(blocks, shapes.contiguous_strides(self.shape)[:-1] + (16, 0, 1))
+        pos = self.builder.iota(2, "int8").view_as_strided(blocks, (0,) * (len(lead) + 1) + (1, 0))  # low, high
+        return twice._binop("Nibble", pos).reshape(lead + (2 * m,))
 
     def floor_mod(self, o):
         """Python/torch `%`: the result takes the divisor's sign."""

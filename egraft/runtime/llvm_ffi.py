@@ -20,7 +20,7 @@ from ..errors import BackendError
 MAX_THREADS = 8  # threads of XLA's pool one product is shared among (at most one per panel)
 
 # Sharing a product with XLA's CPU thread pool (the FFI's ThreadPool_Schedule).  A job on the heap holds
-# {x, panels, out, next panel, panels done, references}.  The handler schedules helper tasks on XLA's pool and
+# {x, panels, out, next panel, panels done, references, scales}.  The handler schedules helper tasks on XLA's pool and
 # then claims panels itself; a helper claims panels until none is left.  The caller waits only for panels that
 # were claimed (they are being computed by a running thread), never for a helper to start: a helper that starts
 # late (its pool busy with other work, or one thread) finds nothing left, so no schedule can deadlock.  The last
@@ -34,6 +34,7 @@ entry:
 {load:x:ptr %job 0}
 {load:w:ptr %job 8}
 {load:o:ptr %job 16}
+{load:sc:ptr %job 48}
   %nextp = getelementptr i8, ptr %job, i64 24
   %donep = getelementptr i8, ptr %job, i64 32
   br label %claim
@@ -42,7 +43,7 @@ claim:
   %left = icmp ult i64 %p, {panels}
   br i1 %left, label %run, label %out
 run:
-  call void @panel(ptr %x, ptr %w, ptr %o, i64 %p)
+  call void @panel(ptr %x, ptr %w, ptr %o, ptr %sc, i64 %p)
   %d = atomicrmw add ptr %donep, i64 1 seq_cst
   br label %claim
 out:
@@ -120,6 +121,7 @@ run:
 {load:x:ptr %b0 24}
 {load:w:ptr %b1 24}
 {load:o:ptr %r0 24}
+{scales}
   %api = load ptr, ptr %frame_api
 {load:ctx:ptr %frame 24}
   %apisize = load i64, ptr %api
@@ -144,14 +146,14 @@ threads:
   %par = icmp ugt i64 %n, 1
   br i1 %par, label %shared, label %direct
 direct:
-  call void @product(ptr %x, ptr %w, ptr %o)
+  call void @product(ptr %x, ptr %w, ptr %o, ptr %s)
   ret ptr null
 shared:
-  %job = call ptr @malloc(i64 48)
+  %job = call ptr @malloc(i64 56)
   %nojob = icmp eq ptr %job, null
   br i1 %nojob, label %direct, label %fill
 fill:
-{fields:job:0 ptr %x|8 ptr %w|16 ptr %o|24 i64 0|32 i64 0|40 i64 %n}
+{fields:job:0 ptr %x|8 ptr %w|16 ptr %o|24 i64 0|32 i64 0|40 i64 %n|48 ptr %s}
   %donep = getelementptr i8, ptr %job, i64 32
   %sa = alloca [5 x i64]
 {load:sf:ptr %api 136}
@@ -215,11 +217,19 @@ def _fields(match: re.Match) -> str:
     return "\n".join(out)
 
 
-def module(product: str, panels: int) -> str:
+# the third operand's data (int4 scales), or none
+SCALES = """  %b2p = getelementptr ptr, ptr %args, i64 2
+  %b2 = load ptr, ptr %b2p
+{load:s:ptr %b2 24}"""
+NO_SCALES = "  %s = getelementptr i8, ptr null, i64 0"
+
+
+def module(product: str, panels: int, scales: bool = False) -> str:
     """The whole LLVM module: `product` (which ends with :data:`SHARED`) and the XLA FFI handler of a product
-    of `panels` panels, the shorthands expanded."""
+    of `panels` panels (taking a third operand, int4 scales, when `scales`), the shorthands expanded."""
     major, minor = _ffi_version()
     text = product + HANDLER.replace("{major}", str(major)).replace("{minor}", str(minor))
+    text = text.replace("{scales}", SCALES if scales else NO_SCALES)
     text = re.sub(r"\{fields:(\w+):([^}]*)\}", _fields, text)
     text = re.sub(r"\{load:(\w+):([^}]*)\}", _load, text)
     return text.replace("{panels}", str(panels)).replace("{max_threads}", str(MAX_THREADS))

@@ -75,7 +75,7 @@ def _product(spec: KernelSpec) -> str:
     return f"""declare <{w} x float> @llvm.fma.v{w}f32(<{w} x float>, <{w} x float>, <{w} x float>)
 {blocks}
 
-define internal void @panel(ptr noalias %x, ptr noalias %panels, ptr noalias %out, i64 %p) {{
+define internal void @panel(ptr noalias %x, ptr noalias %panels, ptr noalias %out, ptr noalias %s, i64 %p) {{
 entry:
   %po = mul i64 %p, {k * w}
   %pp = getelementptr {elem}, ptr %panels, i64 %po
@@ -88,7 +88,7 @@ entry:
 
 def module_ir(spec: KernelSpec) -> str:
     """The whole LLVM module for `spec`: the product and its XLA FFI handler (``runtime.llvm_ffi``)."""
-    return module(_product(spec), spec.panels)
+    return module(_product(spec), spec.panels, scales=bool(spec.group))
 
 
 __all__ = ["KernelSpec", "LAYOUTS", "MAX_THREADS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "module_ir"]

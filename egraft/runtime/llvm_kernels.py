@@ -157,9 +157,11 @@ def _compile(spec: KernelSpec):
 
 
 def compiled(spec: KernelSpec):
-    """``product(x, panels, out)`` for `spec` as a ctypes function of three addresses (tests, benchmarks)."""
-    return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+    """``product(x, panels, out, scales=None)`` for `spec` as a function of addresses (tests, benchmarks;
+    `scales`: an int4 product's)."""
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
         _made(spec).engine.get_function_address("product"))
+    return lambda x, panels, out, scales=None: fn(x, panels, out, scales)
 
 
 def _made(spec: KernelSpec) -> _Made:
@@ -183,14 +185,16 @@ def ensure(spec: KernelSpec) -> str:
     return spec.name
 
 
-def call(spec: KernelSpec, x, panels):
+def call(spec: KernelSpec, x, panels, scales=None):
     """Inside a traced JAX function: ``x [rows, k] float32`` times `panels` ``[panels, k, width]`` of the spec's
-    dtype, as ``[rows, panels * width]`` float32 through the registered kernel."""
+    dtype (int4: the packed rows, and their `scales`), as ``[rows, panels * width]`` float32 through the
+    registered kernel."""
     import jax
     import jax.numpy as jnp
 
     name = ensure(spec)
-    return jax.ffi.ffi_call(name, jax.ShapeDtypeStruct((spec.rows, spec.panels * spec.width), jnp.float32))(x, panels)
+    out = jax.ShapeDtypeStruct((spec.rows, spec.panels * spec.width), jnp.float32)
+    return jax.ffi.ffi_call(name, out)(x, panels, *(() if scales is None else (scales,)))
 
 
 __all__ = ["KernelSpec", "WIDEN", "WIDTHS", "available", "call", "compiled", "ensure", "module_ir"]

@@ -13,6 +13,11 @@ Three forms, by the rows of x (``runtime.llvm_spec`` holds the spec and the piec
   sequential streams), each dotted with every row of x, one accumulator a
   pair, the lane sums of a block's accumulators made together.
 
+Packed int4 weights (two values a byte in blocks of 32: a block's 16 bytes hold its first 16 values in bits
+0-3, the next 16 in bits 4-7; one float32 scale per ``group`` values of k) take the one-row form and the dots,
+32 values of k a step: each block is loaded once, its two halves sign-extended and widened, and both multiplied
+by their group's scale (dequantised in registers) before the products (:func:`_int4_loads`).
+
 Tiles are faster where their rows do not evict one another (k = 896, 4864:
 120-202 GF/s against the dots' 86-195); a tile's rows are k apart, and when
 that stride is a multiple of 4 KB all sixteen fall in one L1 set, which is
@@ -31,12 +36,40 @@ def rows_product(spec: KernelSpec) -> str:
     """``@panel`` and ``@product`` for a weight read where it is stored (the module docstring's three forms)."""
     if spec.rows == 1:
         return _rows_product(spec)
-    return _dots_product(spec) if _tiles_alias(spec) else _tile_product(spec)
+    return _dots_product(spec) if spec.group or _tiles_alias(spec) else _tile_product(spec)
 
 
 def _unroll(spec: KernelSpec) -> int:
-    """(layout "rows", one row of x) vectors of k per step: up to four independent accumulators."""
-    return next(u for u in (4, 2, 1) if spec.k % (VEC * u) == 0)
+    """(layout "rows", one row of x) vectors of k per step: up to four independent accumulators (int4: an even
+    number, the two halves of a block)."""
+    return next(u for u in ((4, 2) if spec.group else (4, 2, 1)) if spec.k % (VEC * u) == 0)
+
+
+def _int4_loads(spec: KernelSpec, at: str, offsets: list[int]) -> str:
+    """(int4) IR loading the block of 32 values at ``%wr`` + `at` + each offset (values along the weight's rows;
+    16 bytes: bits 0-3 its first 16 values, bits 4-7 the next 16), sign-extended, widened and multiplied by
+    their group's scale (at ``%sr``, the scales of ``%wr``'s row, one per ``group`` values): ``%f<2j>`` and
+    ``%f<2j+1>``, the block's two halves."""
+    v, shift = VEC, spec.group.bit_length() - 1
+    out = []
+    for j, off in enumerate(offsets):
+        out.append(f"""  %wo{j} = add i64 {at}, {off}
+  %wh{j} = lshr i64 %wo{j}, 1
+  %wp{j} = getelementptr i8, ptr %wr, i64 %wh{j}
+  %v{j} = load <{v} x i8>, ptr %wp{j}, align 1
+  %vl{j} = shl <{v} x i8> %v{j}, splat (i8 4)
+  %ql{j} = ashr <{v} x i8> %vl{j}, splat (i8 4)
+  %qh{j} = ashr <{v} x i8> %v{j}, splat (i8 4)
+  %fl{j} = sitofp <{v} x i8> %ql{j} to <{v} x float>
+  %fh{j} = sitofp <{v} x i8> %qh{j} to <{v} x float>
+  %si{j} = lshr i64 %wo{j}, {shift}
+  %sp{j} = getelementptr float, ptr %sr, i64 %si{j}
+  %ss{j} = load float, ptr %sp{j}
+  %sx{j} = insertelement <{v} x float> poison, float %ss{j}, i64 0
+  %sb{j} = shufflevector <{v} x float> %sx{j}, <{v} x float> poison, <{v} x i32> zeroinitializer
+  %f{2 * j} = fmul <{v} x float> %fl{j}, %sb{j}
+  %f{2 * j + 1} = fmul <{v} x float> %fh{j}, %sb{j}""")
+    return "\n".join(out)
 
 
 def _x_vectors(offsets: list[int]) -> str:
@@ -59,13 +92,14 @@ def _widened_loads(spec: KernelSpec, at: str, offsets: list[int], width: int = V
 
 
 def _rows_product(spec: KernelSpec) -> str:
-    """(layout "rows", one row of x) ``@panel(x, w, out, p)``: each weight row ``p * width ..`` in turn (one
+    """(layout "rows", one row of x) ``@panel(x, w, out, s, p)``: each weight row ``p * width ..`` in turn (one
     sequential stream) dotted with x, :func:`_unroll` vectors of k per step, each accumulator summed across its
     lanes at the end; ``@product`` and ``@work`` as for panels."""
     k, v, u = spec.k, VEC, _unroll(spec)
     acc = "\n".join(f"  %a{j} = phi <{v} x float> [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
     xs = _x_vectors([j * v for j in range(u)])
-    ws = _widened_loads(spec, "%k", [j * v for j in range(u)])
+    ws = (_int4_loads(spec, "%k", [j * v for j in range(0, u, 2)]) if spec.group
+          else _widened_loads(spec, "%k", [j * v for j in range(u)]))
     fmas = "\n".join(f"  %n{j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{j}, <{v} x float> %f{j}, "
                       f"<{v} x float> %a{j})" for j in range(u))
     sums, last = [], "%n0"
@@ -95,12 +129,15 @@ declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
 
 
 def _rows_panel(spec: KernelSpec, step: int, body: str) -> str:
-    """(layout "rows") ``@panel(x, w, out, p)``: panel `p`'s weight rows (fewer in a part-filled last panel),
-    `step` at a time: `body` runs with ``%row`` the first of them and ``%wr`` its address, from the block ``sub``,
-    and ends in the block that goes on to the next."""
+    """(layout "rows") ``@panel(x, w, out, s, p)``: panel `p`'s weight rows (fewer in a part-filled last panel),
+    `step` at a time: `body` runs with ``%row`` the first of them and ``%wr`` its address (int4: ``%sr`` its
+    scales'), from the block ``sub``, and ends in the block that goes on to the next."""
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
+    stride = k // 2 if spec.group else k  # (int4: two values a byte)
+    scales = (f"  %srow = mul i64 %row, {k // spec.group}\n  %sr = getelementptr float, ptr %s, i64 %srow\n"
+              if spec.group else "")
     return f"""
-define internal void @panel(ptr noalias %x, ptr noalias %wts, ptr noalias %out, i64 %p) {{
+define internal void @panel(ptr noalias %x, ptr noalias %wts, ptr noalias %out, ptr noalias %s, i64 %p) {{
 entry:
   %first = mul i64 %p, {w}
   %left = sub i64 {spec.weight_rows}, %first
@@ -109,9 +146,9 @@ entry:
 sub:
   %r0 = phi i64 [0, %entry], [%r1, %next]
   %row = add i64 %first, %r0
-  %wrow = mul i64 %row, {k}
+  %wrow = mul i64 %row, {stride}
   %wr = getelementptr {elem}, ptr %wts, i64 %wrow
-{body}  br label %next
+{scales}{body}  br label %next
 next:
   %r1 = add i64 %r0, {step}
   %rd = icmp uge i64 %r1, %lim
@@ -169,7 +206,7 @@ entry:
 
 
 def _tile_product(spec: KernelSpec) -> str:
-    """(layout "rows", rows > 1) ``@panel(x, w, out, p)``: the panel's weight rows :data:`TILE` at a time; for each
+    """(layout "rows", rows > 1) ``@panel(x, w, out, s, p)``: the panel's weight rows :data:`TILE` at a time; for each
     :data:`TILE` values of k their tile is loaded, widened and transposed in registers (so vector i holds the
     block's weights at k + i, as a column panel would), then the rows of x, :data:`ROW_GROUP` at a time, add
     their products into their :data:`TILE` output columns in ``out`` (the running sums live there; k in
@@ -240,15 +277,26 @@ def _lane_sums(names: list[str], tag: str) -> tuple[str, str]:
 
 
 def _dot_block(spec: KernelSpec, rows: int) -> str:
-    """``@dblock<rows>(x, wr, out)``: `rows` rows of x dotted with the :data:`DOT_ROWS` weight rows at `wr`, one
-    :data:`VEC`-wide accumulator per pair, each summed across its lanes at the end into ``out`` (rows n apart)."""
+    """``@dblock<rows>(x, wr, sr, out)``: `rows` rows of x dotted with the :data:`DOT_ROWS` weight rows at `wr`
+    (int4: their scales at `sr`), one :data:`VEC`-wide accumulator per pair, each summed across its lanes at the
+    end into ``out`` (rows n apart).  A step reads :data:`VEC` values of k (int4: a block of 32, two vectors)."""
     k, v, d, n = spec.k, VEC, DOT_ROWS, spec.panels * spec.width
+    h = 2 if spec.group else 1  # vectors of k a step
     acc = "\n".join(f"  %a{m}_{r} = phi <{v} x float> [zeroinitializer, %entry], [%n{m}_{r}, %loop]"
                     for m in range(rows) for r in range(d))
-    xs = _x_vectors([m * k for m in range(rows)])
-    ws = _widened_loads(spec, "%k", [r * k for r in range(d)])
-    fmas = "\n".join(f"  %n{m}_{r} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{m}, <{v} x float> %f{r}, "
-                     f"<{v} x float> %a{m}_{r})" for m in range(rows) for r in range(d))
+    xs = _x_vectors([m * k + e * v for m in range(rows) for e in range(h)])  # %x<h m + e>
+    ws = (_int4_loads(spec, "%k", [r * k for r in range(d)]) if spec.group  # %f<2 r + e>
+          else _widened_loads(spec, "%k", [r * k for r in range(d)]))
+
+    def fma(m, r):
+        chain, acc_in = [], f"%a{m}_{r}"
+        for e in range(h):
+            out = f"%n{m}_{r}" if e == h - 1 else f"%t{m}_{r}_{e}"
+            chain.append(f"  {out} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{h * m + e}, "
+                         f"<{v} x float> %f{h * r + e}, <{v} x float> {acc_in})")
+            acc_in = out
+        return "\n".join(chain)
+    fmas = "\n".join(fma(m, r) for m in range(rows) for r in range(d))
     reduce, total = _lane_sums([f"%n{m}_{r}" for m in range(rows) for r in range(d)], "rs")
     sums = reduce + "\n" + "\n".join(
         f"  %row{m} = shufflevector <{v} x float> {total}, <{v} x float> poison, "
@@ -256,7 +304,7 @@ def _dot_block(spec: KernelSpec, rows: int) -> str:
         f"  %op{m} = getelementptr float, ptr %out, i64 {m * n}\n"
         f"  store <{d} x float> %row{m}, ptr %op{m}, align 4" for m in range(rows))
     return f"""
-define internal void @dblock{rows}(ptr noalias %x, ptr noalias %wr, ptr noalias %out) alwaysinline {{
+define internal void @dblock{rows}(ptr noalias %x, ptr noalias %wr, ptr noalias %sr, ptr noalias %out) alwaysinline {{
 entry:
   br label %loop
 loop:
@@ -265,7 +313,7 @@ loop:
 {xs}
 {ws}
 {fmas}
-  %k1 = add i64 %k, {v}
+  %k1 = add i64 %k, {v * h}
   %kd = icmp eq i64 %k1, {k}
   br i1 %kd, label %exit, label %loop
 exit:
@@ -275,10 +323,10 @@ exit:
 
 
 def _dots_product(spec: KernelSpec) -> str:
-    """(layout "rows", rows > 1) ``@panel(x, w, out, p)``: the panel's weight rows :data:`DOT_ROWS` at a time (as
+    """(layout "rows", rows > 1) ``@panel(x, w, out, s, p)``: the panel's weight rows :data:`DOT_ROWS` at a time (as
     many sequential streams), each block dotted with every row of x, :data:`ROW_GROUP` rows at a time."""
     v, n = VEC, spec.panels * spec.width
-    groups = row_groups("dblock", spec.rows, spec.k, n, "sub", "ptr %wr")
+    groups = row_groups("dblock", spec.rows, spec.k, n, "sub", f"ptr %wr, ptr {'%sr' if spec.group else '%s'}")
     blocks = "".join(_dot_block(spec, r) for r in group_sizes(spec.rows))
     body = f"""  %oc = getelementptr float, ptr %out, i64 %row
 {groups}"""

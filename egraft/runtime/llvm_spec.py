@@ -21,8 +21,12 @@ WIDEN = {
                         "  %f = bitcast <{w} x i32> %s to <{w} x float>"),
     "float16": ("half", "  %f = fpext <{w} x half> %v to <{w} x float>"),
     "int8": ("i8", "  %f = sitofp <{w} x i8> %v to <{w} x float>"),  # a quantised weight's values (exact)
+    # packed int4 (two values a byte, blocks of 32, with a float32 scale per group of k): layout "rows" only, its
+    # own loads (runtime.llvm_rows._int4_loads), no template
+    "int4": ("i8", None),
 }
-ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}  # bytes per stored value
+ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}  # bytes per stored value
+GROUPS = (32, 64, 128)  # (int4) values of k that share one scale
 WIDTHS = (16, 32, 64, 128)
 LAYOUTS = ("panels", "rows")
 VEC = 16  # (layout "rows") k values per vector: one AVX-512 register of float32; k must be a multiple
@@ -41,6 +45,7 @@ class KernelSpec:
     width: int
     layout: str = "panels"
     n: int = 0  # (layout "rows") the weight's rows, when the last panel holds fewer than width (0: all full)
+    group: int = 0  # (int4) values of k per scale: the product takes the scales [weight rows, k / group] too
 
     def __post_init__(self):
         if self.dtype not in WIDEN:
@@ -54,6 +59,10 @@ class KernelSpec:
                                       or not (self.panels - 1) * self.width < self.weight_rows <= self.panels * self.width):
             raise BackendError(f"a generated product reading stored rows needs k and the weight's rows multiples of "
                                f"{VEC} and {TILE}, within its last panel: {self}")
+        if (self.dtype == "int4") != bool(self.group) or (self.group and (
+                self.layout != "rows" or self.group not in GROUPS or self.k % self.group)):
+            raise BackendError(f"a generated product of int4 weights reads them as stored rows with a group size of "
+                               f"{GROUPS} dividing k (and only int4 has groups): {self}")
 
     @property
     def weight_rows(self) -> int:
@@ -63,6 +72,7 @@ class KernelSpec:
     @property
     def name(self) -> str:
         tail = "" if self.layout == "panels" else f"_{self.layout}" + (f"_{self.n}" if self.n else "")
+        tail += f"_g{self.group}" if self.group else ""
         return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}{tail}"
 
     def to_json(self) -> dict:
@@ -71,7 +81,7 @@ class KernelSpec:
     @classmethod
     def from_json(cls, d: dict) -> "KernelSpec":
         return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]),
-                   str(d.get("layout", "panels")), int(d.get("n", 0)))
+                   str(d.get("layout", "panels")), int(d.get("n", 0)), int(d.get("group", 0)))
 
 
 def group_sizes(rows: int) -> list[int]:
@@ -109,14 +119,15 @@ def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_a
 
 
 def walk(spec: KernelSpec) -> str:
-    """``@product``: every panel in turn (whatever its layout), then the shared job's code (``runtime.llvm_ffi.SHARED``)."""
+    """``@product(x, panels, out, scales)``: every panel in turn (whatever its layout; `scales`: int4's, null
+    otherwise), then the shared job's code (``runtime.llvm_ffi.SHARED``)."""
     return f"""
-define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out) {{
+define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out, ptr noalias %s) {{
 entry:
   br label %loop
 loop:
   %p = phi i64 [0, %entry], [%p1, %loop]
-  call void @panel(ptr %x, ptr %panels, ptr %out, i64 %p)
+  call void @panel(ptr %x, ptr %panels, ptr %out, ptr %s, i64 %p)
   %p1 = add i64 %p, 1
   %pd = icmp eq i64 %p1, {spec.panels}
   br i1 %pd, label %done, label %loop
@@ -126,5 +137,5 @@ done:
 """ + SHARED
 
 
-__all__ = ["KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
+__all__ = ["GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
            "walk"]

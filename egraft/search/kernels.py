@@ -43,7 +43,12 @@ def numel(shape: Shape | None) -> int:
     return math.prod(shape or ())
 
 
-def itemsize(dtype: str | None) -> int:
+PACKED_ITEMSIZE = {"int4": 0.5}  # stored formats that are no IR dtype (a widened weight read as stored)
+
+
+def itemsize(dtype: str | None) -> float:
+    if dtype in PACKED_ITEMSIZE:
+        return PACKED_ITEMSIZE[dtype]
     return dtypes.to_numpy(dtype).itemsize if dtype else 4
 
 

@@ -503,3 +503,9 @@ add("aten._to_copy", case(lambda x, i: (x.to(torch.int32), i.float(), x.double()
                           [Uni(-50, 50, 3, 4), Int(3, 4)]))
 add("aten.type_as", case(lambda x, i: i.type_as(x) + x, [Fl(3, 4), Int(3, 4)], raw=True))
 add("aten._assert_tensor_metadata", case(lambda x: x.to(torch.float32) * 2 + x.to(torch.float64).float(), [Fl(3, 4)]))
+
+# --- quantised weights' custom ops (egraft.frontend.quantize) ----------------------------------------------
+from egraft.frontend.quantize import unpack_int4  # noqa: E402  (registers egraft::unpack_int4)
+
+add("egraft.unpack_int4", case(lambda p, x: (unpack_int4(p), unpack_int4(p).to(x.dtype) * x),
+                               [Int(3, 32, lo=-128, hi=128, dtype="int8"), Fl(3, 64)]))

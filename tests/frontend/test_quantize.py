@@ -138,9 +138,9 @@ def test_int4_packing_round_trips_every_byte_and_matches_the_ir_nibble():
     values = unpack_int4(every)
     assert values.shape == (4, 128) and int(values.min()) == -8 and int(values.max()) == 7
     assert torch.equal(pack_int4(values), every)
-    u = every.to(torch.int32) & 255  # bits 0-3 then 4-7, two's complement
-    assert torch.equal(values[:, 0::2].to(torch.int32), ((u & 15) ^ 8) - 8)
-    assert torch.equal(values[:, 1::2].to(torch.int32), ((u >> 4) ^ 8) - 8)
+    u = (every.to(torch.int32) & 255).reshape(4, 4, 16)  # blocks of 16 bytes: bits 0-3 of each, then bits 4-7
+    blocks = values.to(torch.int32).reshape(4, 4, 32)
+    assert torch.equal(blocks[..., :16], ((u & 15) ^ 8) - 8) and torch.equal(blocks[..., 16:], ((u >> 4) ^ 8) - 8)
     b = GraphBuilder()
     g = b.build([b.input("p", (4, 64), "int8").unpack_int4()])
     assert np.array_equal(evaluate(g, [every.numpy()])[0], values.numpy())

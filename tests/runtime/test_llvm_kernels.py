@@ -24,7 +24,8 @@ from jax_helpers import check_graph  # noqa: E402
 
 NUMPY = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
          "int8": np.dtype(np.int8)}
-FLOATS = [d for d in lk.WIDEN if d != "int8"]  # the dtypes a model's own weights come in
+FLOATS = [d for d in lk.WIDEN if d not in ("int8", "int4")]  # the dtypes a model's own weights come in
+UNPACKED = [d for d in lk.WIDEN if d != "int4"]  # one value an element (int4: its own tests, below)
 
 
 def _weight(rng, shape, dtype):
@@ -52,7 +53,7 @@ def _check(got, x, w, what):
     assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.size} values off, e.g. {got[bad][:3]} vs {want[bad][:3]}"
 
 
-@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+@pytest.mark.parametrize("dtype", UNPACKED)
 @pytest.mark.parametrize("rows,k,n,width", [(1, 37, 64, 16), (3, 64, 96, 32), (4, 128, 256, 64),
                                             (5, 200, 384, 128), (9, 96, 130, 64)])
 def test_the_product_equals_float64_numpy(dtype, rows, k, n, width):
@@ -64,7 +65,7 @@ def test_the_product_equals_float64_numpy(dtype, rows, k, n, width):
     assert np.all(out[:, n:] == 0)
 
 
-@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+@pytest.mark.parametrize("dtype", UNPACKED)
 def test_xla_calls_the_product_through_its_ffi(dtype):
     import jax
 
@@ -255,7 +256,7 @@ def test_object_code_is_kept_for_the_next_process_and_a_damaged_copy_is_rebuilt(
 
 # --- layout "rows": a [N, K] weight read where it is stored -----------------------------------------------------
 
-@pytest.mark.parametrize("dtype", list(lk.WIDEN))
+@pytest.mark.parametrize("dtype", UNPACKED)
 @pytest.mark.parametrize("rows,k,n,width", [(1, 32, 64, 16), (3, 64, 96, 32), (4, 128, 256, 64), (5, 16, 256, 128),
                                             (9, 96, 128, 64), (1, 48, 80, 32), (6, 32, 208, 64),
                                             (5, 2048, 80, 32), (3, 1024, 64, 64), (8, 2048, 32, 16)])
@@ -323,3 +324,72 @@ def test_a_program_under_stream_layout_rows_binds_the_weights_themselves(dtype, 
         assert all(any(a is w or np.shares_memory(a, w) for w in stored) for a in ex._host if a.ndim == 2)
     else:
         assert len(copies) == 2
+
+
+# --- packed int4 with a scale per group of k (egraft.frontend.quantize's layout) ----------------------------------
+
+def _int4_case(rows, k, n, group, seed):
+    """x, the packed bytes [n, k / 2] (every byte value), the scales [n, k / group] and the dequantised weight."""
+    import torch
+
+    from egraft.frontend.quantize import unpack_int4
+
+    rng = np.random.default_rng(seed)
+    packed = rng.integers(-128, 128, (n, k // 2)).astype(np.int8)
+    scales = (rng.uniform(0.5, 2.0, (n, k // group)) * rng.choice([1e-3, 1.0, 30.0], (n, 1))).astype(np.float32)
+    values = unpack_int4(torch.from_numpy(packed)).numpy().astype(np.float32)
+    w = (values.reshape(n, -1, group) * scales[:, :, None]).reshape(n, k)
+    return rng.standard_normal((rows, k)).astype(np.float32), packed, scales, w
+
+
+@pytest.mark.parametrize("rows,k,n,width,group", [(1, 32, 64, 16, 32), (1, 256, 96, 32, 64), (1, 128, 80, 32, 128),
+                                                  (3, 64, 96, 32, 32), (4, 256, 128, 64, 128), (9, 128, 48, 16, 64)])
+def test_the_int4_product_dequantises_in_registers_and_equals_float64_numpy(rows, k, n, width, group):
+    """One row (a dot per weight row, a block of 32 values a step) and several (blocks of dots), a part-filled last
+    panel, alone and through XLA's FFI with the scales as a third operand."""
+    import jax
+
+    seed = fresh_seed()
+    x, packed, scales, w = _int4_case(rows, k, n, group, seed)
+    panels = -(-n // width)
+    spec = lk.KernelSpec("int4", rows, k, panels, width, "rows", n % width and n, group)
+    out = np.full((rows, panels * width), np.nan, np.float32)
+    lk.compiled(spec)(x.ctypes.data, packed.ctypes.data, out.ctypes.data, scales.ctypes.data)
+    _check(out[:, :n], x, w, f"{spec} seed={seed}")
+    got = np.asarray(jax.jit(lambda a, b, c: lk.call(spec, a, b, c) * 2.0)(x, packed, scales)) / 2.0
+    _check(got[:, :n], x, w, f"{spec} through XLA seed={seed}")
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_an_int4_product_shared_with_xla_pool_gives_the_same_values(cores, tmp_path):
+    """The scales travel in the job the pool's helpers read (two cores) as in the direct call (one)."""
+    seed = fresh_seed()
+    x, packed, scales, w = _int4_case(2, 128, 1024, 32, seed)
+    spec = lk.KernelSpec("int4", 2, 128, 16, 64, "rows", 0, 32)
+    for name, a in (("x", x), ("p", packed), ("s", scales)):
+        np.save(tmp_path / f"{name}.npy", a)
+    load = ", ".join(f"np.load({str(tmp_path / f'{n}.npy')!r})" for n in "xps")
+    code = ("import os, json, numpy as np; os.sched_setaffinity(0, list(sorted(os.sched_getaffinity(0)))"
+            f"[:{cores}]); import jax; from egraft.runtime import llvm_kernels as lk; "
+            f"s = lk.KernelSpec.from_json({spec.to_json()!r}); "
+            f"np.save({str(tmp_path / 'y.npy')!r}, np.asarray(jax.jit(lambda a, b, c: lk.call(s, a, b, c))({load}))); "
+            "print(json.dumps({}))")
+    run_python(code)
+    got = np.load(tmp_path / "y.npy")
+    _check(got, x, w, f"{spec} on {cores} cores seed={seed}")
+    one = np.empty_like(got)
+    lk.compiled(spec)(x.ctypes.data, packed.ctypes.data, one.ctypes.data, scales.ctypes.data)
+    np.testing.assert_array_equal(got, one)
+
+
+def test_an_int4_spec_needs_a_group_that_divides_k_and_the_rows_layout():
+    with pytest.raises(BackendError, match="int4 weights reads them as stored rows"):
+        lk.KernelSpec("int4", 1, 64, 2, 16, "rows")  # no group
+    with pytest.raises(BackendError, match="int4 weights reads them as stored rows"):
+        lk.KernelSpec("int4", 1, 96, 2, 16, "rows", 0, 64)  # 64 does not divide 96
+    with pytest.raises(BackendError, match="int4 weights reads them as stored rows"):
+        lk.KernelSpec("int4", 1, 64, 2, 16, "panels", 0, 32)
+    with pytest.raises(BackendError, match="only int4 has groups"):
+        lk.KernelSpec("int8", 1, 64, 2, 16, "rows", 0, 32)
+    spec = lk.KernelSpec("int4", 2, 64, 2, 16, "rows", 0, 32)
+    assert lk.KernelSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec and "_g32" in spec.name

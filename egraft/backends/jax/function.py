@@ -171,7 +171,8 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict |
         elif i in plans:
             p = plans[i]
             if isinstance(p, panels.PanelPlan):  # its weight is the program's panel-form argument, not a node
-                v = panels.emit_panel_dot(ctx, p, vals[p.lhs], weights[p.name], view)
+                v = panels.emit_panel_dot(ctx, p, vals[p.lhs], weights[p.name], view,
+                                          weights[p.scales] if p.scales else None)
             else:
                 v = EMITTERS[type(p)](ctx, p, *[vals[j] for j in p.deps()], view)
         else:

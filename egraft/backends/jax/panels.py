@@ -66,7 +66,7 @@ step, not the prompt's products.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -94,6 +94,7 @@ class PanelPlan:
     n: int  # N, the product's columns
     dot: DotPlan | None = None  # the primitive product this replaces (None: a MatMul idiom node)
     kernel: KernelSpec | None = None  # the generated CPU product that reads the panels (None: XLA's batched dot)
+    scales: str | None = None  # (an int4 kernel) the scales' weight name in the program
 
     def deps(self) -> tuple[int, ...]:
         return (self.lhs,)
@@ -107,11 +108,14 @@ class PanelWeight:
     layout: str = "panels"  # "rows": the source [N, K] itself, no copy (the generated product reads it in place)
 
 
-def _dot_weight(graph: Graph, p: DotPlan) -> tuple[str, bool, int, int, int] | None:
-    """(weight name, transposed, M, N, K) when a primitive product is rows @ a 2-D weight with no batch axis."""
+def _dot_weight(graph: Graph, p: DotPlan, flat=frozenset()) -> tuple[str, bool, int, int, int] | None:
+    """(weight name, transposed, M, N, K) when a primitive product is rows @ a 2-D weight with no batch axis (or
+    a weight named in `flat`, a dequantised int4 ``[N, G, group]`` read as the ``[N, K]`` it reshapes)."""
     src = graph.nodes[p.rhs.src]
     r = p.axis
-    if src.op != Op.Input or src.attrs["role"] != "weight" or len(src.shape) != 2 or len(p.rhs.axes) != 2:
+    if src.op != Op.Input or src.attrs["role"] != "weight" or len(p.rhs.axes) != 2:
+        return None
+    if len(src.shape) != 2 and not (src.attrs["name"] in flat and p.rhs.view is not None):
         return None
     if r not in p.rhs.axes or r not in p.lhs.axes or any(d in p.lhs.axes for d in p.rhs.axes if d != r):
         return None  # a batch axis (both sides vary along it)
@@ -159,7 +163,7 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
 
     def add(i, lhs, w, m, cols, k, dot=None):
         name, transposed = w
-        kernel = None
+        kernel, scales = None, None
         if stream:
             wide = (widened or {}).get(name)
             dtype = stored[name]
@@ -167,7 +171,14 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
                 name, transposed, dtype = wide.source, transposed != wide.transposed, wide.dtype
             if dtype not in WIDEN or cols < 2 * width:
                 return
-            if layout == "rows" and transposed and cols % TILE == 0 and k % VEC == 0:
+            rows = layout == "rows" and transposed and cols % TILE == 0 and k % VEC == 0
+            if dtype == "int4":  # read as stored only (else XLA's product reads the dequantised value after all)
+                if not rows:
+                    return
+                kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols, wide.group)
+                scales = f"{wide.scales}{SEP}{width}S"
+                weights[scales] = PanelWeight(wide.scales, width, False, "rows")
+            elif rows:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols)
             else:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
@@ -178,19 +189,37 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
         else:
             pname, pw = f"{name}{SEP}{width}{'T' if transposed else ''}", PanelWeight(name, width, transposed)
         weights[pname] = pw
-        plans[i] = PanelPlan(lhs, pname, cols, dot, kernel)
+        plans[i] = PanelPlan(lhs, pname, cols, dot, kernel, scales)
 
+    flat = frozenset(name for name, wide in (widened or {}).items() if wide.group) if stream else frozenset()
     for i, n in enumerate(graph.nodes):
         if n.op == Op.MatMul and len(n.shape) == 2 and n.dtype == "float32":
-            w = weight_operand(graph, n.inputs[1])
+            w = weight_operand(graph, n.inputs[1]) or _int4_operand(graph, n.inputs[1], flat)
             if w is not None:
                 add(i, n.inputs[0], w, n.shape[0], n.shape[1], graph.nodes[n.inputs[0]].shape[1])
     for i, p in (dots or {}).items():
         if isinstance(p, DotPlan) and graph.nodes[i].dtype == "float32":
-            found = _dot_weight(graph, p)
+            found = _dot_weight(graph, p, flat)
+            if found is None:  # the weight as the product's first factor (the e-graph commutes a Mul's operands)
+                p = replace(p, lhs=p.rhs, rhs=p.lhs)
+                found = _dot_weight(graph, p, flat)
             if found is not None:
                 add(i, p.lhs.src, found[:2], found[2], found[3], found[4], p)
     return plans, weights
+
+
+def _int4_operand(graph: Graph, nid: int, flat) -> tuple[str, bool] | None:
+    """(name, True) when node `nid` is ``W.T [K, N]`` of a dequantised int4 weight ``[N, G, group]`` named in
+    `flat` (the transposed view of the ``[N, K]`` it reshapes)."""
+    n = graph.nodes[nid]
+    if n.op != Op.View or len(n.shape) != 2 or n.attrs["offset"]:
+        return None
+    src = graph.nodes[n.inputs[0]]
+    k, rows = n.shape
+    if (src.op == Op.Input and src.attrs["name"] in flat and src.shape[0] == rows
+            and int(np.prod(src.shape[1:])) == k and tuple(n.attrs["strides"]) == (1, k)):
+        return src.attrs["name"], True
+    return None
 
 
 def panel_form(value: np.ndarray, p: PanelWeight) -> np.ndarray:
@@ -203,7 +232,7 @@ def panel_form(value: np.ndarray, p: PanelWeight) -> np.ndarray:
     return derived("panels", {"width": p.width, "transposed": p.transposed}, (value,), (p.source,))
 
 
-def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn):
+def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn, scales=None):
     """``a [M, K] @ W`` from W's panels ``[J, K, w]``: one batched dot_general, then the panels side by side.
 
     For a primitive product `a` is the DotPlan's lhs source: read through its
@@ -228,7 +257,7 @@ def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn):
     m = a.shape[0]
     if plan.kernel is not None:  # the generated CPU product (runtime.llvm_kernels): [M, J * w] float32
         ctx.stats["kernel_dots"] += 1
-        y = llvm_kernels.call(plan.kernel, a.astype(jnp.float32), panels)
+        y = llvm_kernels.call(plan.kernel, a.astype(jnp.float32), panels, scales)
     else:
         ctx.stats["panel_dots"] += 1
         y = lax.dot_general(jnp.broadcast_to(a[None], (j, m, k)), panels, (((2,), (1,)), ((0,), (0,))),
