@@ -36,7 +36,7 @@ to one core with one thread before torch and jax start
    and spreads (``egraft.measure.summarize``), a ratio only where
    ``egraft.measure.compare`` concludes.
 
-    python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s] [--quantize int8]
+    python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s] [--quantize int8|int4 [--group-size 64]]
                                [--rounds 5] [--new 32] [--weight-copies no] [--out docs/results/raw/real_size.json]
 """
 
@@ -128,7 +128,8 @@ def child_compile(a) -> dict:
     reset = reset_peak()  # the peak from here on is the compile's (building the model can peak higher: a cast)
     t0 = time.perf_counter()
     cm = egraft.compile(model, device="cpu", max_batch=1, max_length=MAX_LENGTH, budget=a.budget, progress=False,
-                        weight_copies=getattr(a, "weight_copies", "no") == "yes", quantize=_quantize(a))
+                        weight_copies=getattr(a, "weight_copies", "no") == "yes", quantize=_quantize(a),
+                        group_size=getattr(a, "group_size", None) if _quantize(a) == "int4" else None)
     compile_s = time.perf_counter() - t0
     peak = _vm("VmHWM")
     t0 = time.perf_counter()
@@ -226,6 +227,8 @@ def run_child(kind: str, a, directory: str) -> dict:
                                                  "--budget", a.budget,
                                                  "--weight-copies", getattr(a, "weight_copies", "no"),
                                                  "--quantize", getattr(a, "quantize", "none"),
+                                                 *(["--group-size", str(a.group_size)] if getattr(a, "group_size", None)
+                                                   else []),
                                                  "--rounds", str(a.rounds), "--new",
                                                  str(a.new), "--dir", directory])
 
@@ -252,7 +255,9 @@ def main(argv=None) -> int:
     p.add_argument("--weight-copies", choices=["yes", "no"], default="no",
                    help="egraft.compile's weight_copies (no, its default: every product reads its weight where it "
                         "is stored; yes: column panels, a second copy, where the search finds them faster)")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none",
+    p.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
+                   help="(--quantize int4) input columns per scale (egraft.compile's group_size)")
+    p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none",
                    help="egraft.compile's quantize (int8: weight-only, per output channel; the tokens are checked "
                         "against the quantised model's, HF eager stays the float model)")
     p.add_argument("--child", choices=["compile", "load"], help=argparse.SUPPRESS)
@@ -291,7 +296,7 @@ def measure_rows(a, script: str, argv, extend=None) -> None:
                 art = os.path.join(d, "artifact")
                 row = {"model": model, "dtype": dtype, "budget": a.budget, "threads": 1,
                        "weight_copies": getattr(a, "weight_copies", "no") == "yes",
-                       "quantize": getattr(a, "quantize", "none")}
+                       "quantize": getattr(a, "quantize", "none"), "group_size": getattr(a, "group_size", None)}
                 row["compile"] = run_child("compile", a, art)
                 ok = "error" not in row["compile"]
                 row["load"] = run_child("load", a, art) if ok else {"error": "no artifact"}

@@ -47,9 +47,11 @@ def _unroll(spec: KernelSpec) -> int:
 
 def _int4_loads(spec: KernelSpec, at: str, offsets: list[int]) -> str:
     """(int4) IR loading the block of 32 values at ``%wr`` + `at` + each offset (values along the weight's rows;
-    16 bytes: bits 0-3 its first 16 values, bits 4-7 the next 16), sign-extended, widened and multiplied by
-    their group's scale (at ``%sr``, the scales of ``%wr``'s row, one per ``group`` values): ``%f<2j>`` and
-    ``%f<2j+1>``, the block's two halves."""
+    16 bytes: bits 0-3 its first 16 values, bits 4-7 the next 16), dequantised with their group's scale (at
+    ``%sr``, the scales of ``%wr``'s row, one per ``group`` values): ``%f<2j>`` and ``%f<2j+1>``, the block's two
+    halves.  A two's complement nibble q is ``(q ^ 8) - 8``: the bytes are widened to 32 bits and xor'd with
+    0x88, each field masked out (no sign extension of bytes, which x86 has no instruction for) and converted,
+    and ``u * s - 8 s`` is one fused multiply-add (exact: ``u - 8`` is q, and ``q * s`` rounds once)."""
     v, shift = VEC, spec.group.bit_length() - 1
     out = []
     for j, off in enumerate(offsets):
@@ -57,18 +59,22 @@ def _int4_loads(spec: KernelSpec, at: str, offsets: list[int]) -> str:
   %wh{j} = lshr i64 %wo{j}, 1
   %wp{j} = getelementptr i8, ptr %wr, i64 %wh{j}
   %v{j} = load <{v} x i8>, ptr %wp{j}, align 1
-  %vl{j} = shl <{v} x i8> %v{j}, splat (i8 4)
-  %ql{j} = ashr <{v} x i8> %vl{j}, splat (i8 4)
-  %qh{j} = ashr <{v} x i8> %v{j}, splat (i8 4)
-  %fl{j} = sitofp <{v} x i8> %ql{j} to <{v} x float>
-  %fh{j} = sitofp <{v} x i8> %qh{j} to <{v} x float>
+  %vz{j} = zext <{v} x i8> %v{j} to <{v} x i32>
+  %vx{j} = xor <{v} x i32> %vz{j}, splat (i32 136)
+  %ul{j} = and <{v} x i32> %vx{j}, splat (i32 15)
+  %vs{j} = lshr <{v} x i32> %vx{j}, splat (i32 4)
+  %fl{j} = sitofp <{v} x i32> %ul{j} to <{v} x float>
+  %fh{j} = sitofp <{v} x i32> %vs{j} to <{v} x float>
   %si{j} = lshr i64 %wo{j}, {shift}
   %sp{j} = getelementptr float, ptr %sr, i64 %si{j}
   %ss{j} = load float, ptr %sp{j}
+  %sn{j} = fmul float %ss{j}, -8.0
   %sx{j} = insertelement <{v} x float> poison, float %ss{j}, i64 0
   %sb{j} = shufflevector <{v} x float> %sx{j}, <{v} x float> poison, <{v} x i32> zeroinitializer
-  %f{2 * j} = fmul <{v} x float> %fl{j}, %sb{j}
-  %f{2 * j + 1} = fmul <{v} x float> %fh{j}, %sb{j}""")
+  %nx{j} = insertelement <{v} x float> poison, float %sn{j}, i64 0
+  %nb{j} = shufflevector <{v} x float> %nx{j}, <{v} x float> poison, <{v} x i32> zeroinitializer
+  %f{2 * j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %fl{j}, <{v} x float> %sb{j}, <{v} x float> %nb{j})
+  %f{2 * j + 1} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %fh{j}, <{v} x float> %sb{j}, <{v} x float> %nb{j})""")
     return "\n".join(out)
 
 

@@ -51,8 +51,18 @@ def _own_graph():
         x.gather(2, i.maximum(0).minimum(23)), (p & (x > 0)).any(2), x.flip(2) % 0.5,
         # an outer product (K = 1) of a weight and positions computed in the kernel: a rotary embedding's frequencies
         (b.input("u", (8,), "float32").reshape((1, 8, 1)) @ b.input("t", (1, 1, 6), "int64").cast("float32")).sin(),
+        *_quantised_products(b),
     ]
     return b.build(outs)
+
+
+def _quantised_products(b):
+    """Dequantise-and-dot as egraft.frontend.quantize's layers trace: int8 per output channel, int4 in groups."""
+    x = b.input("xq", (3, 64), "float32")
+    q8, s8 = b.input("q8", (48, 64), "int8"), b.input("s8", (48,), "float32")
+    q4, s4 = b.input("q4", (48, 32), "int8"), b.input("s4", (48, 2), "float32")
+    w4 = (q4.unpack_int4().cast("float32").reshape((48, 2, 32)) * s4.reshape((48, 2, 1)).expand((48, 2, 32)))
+    return [(x @ q8.cast("float32").T) * s8.reshape((1, 48)).expand((3, 48)), x @ w4.reshape((48, 64)).T]
 
 
 def _model_graphs():

@@ -192,6 +192,7 @@ def test_bad_int4_requests_name_what_was_wrong():
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_a_compiled_int4_model_equals_the_quantised_model(backend):
+    """(Triton: tests/backends/test_triton_quantized.py)"""
     import egraft
 
     m = _mlp()
