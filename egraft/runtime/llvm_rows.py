@@ -35,7 +35,7 @@ from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, row_
 def rows_product(spec: KernelSpec) -> str:
     """``@panel`` and ``@product`` for a weight read where it is stored (the module docstring's three forms)."""
     if spec.rows == 1:
-        return _rows_product(spec)
+        return _int4_row_product(spec) if spec.group else _rows_product(spec)
     return _dots_product(spec) if spec.group or _tiles_alias(spec) else _tile_product(spec)
 
 
@@ -45,13 +45,14 @@ def _unroll(spec: KernelSpec) -> int:
     return next(u for u in ((4, 2) if spec.group else (4, 2, 1)) if spec.k % (VEC * u) == 0)
 
 
-def _int4_loads(spec: KernelSpec, at: str, offsets: list[int]) -> str:
+def _int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = True) -> str:
     """(int4) IR loading the block of 32 values at ``%wr`` + `at` + each offset (values along the weight's rows;
     16 bytes: bits 0-3 its first 16 values, bits 4-7 the next 16), dequantised with their group's scale (at
     ``%sr``, the scales of ``%wr``'s row, one per ``group`` values): ``%f<2j>`` and ``%f<2j+1>``, the block's two
     halves.  A two's complement nibble q is ``(q ^ 8) - 8``: the bytes are widened to 32 bits and xor'd with
     0x88, each field masked out (no sign extension of bytes, which x86 has no instruction for) and converted,
-    and ``u * s - 8 s`` is one fused multiply-add (exact: ``u - 8`` is q, and ``q * s`` rounds once)."""
+    and ``u * s - 8 s`` is one fused multiply-add (exact: ``u - 8`` is q, and ``q * s`` rounds once).
+    Not `scaled`: ``u`` itself (0..15; the caller applies ``s (x . u - 8 sum x)`` per group)."""
     v, shift = VEC, spec.group.bit_length() - 1
     out = []
     for j, off in enumerate(offsets):
@@ -64,8 +65,12 @@ def _int4_loads(spec: KernelSpec, at: str, offsets: list[int]) -> str:
   %ul{j} = and <{v} x i32> %vx{j}, splat (i32 15)
   %vs{j} = lshr <{v} x i32> %vx{j}, splat (i32 4)
   %fl{j} = sitofp <{v} x i32> %ul{j} to <{v} x float>
-  %fh{j} = sitofp <{v} x i32> %vs{j} to <{v} x float>
-  %si{j} = lshr i64 %wo{j}, {shift}
+  %fh{j} = sitofp <{v} x i32> %vs{j} to <{v} x float>""")
+        if not scaled:
+            out.append(f"  %f{2 * j} = fadd <{v} x float> %fl{j}, zeroinitializer\n"
+                       f"  %f{2 * j + 1} = fadd <{v} x float> %fh{j}, zeroinitializer")
+            continue
+        out.append(f"""  %si{j} = lshr i64 %wo{j}, {shift}
   %sp{j} = getelementptr float, ptr %sr, i64 %si{j}
   %ss{j} = load float, ptr %sp{j}
   %sn{j} = fmul float %ss{j}, -8.0
@@ -95,6 +100,94 @@ def _widened_loads(spec: KernelSpec, at: str, offsets: list[int], width: int = V
                 f"  %v = load <{width} x {elem}>, ptr %wp, align 2\n" + widen.format(w=width))
         out.append(re.sub(r"%(wo|wp|[vzsf])\b", lambda mt: f"%{mt.group(1)}{j}", text))
     return "\n".join(out)
+
+
+def _int4_row_product(spec: KernelSpec) -> str:
+    """(int4, one row of x) ``@panel(x, w, out, s, p)``: each weight row in turn, a group of k at a time: the
+    products of x with the group's unsigned fields u (``q + 8``) summed, then scaled once,
+    ``y = sum_g s_g (x_g . u_g) - 8 sum_g s_g X_g`` with ``X_g`` the sum of x over group g (made once per panel),
+    which is ``x . (q * s)`` to rounding.  Up to four groups a step, each with its own accumulators."""
+    k, v, g = spec.k, VEC, spec.group
+    groups, per_group = k // g, g // VEC  # vectors of k a group
+    step = next(n for n in (4, 2, 1) if n * g <= 128 and groups % n == 0 or n == 1)  # groups a step
+    shift = g.bit_length() - 1
+    xs_loads = "\n".join(f"  %xq{j} = getelementptr float, ptr %xg, i64 {j * v}\n"
+                          f"  %xv{j} = load <{v} x float>, ptr %xq{j}, align 4" for j in range(per_group))
+    xs_sum, last = [], "%xv0"
+    for j in range(1, per_group):
+        xs_sum.append(f"  %xw{j} = fadd <{v} x float> {last}, %xv{j}")
+        last = f"%xw{j}"
+    prologue = f"""  %xsum = alloca float, i64 {groups}, align 64
+  br label %xs
+xs:
+  %gi = phi i64 [0, %entry], [%gi1, %xs]
+  %xo = mul i64 %gi, {g}
+  %xg = getelementptr float, ptr %x, i64 %xo
+{xs_loads}
+{chr(10).join(xs_sum)}
+  %xr = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, <{v} x float> {last})
+  %xsp = getelementptr float, ptr %xsum, i64 %gi
+  store float %xr, ptr %xsp
+  %gi1 = add i64 %gi, 1
+  %gd = icmp eq i64 %gi1, {groups}
+  br i1 %gd, label %start, label %xs
+"""
+    lines = []
+    for i in range(step):  # group i of the step: its vectors, two chains (first and second halves of blocks)
+        lines.append("\n".join(f"  %g{i}o{j} = add i64 %k, {i * g + j * v}\n"
+                                f"  %g{i}p{j} = getelementptr float, ptr %x, i64 %g{i}o{j}\n"
+                                f"  %g{i}x{j} = load <{v} x float>, ptr %g{i}p{j}, align 4" for j in range(per_group)))
+        loads = _int4_loads(spec, "%k", [i * g + b * 32 for b in range(per_group // 2)], scaled=False)
+        lines.append(re.sub(r"%(wo|wh|wp|vz|vx|ul|vs|fl|fh|v|f)(\d+)\b", lambda mt: f"%g{i}{mt.group(1)}{mt.group(2)}",
+                            loads).replace(f"%g{i}wr", "%wr"))
+        for h in (0, 1):
+            prev = None
+            for j in range(h, per_group, 2):
+                name = f"%g{i}c{h}_{j}"
+                if prev is None:
+                    lines.append(f"  {name} = fmul <{v} x float> %g{i}x{j}, %g{i}f{j}")
+                else:
+                    lines.append(f"  {name} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %g{i}x{j}, "
+                                 f"<{v} x float> %g{i}f{j}, <{v} x float> {prev})")
+                prev = name
+            lines.append(f"  %g{i}e{h} = fadd <{v} x float> {prev}, zeroinitializer")
+        lines.append(f"""  %g{i}acc = fadd <{v} x float> %g{i}e0, %g{i}e1
+  %g{i}k = add i64 %k, {i * g}
+  %g{i}i = lshr i64 %g{i}k, {shift}
+  %g{i}sp = getelementptr float, ptr %sr, i64 %g{i}i
+  %g{i}s = load float, ptr %g{i}sp
+  %g{i}xp = getelementptr float, ptr %xsum, i64 %g{i}i
+  %g{i}X = load float, ptr %g{i}xp
+  %g{i}sx = insertelement <{v} x float> poison, float %g{i}s, i64 0
+  %g{i}sb = shufflevector <{v} x float> %g{i}sx, <{v} x float> poison, <{v} x i32> zeroinitializer
+  %t{i}n = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %g{i}acc, <{v} x float> %g{i}sb, <{v} x float> %t{i})
+  %c{i}n = call float @llvm.fma.f32(float %g{i}s, float %g{i}X, float %c{i})""")
+    phis = "\n".join(f"  %t{i} = phi <{v} x float> [zeroinitializer, %sub], [%t{i}n, %grp]\n"
+                      f"  %c{i} = phi float [0.0, %sub], [%c{i}n, %grp]" for i in range(step))
+    tsum, tlast, rsum, rlast = [], "%t0n", [], "%c0n"
+    for i in range(1, step):
+        tsum.append(f"  %tt{i} = fadd <{v} x float> {tlast}, %t{i}n")
+        rsum.append(f"  %cc{i} = fadd float {rlast}, %c{i}n")
+        tlast, rlast = f"%tt{i}", f"%cc{i}"
+    body = f"""  br label %grp
+grp:
+  %k = phi i64 [0, %sub], [%k1, %grp]
+{phis}
+{chr(10).join(lines)}
+  %k1 = add i64 %k, {step * g}
+  %kd = icmp eq i64 %k1, {k}
+  br i1 %kd, label %dot_done, label %grp
+dot_done:
+{chr(10).join(tsum + rsum)}
+  %t = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, <{v} x float> {tlast})
+  %res = call float @llvm.fma.f32(float {rlast}, float -8.0, float %t)
+  %op = getelementptr float, ptr %out, i64 %row
+  store float %res, ptr %op
+"""
+    return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
+declare float @llvm.fma.f32(float, float, float)
+declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
+""" + _rows_panel(spec, 1, body, prologue) + walk(spec)
 
 
 def _rows_product(spec: KernelSpec) -> str:
@@ -134,10 +227,11 @@ declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
 """ + _rows_panel(spec, 1, body) + walk(spec)
 
 
-def _rows_panel(spec: KernelSpec, step: int, body: str) -> str:
+def _rows_panel(spec: KernelSpec, step: int, body: str, prologue: str = "") -> str:
     """(layout "rows") ``@panel(x, w, out, s, p)``: panel `p`'s weight rows (fewer in a part-filled last panel),
     `step` at a time: `body` runs with ``%row`` the first of them and ``%wr`` its address (int4: ``%sr`` its
-    scales'), from the block ``sub``, and ends in the block that goes on to the next."""
+    scales'), from the block ``sub``, and ends in the block that goes on to the next.  A `prologue` runs first,
+    from ``entry``, and ends by branching to ``start``."""
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
     stride = k // 2 if spec.group else k  # (int4: two values a byte)
     scales = (f"  %srow = mul i64 %row, {k // spec.group}\n  %sr = getelementptr float, ptr %s, i64 %srow\n"
@@ -145,12 +239,14 @@ def _rows_panel(spec: KernelSpec, step: int, body: str) -> str:
     return f"""
 define internal void @panel(ptr noalias %x, ptr noalias %wts, ptr noalias %out, ptr noalias %s, i64 %p) {{
 entry:
+{prologue or "  br label %start"}
+start:
   %first = mul i64 %p, {w}
   %left = sub i64 {spec.weight_rows}, %first
   %lim = call i64 @llvm.umin.i64(i64 %left, i64 {w})
   br label %sub
 sub:
-  %r0 = phi i64 [0, %entry], [%r1, %next]
+  %r0 = phi i64 [0, %start], [%r1, %next]
   %row = add i64 %first, %r0
   %wrow = mul i64 %row, {stride}
   %wr = getelementptr {elem}, ptr %wts, i64 %wrow
