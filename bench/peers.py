@@ -34,6 +34,13 @@ package registry's source distribution, about 6 minutes on 2 cores).
 
     python3 bench/peers.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--threads 1 2]
                            [--budget 60s] [--rounds 5] [--new 32] [--out docs/results/raw/peers.json]
+                           [--quantize int8|int4 [--group-size 64]]
+
+With ``--quantize``, egraft's weight-only int8 / int4 model runs against
+llama.cpp's Q8_0 / Q4_0 of the same float weights (whose dot products also
+quantise the activations: not the same function); egraft's tokens are
+checked against the quantised model's, and the decode bound counts the
+quantised bytes.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from bench import generate_worker, real_size  # noqa: E402  (the read bandwidth;
 
 VENV = os.environ.get("EGRAFT_LLAMACPP_VENV", os.path.join(ROOT, ".venv-llamacpp"))
 GGUF_TYPES = {"float32": ("f32",), "bfloat16": ("f16", "bf16"), "float16": ("f16",)}
+QUANTISED = {"int8": "q8_0", "int4": "q4_0"}  # egraft's weight-only mode -> llama.cpp's type of the same bits
 
 
 def _venv_python() -> str:
@@ -87,13 +95,16 @@ def _tokenizer(directory: str) -> None:
 
 
 def child_gguf(a) -> dict:
-    """The model at its dtype, saved and converted to each GGUF type; returns {type: path}."""
+    """The model at its dtype, saved and converted to each GGUF type (quantised: llama.cpp's type of the same
+    bits, Q8_0 by the converter, Q4_0 by llama.cpp's quantiser from the F32 file); returns {type: path}."""
     model = real_size.build(a.model, a.dtype)
     hf = os.path.join(a.dir, "hf")
     model.save_pretrained(hf)
     _tokenizer(hf)
     out = {}
-    for t in GGUF_TYPES[a.dtype]:
+    mode = _quantize(a)
+    types = GGUF_TYPES[a.dtype] if mode is None else (QUANTISED[mode],) if mode == "int8" else ("f32",)
+    for t in types:
         path = os.path.join(a.dir, f"model-{t}.gguf")
         r = subprocess.run([sys.executable, _converter(), hf, "--outtype", t, "--outfile", path],
                            capture_output=True, text=True)
@@ -101,7 +112,21 @@ def child_gguf(a) -> dict:
             return {"error": f"convert_hf_to_gguf --outtype {t}: {r.stderr[-2000:]}"}
         out[t] = path
     shutil.rmtree(hf, ignore_errors=True)
+    if mode == "int4":
+        import llama_cpp
+
+        src, path = out.pop("f32"), os.path.join(a.dir, "model-q4_0.gguf")
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
+        if llama_cpp.llama_model_quantize(src.encode(), path.encode(), __import__("ctypes").byref(params)) != 0:
+            return {"error": "llama_model_quantize to Q4_0 failed"}
+        os.remove(src)
+        out["q4_0"] = path
     return out
+
+
+def _quantize(a) -> str | None:
+    return None if getattr(a, "quantize", "none") in (None, "none") else a.quantize
 
 
 def child_measure(a) -> dict:
@@ -143,10 +168,20 @@ def child_measure(a) -> dict:
     tokens = {name: f(a.new) for name, f in systems.items()}  # (also the warm-up)
     want = tokens["hf_eager"]
     equal = {name: got == want for name, got in tokens.items() if name != "hf_eager"}
+    reference = model
+    if _quantize(a):  # egraft equals the quantised model (eager, untimed); llama.cpp's types are other functions
+        from egraft.frontend.quantize import quantize
+
+        reference = quantize(model, a.quantize, getattr(a, "group_size", None))[0]
+        with torch.no_grad():
+            quantised = reference.generate(ids, max_new_tokens=a.new, do_sample=False)[0, ids.shape[1]:].tolist()
+        equal = {"egraft_vs_quantised_model": tokens["egraft"] == quantised,
+                 **{f"{n}_vs_quantised_model": t == quantised for n, t in tokens.items() if n.startswith("llama")},
+                 **{f"{n}_vs_float_model": t == want for n, t in tokens.items() if n != "hf_eager"}}
     steps, timed = real_size.time_decode(systems, a.rounds, a.new)
     bw = generate_worker.bandwidth(argparse.Namespace(threads=a.threads[0], repeats=9))  # same pinned cores
     rate = bw["bytes"] / sorted(bw["seconds"])[len(bw["seconds"]) // 2]
-    per_step = real_size.step_bytes(model, real_size.PROMPT + a.new / 2)
+    per_step = real_size.step_bytes(reference, real_size.PROMPT + a.new / 2)  # (quantised: egraft's bytes)
     bound = {"bandwidth": rate, "reader": bw["reader"], "step_bytes": per_step, "tok_s": rate / per_step,
              "share": {n: t / (rate / per_step) for n, t in timed["decode_tok_s"].items()}}
     return {"threads": a.threads[0], **timed, "decode_bound": bound,
@@ -158,8 +193,9 @@ def child_measure(a) -> dict:
 # the driver
 
 def _run(python: str, kind: str, a, extra: list[str]) -> dict:
+    quant = ["--quantize", a.quantize] + (["--group-size", str(a.group_size)] if a.group_size else [])
     return real_size.run_script(python, __file__, ["--child", kind, "--models", a.model, "--dtypes", a.dtype,
-                                                   "--rounds", str(a.rounds), "--new", str(a.new)] + extra)
+                                                   "--rounds", str(a.rounds), "--new", str(a.new)] + quant + extra)
 
 
 def main(argv=None) -> int:
@@ -171,6 +207,11 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--new", type=int, default=32)
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "raw", "peers.json"))
+    p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none",
+                   help="egraft.compile's weight-only quantize, against llama.cpp's type of the same bits (int8: "
+                        "Q8_0, int4: Q4_0); egraft's tokens are checked against the quantised model's")
+    p.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
+                   help="(--quantize int4) input columns per scale")
     p.add_argument("--child", choices=["gguf", "measure"], help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     p.add_argument("--ggufs", help=argparse.SUPPRESS)

@@ -86,12 +86,14 @@ def build(name: str, dtype: str):
 
 
 def step_bytes(model, context: float) -> float:
-    """Bytes one batch-1 decode step of `model` reads: every weight once (an untied input embedding: one row)
-    and the K and V cache over `context` positions, in the model's dtype."""
-    params = {p.data_ptr(): p for p in model.parameters()}  # a tied table once
-    total = sum(p.numel() * p.element_size() for p in params.values())
+    """Bytes one batch-1 decode step of `model` reads: every weight once (an untied input embedding: one row;
+    a quantised layer's stored values and scales) and the K and V cache over `context` positions, in the model's
+    dtype."""
+    params = {p.data_ptr(): p for p in list(model.parameters()) + list(model.buffers())}  # a tied table once
+    total = sum(p.numel() * p.element_size() for p in params.values())  # (a quantised layer's values: buffers)
     emb = model.get_input_embeddings().weight
-    if emb.data_ptr() != model.get_output_embeddings().weight.data_ptr():
+    out = getattr(model.get_output_embeddings(), "weight", None)  # (None: a quantised output layer)
+    if out is None or emb.data_ptr() != out.data_ptr():
         total -= (emb.shape[0] - 1) * emb.shape[1] * emb.element_size()
     c = model.config
     head = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ArtifactError, BackendError, InputError
-from ..frontend.quantize import check_mode
+from ..frontend.quantize import check_foreign, check_mode
 from ..frontend.quantize import quantize as quantize_model
 from ..measure import parse, require
 from ..runtime.outputs import rebuild
@@ -309,6 +309,7 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
         if dev.kind not in b.devices:
             raise BackendError(f"backend {backend!r} does not run on {str(dev)!r}; it runs on {', '.join(b.devices)}")
     mode = check_mode(quantize, group_size)  # an unknown mode or group size: InputError before any work
+    check_foreign(model)  # a model quantised by another library: InputError naming the layer
     model.eval()
     quantization = None
     if mode is not None:

@@ -202,3 +202,33 @@ def test_a_compiled_int4_model_equals_the_quantised_model(backend):
     with torch.no_grad():
         want = cm.model(x)
     assert torch.allclose(cm(x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_model_quantised_by_another_library_is_refused_naming_the_layer():
+    """GPTQ / AWQ / bitsandbytes layers and torchao's tensor subclasses hold packed layouts egraft does not read:
+    one clear error naming the layer and what to do, before any tracing."""
+    import egraft
+
+    class QuantLinear(torch.nn.Module):  # as auto-gptq names its layer
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("qweight", torch.zeros(8, 8, dtype=torch.int32))
+
+        def forward(self, x):
+            return x
+
+    QuantLinear.__module__ = "auto_gptq.nn_modules.qlinear.qlinear_cuda"
+    with pytest.raises(InputError, match=r"'1' is auto_gptq\..*QuantLinear.*quantize='int8' or quantize='int4'"):
+        egraft.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), QuantLinear()))
+
+    class Packed(torch.Tensor):  # a tensor subclass from a quantiser's module (torchao's weights are such)
+        pass
+
+    Packed.__module__ = "torchao.dtypes.affine_quantized_tensor"
+    layer = torch.nn.Linear(8, 8)
+    layer.register_buffer("packed", torch.zeros(4).as_subclass(Packed))
+    with pytest.raises(InputError, match=r"'0.packed' is torchao\."):
+        egraft.compile(torch.nn.Sequential(layer))
+    qm, _ = quantize(_mlp(), "int8")  # egraft's own quantised layers are not foreign; quantising twice is refused
+    with pytest.raises(InputError, match="quantised already"):
+        egraft.compile(qm, quantize="int8")
