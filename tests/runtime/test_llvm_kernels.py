@@ -393,3 +393,31 @@ def test_an_int4_spec_needs_a_group_that_divides_k_and_the_rows_layout():
         lk.KernelSpec("int8", 1, 64, 2, 16, "rows", 0, 32)
     spec = lk.KernelSpec("int4", 2, 64, 2, 16, "rows", 0, 32)
     assert lk.KernelSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec and "_g32" in spec.name
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("layout", ["rows", "panels"])
+def test_a_program_reads_int4_layers_packed_and_equals_the_reference(rows, layout):
+    """A traced int4 layer's dequantised weight (``Cast(unpack_int4(P)) * S``) is recognised by the fold: under
+    layout "rows" the generated product reads the packed bytes and the scales, nothing dequantised is made; under
+    "panels" (no int4 panel form) XLA's product reads the dequantised value, made once.  Both equal the
+    reference."""
+    import torch
+
+    from egraft.frontend.quantize import quantize
+    from egraft.frontend.tracer import trace
+    from egraft.runtime.derived import provenance
+
+    seed = fresh_seed()
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 160), torch.nn.SiLU(), torch.nn.Linear(160, 64, bias=False)).eval()
+    qm, _ = quantize(m, "int4", 32)
+    g = trace(qm, (torch.randn(rows, 64),))
+    knobs = {"stream": "llvm", "stream_width": 32, "stream_layout": layout, "fold_growing": False}
+    ex = check_graph(g, seed, knobs=knobs, what=f"int4 {layout} rows={rows}")
+    if layout == "rows":
+        assert [(s.dtype, s.group) for s in ex.program.kernels] == [("int4", 32)] * 2 and not ex.folded
+        assert sorted(str(a.dtype) for a in ex._host if a.ndim == 2) == ["float32", "float32", "int8", "int8"]
+        assert not [a for a in ex._host if provenance(a) is not None]
+    else:
+        assert not ex.program.kernels and len(ex.folded) == 2
