@@ -22,7 +22,7 @@ from ..runtime.manifest import is_artifact
 
 def save_generation(generation, directory: str, *, model: str) -> str:
     """Write `generation` (an ``api.generation.Generation``) to `directory`; returns its path."""
-    from ..backends.artifact import WeightStore, save_artifact
+    from ..backends.artifact import WeightStore, commit_staged, save_artifact
     from ..runtime.manifest import sha256_file
     from ..runtime.weights import WEIGHTS_FILE
 
@@ -51,13 +51,7 @@ def save_generation(generation, directory: str, *, model: str) -> str:
                "compiled": generation.describe()}
         with open(os.path.join(stage, GENERATION_FILE), "w") as f:
             json.dump(doc, f, indent=1)
-        if os.path.isdir(directory):
-            aside = directory + ".old-" + os.path.basename(stage)
-            os.rename(directory, aside)
-            os.rename(stage, directory)
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            os.rename(stage, directory)
+        commit_staged(stage, directory)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

@@ -180,8 +180,10 @@ def _prepare_target(directory: str) -> None:
                             "egraft will not overwrite it: choose a new or empty directory")
 
 
-def _commit(staging: str, directory: str) -> None:
-    """Move the finished `staging` directory to `directory`, replacing an artifact there."""
+def commit_staged(staging: str, directory: str) -> None:
+    """Move the finished `staging` directory to `directory`, replacing an artifact there: the old one is moved
+    aside, put back if the second rename fails, and deleted once the new one is in place (every artifact writer's
+    last step: a program's here, a generation's in ``api.generation_artifact``)."""
     if not os.path.exists(directory):
         os.rename(staging, directory)
         return
@@ -228,11 +230,11 @@ def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None
             keys = {n: store.entry(n, a) for n, a in written.weights.items()}
         write_manifest(staging, _manifest(executable, dict(meta or {}), checked, written, rec.loader, keys))
         os.chmod(staging, 0o755)  # mkdtemp makes it private; an artifact is as readable as any directory
-        _commit(staging, directory)
+        commit_staged(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return directory
 
 
-__all__ = ["META_KEYS", "WeightStore", "WrittenProgram", "save_artifact"]
+__all__ = ["META_KEYS", "WeightStore", "WrittenProgram", "commit_staged", "save_artifact"]

@@ -1,7 +1,7 @@
 """A seeded random program generator over every primitive, views and idioms.
 
 ``random_program(seed, max_nodes=...)`` returns a valid ``ir.Graph`` with
-float inputs (and an int index path for ``Gather``/``Scatter``/``Mod``), small
+float inputs (and an int index path for ``Gather``/``Scatter``/``Mod``/``Nibble``), small
 shapes and values kept moderate: every op whose domain or range is dangerous gets a
 guarded operand (``Log2``/``Sqrt``/``Recip`` see ``x*x + 1``-style positive
 values, ``Exp2`` sees a clamped one), and ``Mod``/float->int ``Cast`` only
@@ -179,10 +179,12 @@ class _Gen:
         return t.scatter(ax, idx, upd)
 
     def int_path(self, t):
-        """Float path mixed with integers: Iota, Mod, Cast int->float."""
+        """Float path mixed with integers: Iota, Mod, Nibble (a packed int4 field), Cast int->float."""
         n = t.shape[-1] if t.ndim else 1
         i = self.builder.iota(n, "int64")
         m = (i * 3 + 1) % int(self.rng.integers(1, 4))
+        if self.rng.random() < 0.5:  # bytes -60..88 (n <= 4), the low or high field by position
+            m = m + self.builder.add("Nibble", ((i * 37 - 60).cast("int8"), i.cast("int8"))).cast("int64")
         f = m.cast("float32")
         if t.ndim:
             f = f.reshape((1,) * (t.ndim - 1) + (n,)).expand(t.shape)

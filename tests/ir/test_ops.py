@@ -107,6 +107,20 @@ def case_lessthan(rng):
         assert_elementwise(got, want, "bool", rng.tag, f"LessThan {dt}")
 
 
+def case_nibble(rng):
+    """Every int8 byte at both positions (and random positions), against the bit fields read in python."""
+    for shape in SHAPES:
+        a = rng.gen.integers(-128, 128, size=shape).astype(np.int8)
+        pos = rng.gen.integers(-128, 128, size=shape).astype(np.int8)  # parity picks the field
+        got = run1(one_op("Nibble", [(shape, "int8"), (shape, "int8")]), [a, pos])
+        want = _map(lambda u, p: (((int(u) & 255) >> (4 * (int(p) & 1))) & 15 ^ 8) - 8, a, pos).astype(np.int8)
+        assert_elementwise(got, want, "int8", rng.tag, "Nibble")
+    every = np.arange(-128, 128, dtype=np.int8)
+    for p in (0, 1):
+        got = run1(one_op("Nibble", [((256,), "int8"), ((256,), "int8")]), [every, np.full(256, p, np.int8)])
+        assert sorted(set(got.tolist())) == list(range(-8, 8)), f"{rng.tag} Nibble field {p}"
+
+
 def case_where(rng):
     for dt, shape in itertools.product(ALL_DTYPES, SHAPES):
         cond = rand(shape, "bool", rng)
@@ -309,6 +323,7 @@ SEMANTICS = {
     "Mul": _binary_case("Mul", _mul, ALL_DTYPES),
     "Mod": _binary_case("Mod", _trunc_mod, FLOATS + INTS, _nonzero),
     "LessThan": case_lessthan,
+    "Nibble": case_nibble,
     "Where": case_where,
     "SumReduce": _reduce_case("SumReduce", _fsum_or_sum, FLOATS + INTS),
     "MaxReduce": _reduce_case("MaxReduce", _max_or_any, ALL_DTYPES),

@@ -24,6 +24,8 @@ BAD = [
     ("Add", [_t((3,)), _t((3,), "float16")], {}, "one dtype"),
     ("LessThan", [_t((3,), "int32"), _t((3,), "int64")], {}, "one dtype"),
     ("Mod", [_t((3,), "bool"), _t((3,), "bool")], {}, "bool"),
+    ("Nibble", [_t((3,)), _t((3,))], {}, "int8"),
+    ("Nibble", [_t((3,), "int8"), _t((4,), "int8")], {}, "identical shapes"),
     # float-only unary ops
     *[(op, [_t((3,), dt)], {}, "floating-point") for op in sorted(Group.UNARY)
       for dt in ("int32", "int64", "bool")],

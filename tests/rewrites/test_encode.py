@@ -50,7 +50,8 @@ def test_every_op_and_literal_round_trips():
     c = (z < 0.5) * m
     wh = type(x).where(c, z, z.cast("float64").cast("float32"))
     b16 = ln.cast("bfloat16").cast("float16")
-    g = b.build([q, wh, b16, (i.cast("int64") + 7).cast("bool")])
+    nib = b.input("packed", (3, 16), "int8").unpack_int4()  # Nibble
+    g = b.build([q, wh, b16, (i.cast("int64") + 7).cast("bool"), nib])
     ops = {n.op for n in g.nodes}
     for s in SIGS.values():
         assert s.op in ops, f"the round-trip test misses {s.op}"

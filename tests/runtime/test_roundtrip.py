@@ -188,3 +188,30 @@ def test_torch_inductor_mode_round_trip(tmp_path):
     ins = random_args(g, np.random.default_rng(seed))
     assert_close(art.run_flat(*ins), ex(*ins), graph=g, what=f"inductor artifact vs executable (seed={seed})")
     assert art.runner.compiled and art.runner._fn is not art.runner.module  # compiled, not the plain module
+
+
+def test_a_failed_replacement_puts_the_old_artifact_back(tmp_path, monkeypatch):
+    """Every artifact writer (a program's, a generation's) ends in backends.artifact.commit_staged: when the
+    staged directory cannot be moved into place, the artifact that was there is restored, not left aside."""
+    from egraft.backends.artifact import commit_staged
+
+    old, stage = tmp_path / "art", tmp_path / ".stage"
+    old.mkdir()
+    (old / "manifest.json").write_text("old")
+    stage.mkdir()
+    (stage / "manifest.json").write_text("new")
+    real = os.rename
+
+    def failing(src, dst):
+        if str(src) == str(stage):
+            raise OSError("disk full")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", failing)
+    with pytest.raises(OSError, match="disk full"):
+        commit_staged(str(stage), str(old))
+    assert (old / "manifest.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".stage", "art"], "the old artifact was left aside"
+    monkeypatch.setattr(os, "rename", real)
+    commit_staged(str(stage), str(old))
+    assert (old / "manifest.json").read_text() == "new" and not stage.exists()

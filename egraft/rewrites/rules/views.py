@@ -145,12 +145,15 @@ def _apply(op: str, *xs: Tensor) -> Tensor:
     return xs[0].builder.add(op, xs)
 
 
+OWN_DTYPE = {Op.Nibble: "int8"}  # ops defined on one dtype only: their witnesses' inputs
+
+
 def _per_op(ops, build, n):
     """One witness per op (each op is one egglog command of the rule)."""
     def make(op):
         def wit(rng):
             s = rand_shape(rng, 2, lo=2)
-            return Witness(program(lambda *xs: build(op, *xs), *[s] * n))
+            return Witness(program(lambda *xs: build(op, *xs), *[s] * n, dtype=OWN_DTYPE.get(op, "float32")))
         return wit
     return tuple(make(op) for op in ops)
 
