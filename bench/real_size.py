@@ -18,7 +18,7 @@ rounding flips.  Each model and dtype runs two fresh processes, both pinned
 to one core with one thread before torch and jax start
 (``egraft.measure.fix_threads``):
 
-1. ``compile``: ``egraft.compile(model, device="cpu", max_batch=1,
+1. ``compile``: ``egraft.compile(model, device="cpu", max_batch=<--batch, 1>,
    max_length=256, budget=...)``; its wall time, the process's peak RSS
    (``VmHWM``, set back to the present RSS just before the compile, so that
    building the model does not count) against the weights' bytes, ``describe()`` (per-stage
@@ -108,10 +108,10 @@ def _vm(field: str) -> int:
     return 0
 
 
-def _prompt(vocab: int):
+def _prompt(vocab: int, rows: int = 1):
     import torch
 
-    return torch.randint(0, vocab, (1, PROMPT), generator=torch.Generator().manual_seed(SEED + 1))
+    return torch.randint(0, vocab, (rows, PROMPT), generator=torch.Generator().manual_seed(SEED + 1))
 
 
 def _quantize(a) -> str | None:
@@ -129,7 +129,8 @@ def child_compile(a) -> dict:
     before = _vm("VmRSS")
     reset = reset_peak()  # the peak from here on is the compile's (building the model can peak higher: a cast)
     t0 = time.perf_counter()
-    cm = egraft.compile(model, device="cpu", max_batch=1, max_length=MAX_LENGTH, budget=a.budget, progress=False,
+    cm = egraft.compile(model, device="cpu", max_batch=getattr(a, "batch", 1), max_length=MAX_LENGTH, budget=a.budget,
+                        progress=False,
                         weight_copies=getattr(a, "weight_copies", "no") == "yes", quantize=_quantize(a),
                         group_size=getattr(a, "group_size", None) if _quantize(a) == "int4" else None)
     compile_s = time.perf_counter() - t0
@@ -138,7 +139,7 @@ def child_compile(a) -> dict:
     cm.save(a.dir)
     save_s = time.perf_counter() - t0
     size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(a.dir) for f in fs)
-    ids = _prompt(MODELS[a.model]["vocab"])
+    ids = _prompt(MODELS[a.model]["vocab"], getattr(a, "batch", 1))
     got = cm.generate(ids, max_new_tokens=a.new, do_sample=False)
     with torch.no_grad():  # (quantised: the quantised model, eager, is the reference)
         want = (cm.model if _quantize(a) else model).generate(ids, max_new_tokens=a.new, do_sample=False)
@@ -170,7 +171,7 @@ def child_load(a) -> dict:
     with tempfile.TemporaryDirectory(prefix="egraft-cold-") as cold:
         cold_load_s = _load_elsewhere(a.dir, {"EGRAFT_CACHE_DIR": cold})
     model = build(a.model, a.dtype)
-    ids = _prompt(MODELS[a.model]["vocab"])
+    ids = _prompt(MODELS[a.model]["vocab"], getattr(a, "batch", 1))
 
     def hf(n):
         with torch.no_grad():
@@ -231,6 +232,7 @@ def run_child(kind: str, a, directory: str) -> dict:
                                                  "--quantize", getattr(a, "quantize", "none"),
                                                  *(["--group-size", str(a.group_size)] if getattr(a, "group_size", None)
                                                    else []),
+                                                 "--batch", str(getattr(a, "batch", 1)),
                                                  "--rounds", str(a.rounds), "--new",
                                                  str(a.new), "--dir", directory])
 
@@ -259,6 +261,8 @@ def main(argv=None) -> int:
                         "is stored; yes: column panels, a second copy, where the search finds them faster)")
     p.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
                    help="(--quantize int4) input columns per scale (egraft.compile's group_size)")
+    p.add_argument("--batch", type=int, default=1,
+                   help="sequences generated together (max_batch; the decode rate is per sequence)")
     p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none",
                    help="egraft.compile's quantize (int8: weight-only, per output channel; the tokens are checked "
                         "against the quantised model's, HF eager stays the float model)")
@@ -298,7 +302,8 @@ def measure_rows(a, script: str, argv, extend=None) -> None:
                 art = os.path.join(d, "artifact")
                 row = {"model": model, "dtype": dtype, "budget": a.budget, "threads": 1,
                        "weight_copies": getattr(a, "weight_copies", "no") == "yes",
-                       "quantize": getattr(a, "quantize", "none"), "group_size": getattr(a, "group_size", None)}
+                       "quantize": getattr(a, "quantize", "none"), "group_size": getattr(a, "group_size", None),
+                       "batch": getattr(a, "batch", 1)}
                 row["compile"] = run_child("compile", a, art)
                 ok = "error" not in row["compile"]
                 row["load"] = run_child("load", a, art) if ok else {"error": "no artifact"}
