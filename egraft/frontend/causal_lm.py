@@ -154,7 +154,9 @@ class StepModule(torch.nn.Module):
         vocab = getattr(head, "out_features", None) or head.weight.shape[0]  # (a quantised head has no .weight)
         if contexts is None:
             slot = sum(s.shape[0] * s.shape[1] * s.shape[3] for s in specs) * dtype.itemsize  # every layer and row
-            weights = sum(p.numel() * p.element_size() for p in model.parameters())
+            # (a quantised layer holds its values and scales as buffers; a tied table counts once)
+            held = {t.data_ptr(): t for t in list(model.parameters()) + list(model.buffers())}
+            weights = sum(t.numel() * t.element_size() for t in held.values())
             contexts = default_contexts(max_length, slot, weights)
         bad = [c for c in contexts if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c < max_length]
         if bad:
