@@ -25,6 +25,7 @@ from ..ir.analysis import weight_only, weight_operand
 from ..ir.graph import Attrs, Graph, Node
 from ..errors import InputError
 from ..ir.serialize import graph_to_dict
+from ..ir.shapes import contiguous_strides
 from ..runtime.derived import derived
 
 FOLDED_PREFIX = "__folded_"
@@ -182,8 +183,6 @@ def _broadcast_scales(g: Graph, i: int, shape) -> str | None:
 def _unpacked(g: Graph, i: int, rows: int, k: int) -> str | None:
     """The packed weight ``P [rows, k / 2]`` int8 when node `i` is ``Cast(unpack_int4(P))`` to float32 through
     contiguous reshapes (``Tensor.unpack_int4``'s views and ``Nibble``)."""
-    from ..ir.shapes import contiguous_strides
-
     cast = False
     n = g.nodes[i]
     while n.op in (Op.View, Op.Cast):

@@ -104,10 +104,6 @@ class QuantizedLinear(torch.nn.Module):
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
 
-    @property
-    def mode(self) -> str:
-        return "int4" if self.group_size else "int8"
-
     def dequantized(self) -> torch.Tensor:
         """The float32 weight ``[out, in]`` this layer computes with."""
         if not self.group_size:
@@ -176,8 +172,7 @@ def check_foreign(model: torch.nn.Module) -> None:
     def foreign(obj) -> str | None:
         cls = type(obj)
         where = f"{cls.__module__}.{cls.__qualname__}"
-        if cls.__module__.startswith(("torch.", "egraft.")) and cls.__module__ != "torch" or cls in (
-                torch.Tensor, torch.nn.Parameter):
+        if cls.__module__.split(".")[0] in ("torch", "egraft"):  # (torch's and egraft's own classes)
             return None
         low = cls.__module__.lower()
         if any(f in low for f in FOREIGN_MODULES) or cls.__name__ in FOREIGN_CLASSES:
