@@ -51,6 +51,9 @@ def broken():
 
 def tokens():
     return torch.nn.Embedding(50, 4)
+
+def wide():
+    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.GELU()), (torch.randn(2, 64),)
 '''
 
 
@@ -135,6 +138,7 @@ def test_integer_inputs_are_valid_indices(capsys, factories):
     (["compile", "{factories}:fft", "--input", "2x8:float32", *FAST], "cannot lower operator"),
     (["compile", "gated_mlp", "--budget", "soon"], "egraft compile: budget 'soon' is not a duration"),
     (["compile", "gated_mlp", "--fitness", "guess"], "invalid choice"),
+    (["compile", "{factories}:two_heads", "--quantize", "int4", *FAST], "does not divide the input width 8"),
     (["compile", "gated_mlp"], "required: -o/--output"),
     (["inspect", "{tmp}/nowhere"], "does not exist"),
     (["run", "{tmp}/nowhere"], "does not exist"),
@@ -146,6 +150,14 @@ def test_errors_are_one_line(capsys, tmp_path, factories, argv, words):
         argv += ["-o", str(tmp_path / "out")]
     assert main(argv) == 2
     assert words in one_error_line(capsys.readouterr().err)
+
+
+def test_compile_quantises_and_the_manifest_says_how(tmp_path, factories):
+    out = tmp_path / "wide"
+    assert main(["compile", f"{factories}:wide", "--quantize", "int4", "--group-size", "32", *FAST,
+                 "--compare", "none", "-o", str(out)]) == 0
+    meta = json.loads((out / "manifest.json").read_text())
+    assert meta["quantization"]["mode"] == "int4" and meta["quantization"]["group_size"] == 32, meta.get("quantization")
 
 
 def test_debug_shows_the_traceback(capsys):

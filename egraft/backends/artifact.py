@@ -37,7 +37,7 @@ from ..runtime.weights import WEIGHTS_FILE, write_weights
 from . import get_backend, registered
 from .base import Backend
 
-META_KEYS = ("input_names", "output_tree", "model", "report", "source")
+META_KEYS = ("input_names", "output_tree", "model", "report", "source", "quantization")
 
 
 class WeightStore:
@@ -169,6 +169,8 @@ def _manifest(ex, meta: dict, checked: dict, written: WrittenProgram, loader: st
     if keys is not None:  # the tensors live in the enclosing directory's shared file (runtime.load's `shared`)
         m["weights_store"] = "shared"
     m["report"] = meta.get("report") or {}
+    if meta.get("quantization"):  # what egraft.compile(quantize=...) did to the model (frontend.quantize's report)
+        m["quantization"] = dict(meta["quantization"])
     return m
 
 
