@@ -40,54 +40,61 @@ def rows_product(spec: KernelSpec) -> str:
 
 
 def _unroll(spec: KernelSpec) -> int:
-    """(layout "rows", one row of x) vectors of k per step: up to four independent accumulators (int4: an even
-    number, the two halves of a block)."""
-    return next(u for u in ((4, 2) if spec.group else (4, 2, 1)) if spec.k % (VEC * u) == 0)
+    """(layout "rows", one row of x) vectors of k per step: up to four independent accumulators."""
+    return next(u for u in (4, 2, 1) if spec.k % (VEC * u) == 0)
 
 
-def _int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = True) -> str:
+def _int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = True, prefix: str = "") -> str:
     """(int4) IR loading the block of 32 values at ``%wr`` + `at` + each offset (values along the weight's rows;
     16 bytes: bits 0-3 its first 16 values, bits 4-7 the next 16), dequantised with their group's scale (at
-    ``%sr``, the scales of ``%wr``'s row, one per ``group`` values): ``%f<2j>`` and ``%f<2j+1>``, the block's two
-    halves.  A two's complement nibble q is ``(q ^ 8) - 8``: the bytes are widened to 32 bits and xor'd with
-    0x88, each field masked out (no sign extension of bytes, which x86 has no instruction for) and converted,
-    and ``u * s - 8 s`` is one fused multiply-add (exact: ``u - 8`` is q, and ``q * s`` rounds once).
+    ``%sr``, the scales of ``%wr``'s row, one per ``group`` values): ``%<prefix>f<2j>`` and ``%<prefix>f<2j+1>``,
+    the block's two halves.  A two's complement nibble q is ``(q ^ 8) - 8``: the bytes are widened to 32 bits and
+    xor'd with 0x88, each field masked out (no sign extension of bytes, which x86 has no instruction for) and
+    converted, and ``u * s - 8 s`` is one fused multiply-add (exact: ``u - 8`` is q, and ``q * s`` rounds once).
     Not `scaled`: ``u`` itself (0..15; the caller applies ``s (x . u - 8 sum x)`` per group)."""
-    v, shift = VEC, spec.group.bit_length() - 1
+    v, shift, q = VEC, spec.group.bit_length() - 1, prefix
     out = []
     for j, off in enumerate(offsets):
-        out.append(f"""  %wo{j} = add i64 {at}, {off}
-  %wh{j} = lshr i64 %wo{j}, 1
-  %wp{j} = getelementptr i8, ptr %wr, i64 %wh{j}
-  %v{j} = load <{v} x i8>, ptr %wp{j}, align 1
-  %vz{j} = zext <{v} x i8> %v{j} to <{v} x i32>
-  %vx{j} = xor <{v} x i32> %vz{j}, splat (i32 136)
-  %ul{j} = and <{v} x i32> %vx{j}, splat (i32 15)
-  %vs{j} = lshr <{v} x i32> %vx{j}, splat (i32 4)
-  %fl{j} = sitofp <{v} x i32> %ul{j} to <{v} x float>
-  %fh{j} = sitofp <{v} x i32> %vs{j} to <{v} x float>""")
-        if not scaled:
-            out.append(f"  %f{2 * j} = fadd <{v} x float> %fl{j}, zeroinitializer\n"
-                       f"  %f{2 * j + 1} = fadd <{v} x float> %fh{j}, zeroinitializer")
-            continue
-        out.append(f"""  %si{j} = lshr i64 %wo{j}, {shift}
-  %sp{j} = getelementptr float, ptr %sr, i64 %si{j}
-  %ss{j} = load float, ptr %sp{j}
-  %sn{j} = fmul float %ss{j}, -8.0
-  %sx{j} = insertelement <{v} x float> poison, float %ss{j}, i64 0
-  %sb{j} = shufflevector <{v} x float> %sx{j}, <{v} x float> poison, <{v} x i32> zeroinitializer
-  %nx{j} = insertelement <{v} x float> poison, float %sn{j}, i64 0
-  %nb{j} = shufflevector <{v} x float> %nx{j}, <{v} x float> poison, <{v} x i32> zeroinitializer
-  %f{2 * j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %fl{j}, <{v} x float> %sb{j}, <{v} x float> %nb{j})
-  %f{2 * j + 1} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %fh{j}, <{v} x float> %sb{j}, <{v} x float> %nb{j})""")
+        lo, hi = (f"%{q}fl{j}", f"%{q}fh{j}") if scaled else (f"%{q}f{2 * j}", f"%{q}f{2 * j + 1}")
+        out.append(f"""  %{q}wo{j} = add i64 {at}, {off}
+  %{q}wh{j} = lshr i64 %{q}wo{j}, 1
+  %{q}wp{j} = getelementptr i8, ptr %wr, i64 %{q}wh{j}
+  %{q}v{j} = load <{v} x i8>, ptr %{q}wp{j}, align 1
+  %{q}vz{j} = zext <{v} x i8> %{q}v{j} to <{v} x i32>
+  %{q}vx{j} = xor <{v} x i32> %{q}vz{j}, splat (i32 136)
+  %{q}ul{j} = and <{v} x i32> %{q}vx{j}, splat (i32 15)
+  %{q}vs{j} = lshr <{v} x i32> %{q}vx{j}, splat (i32 4)
+  {lo} = sitofp <{v} x i32> %{q}ul{j} to <{v} x float>
+  {hi} = sitofp <{v} x i32> %{q}vs{j} to <{v} x float>""")
+        if scaled:
+            out.append(f"""  %{q}si{j} = lshr i64 %{q}wo{j}, {shift}
+  %{q}sp{j} = getelementptr float, ptr %sr, i64 %{q}si{j}
+  %{q}ss{j} = load float, ptr %{q}sp{j}
+  %{q}sn{j} = fmul float %{q}ss{j}, -8.0
+  %{q}sx{j} = insertelement <{v} x float> poison, float %{q}ss{j}, i64 0
+  %{q}sb{j} = shufflevector <{v} x float> %{q}sx{j}, <{v} x float> poison, <{v} x i32> zeroinitializer
+  %{q}nx{j} = insertelement <{v} x float> poison, float %{q}sn{j}, i64 0
+  %{q}nb{j} = shufflevector <{v} x float> %{q}nx{j}, <{v} x float> poison, <{v} x i32> zeroinitializer""")
+            out += [f"  %{q}f{2 * j + e} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> {u}, "
+                    f"<{v} x float> %{q}sb{j}, <{v} x float> %{q}nb{j})" for e, u in enumerate((lo, hi))]
     return "\n".join(out)
 
 
-def _x_vectors(offsets: list[int]) -> str:
-    """IR loading :data:`VEC` values of x at ``%x + %k + offset`` for each offset, as ``%x<j>``."""
-    return "\n".join(f"  %xo{j} = add i64 %k, {off}\n"
-                     f"  %xp{j} = getelementptr float, ptr %x, i64 %xo{j}\n"
-                     f"  %x{j} = load <{VEC} x float>, ptr %xp{j}, align 4" for j, off in enumerate(offsets))
+def _x_vectors(offsets: list[int], prefix: str = "") -> str:
+    """IR loading :data:`VEC` values of x at ``%x + %k + offset`` for each offset, as ``%<prefix>x<j>``."""
+    q = prefix
+    return "\n".join(f"  %{q}xo{j} = add i64 %k, {off}\n"
+                     f"  %{q}xp{j} = getelementptr float, ptr %x, i64 %{q}xo{j}\n"
+                     f"  %{q}x{j} = load <{VEC} x float>, ptr %{q}xp{j}, align 4" for j, off in enumerate(offsets))
+
+
+def _sum_chain(names: list[str], tag: str, ty: str) -> tuple[str, str]:
+    """IR adding the values `names` (of type `ty`) in order, as ``%<tag><j>``; the lines and the name of the sum."""
+    lines, last = [], names[0]
+    for j, name in enumerate(names[1:], 1):
+        lines.append(f"  %{tag}{j} = fadd {ty} {last}, {name}")
+        last = f"%{tag}{j}"
+    return "\n".join(lines), last
 
 
 def _widened_loads(spec: KernelSpec, at: str, offsets: list[int], width: int = VEC) -> str:
@@ -113,10 +120,7 @@ def _int4_row_product(spec: KernelSpec) -> str:
     shift = g.bit_length() - 1
     xs_loads = "\n".join(f"  %xq{j} = getelementptr float, ptr %xg, i64 {j * v}\n"
                           f"  %xv{j} = load <{v} x float>, ptr %xq{j}, align 4" for j in range(per_group))
-    xs_sum, last = [], "%xv0"
-    for j in range(1, per_group):
-        xs_sum.append(f"  %xw{j} = fadd <{v} x float> {last}, %xv{j}")
-        last = f"%xw{j}"
+    xs_sum, xs_total = _sum_chain([f"%xv{j}" for j in range(per_group)], "xw", f"<{v} x float>")
     prologue = f"""  %xsum = alloca float, i64 {groups}, align 64
   br label %xs
 xs:
@@ -124,8 +128,8 @@ xs:
   %xo = mul i64 %gi, {g}
   %xg = getelementptr float, ptr %x, i64 %xo
 {xs_loads}
-{chr(10).join(xs_sum)}
-  %xr = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, <{v} x float> {last})
+{xs_sum}
+  %xr = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, <{v} x float> {xs_total})
   %xsp = getelementptr float, ptr %xsum, i64 %gi
   store float %xr, ptr %xsp
   %gi1 = add i64 %gi, 1
@@ -134,12 +138,9 @@ xs:
 """
     lines = []
     for i in range(step):  # group i of the step: its vectors, two chains (first and second halves of blocks)
-        lines.append("\n".join(f"  %g{i}o{j} = add i64 %k, {i * g + j * v}\n"
-                                f"  %g{i}p{j} = getelementptr float, ptr %x, i64 %g{i}o{j}\n"
-                                f"  %g{i}x{j} = load <{v} x float>, ptr %g{i}p{j}, align 4" for j in range(per_group)))
-        loads = _int4_loads(spec, "%k", [i * g + b * 32 for b in range(per_group // 2)], scaled=False)
-        lines.append(re.sub(r"%(wo|wh|wp|vz|vx|ul|vs|fl|fh|v|f)(\d+)\b", lambda mt: f"%g{i}{mt.group(1)}{mt.group(2)}",
-                            loads).replace(f"%g{i}wr", "%wr"))
+        lines.append(_x_vectors([i * g + j * v for j in range(per_group)], f"g{i}"))
+        lines.append(_int4_loads(spec, "%k", [i * g + b * 32 for b in range(per_group // 2)], False, f"g{i}"))
+        ends = []
         for h in (0, 1):
             prev = None
             for j in range(h, per_group, 2):
@@ -150,8 +151,8 @@ xs:
                     lines.append(f"  {name} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %g{i}x{j}, "
                                  f"<{v} x float> %g{i}f{j}, <{v} x float> {prev})")
                 prev = name
-            lines.append(f"  %g{i}e{h} = fadd <{v} x float> {prev}, zeroinitializer")
-        lines.append(f"""  %g{i}acc = fadd <{v} x float> %g{i}e0, %g{i}e1
+            ends.append(prev)
+        lines.append(f"""  %g{i}acc = fadd <{v} x float> {ends[0]}, {ends[1]}
   %g{i}k = add i64 %k, {i * g}
   %g{i}i = lshr i64 %g{i}k, {shift}
   %g{i}sp = getelementptr float, ptr %sr, i64 %g{i}i
@@ -164,11 +165,8 @@ xs:
   %c{i}n = call float @llvm.fma.f32(float %g{i}s, float %g{i}X, float %c{i})""")
     phis = "\n".join(f"  %t{i} = phi <{v} x float> [zeroinitializer, %sub], [%t{i}n, %grp]\n"
                       f"  %c{i} = phi float [0.0, %sub], [%c{i}n, %grp]" for i in range(step))
-    tsum, tlast, rsum, rlast = [], "%t0n", [], "%c0n"
-    for i in range(1, step):
-        tsum.append(f"  %tt{i} = fadd <{v} x float> {tlast}, %t{i}n")
-        rsum.append(f"  %cc{i} = fadd float {rlast}, %c{i}n")
-        tlast, rlast = f"%tt{i}", f"%cc{i}"
+    tsum, tlast = _sum_chain([f"%t{i}n" for i in range(step)], "tt", f"<{v} x float>")
+    rsum, rlast = _sum_chain([f"%c{i}n" for i in range(step)], "cc", "float")
     body = f"""  br label %grp
 grp:
   %k = phi i64 [0, %sub], [%k1, %grp]
@@ -178,7 +176,8 @@ grp:
   %kd = icmp eq i64 %k1, {k}
   br i1 %kd, label %dot_done, label %grp
 dot_done:
-{chr(10).join(tsum + rsum)}
+{tsum}
+{rsum}
   %t = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, <{v} x float> {tlast})
   %res = call float @llvm.fma.f32(float {rlast}, float -8.0, float %t)
   %op = getelementptr float, ptr %out, i64 %row
@@ -197,15 +196,10 @@ def _rows_product(spec: KernelSpec) -> str:
     k, v, u = spec.k, VEC, _unroll(spec)
     acc = "\n".join(f"  %a{j} = phi <{v} x float> [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
     xs = _x_vectors([j * v for j in range(u)])
-    ws = (_int4_loads(spec, "%k", [j * v for j in range(0, u, 2)]) if spec.group
-          else _widened_loads(spec, "%k", [j * v for j in range(u)]))
+    ws = _widened_loads(spec, "%k", [j * v for j in range(u)])
     fmas = "\n".join(f"  %n{j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{j}, <{v} x float> %f{j}, "
                       f"<{v} x float> %a{j})" for j in range(u))
-    sums, last = [], "%n0"
-    for j in range(1, u):
-        sums.append(f"  %c{j} = fadd <{v} x float> {last}, %n{j}")
-        last = f"%c{j}"
-    sums = "\n".join(sums)
+    sums, last = _sum_chain([f"%n{j}" for j in range(u)], "c", f"<{v} x float>")
     body = f"""  br label %dot
 dot:
   %k = phi i64 [0, %sub], [%k1, %dot]
