@@ -102,7 +102,7 @@ def child_gguf(a) -> dict:
     model.save_pretrained(hf)
     _tokenizer(hf)
     out = {}
-    mode = _quantize(a)
+    mode = real_size._quantize(a)
     types = GGUF_TYPES[a.dtype] if mode is None else (QUANTISED[mode],) if mode == "int8" else ("f32",)
     for t in types:
         path = os.path.join(a.dir, f"model-{t}.gguf")
@@ -112,21 +112,20 @@ def child_gguf(a) -> dict:
             return {"error": f"convert_hf_to_gguf --outtype {t}: {r.stderr[-2000:]}"}
         out[t] = path
     shutil.rmtree(hf, ignore_errors=True)
-    if mode == "int4":
+    if mode == "int4":  # (the converter writes no Q4_0)
+        import ctypes
+
         import llama_cpp
 
-        src, path = out.pop("f32"), os.path.join(a.dir, "model-q4_0.gguf")
+        t = QUANTISED[mode]
+        src, path = out.pop("f32"), os.path.join(a.dir, f"model-{t}.gguf")
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
-        if llama_cpp.llama_model_quantize(src.encode(), path.encode(), __import__("ctypes").byref(params)) != 0:
+        if llama_cpp.llama_model_quantize(src.encode(), path.encode(), ctypes.byref(params)) != 0:
             return {"error": "llama_model_quantize to Q4_0 failed"}
         os.remove(src)
-        out["q4_0"] = path
+        out[t] = path
     return out
-
-
-def _quantize(a) -> str | None:
-    return None if getattr(a, "quantize", "none") in (None, "none") else a.quantize
 
 
 def child_measure(a) -> dict:
@@ -169,7 +168,7 @@ def child_measure(a) -> dict:
     want = tokens["hf_eager"]
     equal = {name: got == want for name, got in tokens.items() if name != "hf_eager"}
     reference = model
-    if _quantize(a):  # egraft equals the quantised model (eager, untimed); llama.cpp's types are other functions
+    if real_size._quantize(a):  # egraft equals the quantised model (eager, untimed); llama.cpp's are other functions
         from egraft.frontend.quantize import quantize
 
         reference = quantize(model, a.quantize, getattr(a, "group_size", None))[0]

@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 from ..ir import Group, Op, dtypes
 from ..ir.graph import Graph
+from ..runtime.llvm_spec import ITEMSIZE as STORED_ITEMSIZE
 
 Shape = Sequence[int]
 
@@ -43,12 +44,11 @@ def numel(shape: Shape | None) -> int:
     return math.prod(shape or ())
 
 
-PACKED_ITEMSIZE = {"int4": 0.5}  # stored formats that are no IR dtype (a widened weight read as stored)
-
-
 def itemsize(dtype: str | None) -> float:
-    if dtype in PACKED_ITEMSIZE:
-        return PACKED_ITEMSIZE[dtype]
+    """Bytes per element of an IR dtype, or of a stored format that is none (packed int4: the generated CPU
+    product's table, ``runtime.llvm_spec.ITEMSIZE``)."""
+    if dtype in STORED_ITEMSIZE and dtype not in dtypes.ROWS:
+        return STORED_ITEMSIZE[dtype]
     return dtypes.to_numpy(dtype).itemsize if dtype else 4
 
 
