@@ -13,12 +13,13 @@ buckets, not prompt lengths or batch sizes.  Their graphs come from one
 ``torch.export`` per family of buckets with the chunk and context sizes
 symbolic (``frontend.causal_lm.StepTracer``), not one per bucket.  The generation loop is the
 light runtime's (``runtime.generation``): per step it runs one program call,
-the sampler and the stopping test.
+the sampler and the stopping test.  A compiled generation runs the same
+``runtime.generation.GenerationRuntime`` as a loaded one (``.runtime``), its
+programs made by the same adapter (``runtime.step_program``).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -29,33 +30,8 @@ from ..errors import InputError
 from ..measure.memory import ledger, mark
 from ..runtime.device import parse
 from ..runtime import generation as gen
+from ..runtime.step_program import step_program
 from .pipeline import Program, build, call_key
-
-
-def state_program(exe, n_state_names: Sequence[str]) -> Callable:
-    """An executable of the step as the runtime's program: ``(ids, pos, mask, *state) -> (logits, new_state)``.
-
-    The executable's outputs are the new state values (each aliased to its
-    state input, ``graph.aliases``) and the logits; the state comes back in
-    the step's state order.
-    """
-    aliases = exe.graph.aliases
-    by_name = {name: k for k, name in aliases.items()}
-    order = [by_name[n] for n in n_state_names]
-    own = [k for k in range(len(exe.graph.outputs)) if k not in aliases]
-    if len(own) != 1:
-        raise InputError(f"the step program has {len(own)} outputs besides its state; a step returns the logits alone")
-    logit = own[0]
-    if getattr(exe, "backend", None) == "jax":
-        from ..runtime.generation_artifact import jax_step_program
-
-        return jax_step_program(exe.runner, order, logit)
-
-    def program(input_ids, position_ids, slot_mask, *state):
-        outs = exe(input_ids, position_ids, slot_mask, *state)
-        return outs[logit], [outs[k] for k in order]
-
-    return program
 
 
 @dataclass
@@ -65,19 +41,29 @@ class Generation:
     spec: gen.StepSpec
     programs: dict[gen.Bucket, Program]  # bucket -> the compiled program
     compile_s: dict[gen.Bucket, float]  # bucket -> seconds to trace and compile it
-    state: list = field(default_factory=list)
+    device: str = "cpu"  # where the caches live: the programs' device
     weights: object = None  # the frontend.weights.WeightCopies every program binds (views of the model's weights)
     export_s: float = 0.0  # the step's torch.export(s), made before any bucket's compile (in no program's stages)
     memory: dict = field(default_factory=dict)  # measure.memory.Ledger.report() of the compile: what set the peak
     quantization: dict | None = None  # frontend.quantize.quantize's report when compiled with quantize=
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
         names = [s.name for s in self.spec.state]
-        self.step_programs = gen.StepPrograms(
-            self.spec, {b: state_program(p.executable, names) for b, p in self.programs.items()})
-        if not self.state:
-            self.state = gen.new_state(self.spec)
+        programs = {}
+        for b, p in self.programs.items():
+            g = p.executable.graph
+            programs[b] = step_program(p.executable.runner, {name: k for k, name in g.aliases.items()},
+                                       len(g.outputs), names)
+        self.runtime = gen.GenerationRuntime(gen.StepPrograms(self.spec, programs), self.device, self.check_weights)
+
+    @property
+    def step_programs(self) -> gen.StepPrograms:
+        return self.runtime.programs
+
+    @property
+    def state(self) -> list:
+        """The caches ``generate`` runs on (a list updated in place: the runtime's)."""
+        return self.runtime.state
 
     @property
     def searches(self) -> int:
@@ -86,9 +72,7 @@ class Generation:
 
     def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:
         """transformers' ``generate`` on the compiled steps (``runtime.generation.generate``); one at a time."""
-        self.check_weights()
-        with self._lock:  # one set of caches: calls from several threads take turns (a Session shares slots)
-            return gen.generate(self.step_programs, self.state, input_ids, attention_mask, **options)
+        return self.runtime.generate(input_ids, attention_mask, **options)
 
     def check_weights(self) -> None:
         """InputError if a weight the programs bind was updated in place after compiling (module docstring)."""
@@ -101,10 +85,7 @@ class Generation:
 
     def session(self):
         """A :class:`~egraft.runtime.slots.Session` over fresh caches: requests from several threads share the rows."""
-        from ..runtime.slots import Session
-
-        self.check_weights()
-        return Session(self.step_programs)
+        return self.runtime.session()
 
     def weight_report(self) -> dict:
         """What the programs bind: the model's weights (bytes, and how many are views of the model's own memory)
@@ -168,7 +149,7 @@ def compile_generation(model: torch.nn.Module, config, status: Callable[[str], N
     # the caches live on the programs' device (a JAX step keeps them as its own arrays after the first call)
     dev = parse(config.device or "cpu")
     return Generation(step.spec, programs, times, weights=tracer.weights, export_s=tracer.export_s,
-                      memory=led.report(), state=gen.new_state(step.spec, str(dev) if dev.kind == "cuda" else "cpu"))
+                      memory=led.report(), device=str(dev) if dev.kind == "cuda" else "cpu")
 
 
 def _compile_buckets(step, config, status: Callable[[str], None], start: float):
@@ -203,4 +184,4 @@ def _compile_buckets(step, config, status: Callable[[str], None], start: float):
     return programs, times, tracer
 
 
-__all__ = ["Generation", "compile_generation", "state_program"]
+__all__ = ["Generation", "compile_generation"]

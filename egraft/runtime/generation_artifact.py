@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ArtifactError, InputError
 from . import generation as gen
 from .manifest import GENERATION_FILE, is_generation
 from .sampling import Sampling
+from .step_program import step_program
 
 FORMAT = "egraft-generation"
 FORMAT_VERSION = 3  # 3: one shared weights file; 2: one "programs" map of buckets (1: steps, decoders, row_programs)
@@ -79,82 +79,37 @@ def artifact_program(art, spec: gen.StepSpec, where: str):
         raise ArtifactError(f"{where}: its state inputs {got[:2]}... are not the caches generation.json declares "
                             f"{want[:2]}...: the directory mixes artifacts of different models; save it again")
     alias = {a["input"]: a["output"] for a in m.get("aliases", ())}
-    if any(s.name not in alias for s in spec.state):
-        raise ArtifactError(f"{where}: a cache input has no output aliased to it; save the model again")
-    order = [alias[s.name] for s in spec.state]
-    own = [k for k in range(len(m["outputs"])) if k not in set(order)]
-    if len(own) != 1:
-        raise ArtifactError(f"{where}: a step returns the logits besides its caches, this one {len(own)} outputs")
-    logit = own[0]
-    runner = art.runner
-    if type(runner).__name__ == "JaxRunner" and runner.state_outputs:
-        return jax_step_program(runner, order, logit)
-    run = runner.run_torch
-
-    def program(input_ids, position_ids, slot_mask, *state):
-        outs = run([input_ids, position_ids, slot_mask, *state])
-        return outs[logit], [outs[k] for k in order]
-
-    return program
-
-
-def jax_step_program(runner, order: list[int], logit: int):
-    """A JAX step keeping the caches as jax arrays on its device, donated to each call (updated in place, no copy
-    per step); the one call path of a compiled and a loaded JAX step, on every device.
-
-    torch caches (fresh ones) go in once (on the CPU as zero-copy numpy
-    views, which the call copies into its own buffers; elsewhere copied to
-    the device); the jax arrays it returns are the caches from then on (the
-    Engine keeps them).  The per-step inputs go straight to the compiled
-    program, without the executable's checks: the Engine builds the token,
-    position and mask inputs to the spec (tokens below the vocabulary,
-    positions below the cache length: int32 holds them when the program
-    takes int64 as int32), and ``check_state`` checked the caches.  The
-    logits come back as a torch tensor on the program's device (on a GPU the
-    XLA buffer itself, through DLPack), so sampling runs where they are and
-    only the chosen tokens cross to the host.
-    """
-    import jax
-    import numpy as np
-    import torch
-
-    from ..ir.tensors import view_numpy, view_torch
-
-    ids_dt, pos_dt, mask_dt = runner.program_dtypes[:3]
-    on_cpu, dev = runner.on_cpu, runner.dev
-
-    def put(a: np.ndarray):
-        return a if on_cpu else jax.device_put(a, dev)
-
-    def as_input(x):
-        return x if isinstance(x, jax.Array) else put(view_numpy(x.detach().cpu()))
-
-    def small(x, dt):
-        return put(np.asarray(x.cpu().numpy() if isinstance(x, torch.Tensor) else x).astype(dt, copy=False))
-
-    def logits_of(o):
-        return view_torch(np.array(o)) if on_cpu else torch.from_dlpack(o)
-
-    def program(input_ids, position_ids, slot_mask, *state):
-        outs = runner.call([small(input_ids, ids_dt), small(position_ids, pos_dt), small(slot_mask, mask_dt),
-                            *map(as_input, state)])
-        return logits_of(outs[logit]), [outs[k] for k in order]
-
-    return program
+    try:
+        return step_program(art.runner, alias, len(m["outputs"]), [s.name for s in spec.state])
+    except InputError as e:
+        raise ArtifactError(f"{where}: {e}; save the model again") from None
 
 
 class GenerationArtifact:
-    """A loaded generation (module docstring): ``generate`` as transformers', ``session()`` for shared slots."""
+    """A loaded generation (module docstring): ``generate`` as transformers', ``session()`` for shared slots.
+
+    It runs ``runtime.generation.GenerationRuntime`` (``.runtime``), as a
+    compiled generation does, its programs made by the same adapter
+    (``runtime.step_program``).
+    """
 
     def __init__(self, directory: str, doc: dict, spec: gen.StepSpec, steps: dict, device: str):
         self.directory, self.doc, self.spec, self.steps, self.device = directory, doc, spec, steps, device
         try:
-            self.programs = gen.StepPrograms(spec, {b: artifact_program(a, spec, f"{directory!r} {b.name}")
-                                                    for b, a in steps.items()})
+            programs = gen.StepPrograms(spec, {b: artifact_program(a, spec, f"{directory!r} {b.name}")
+                                               for b, a in steps.items()})
         except InputError as e:
             raise ArtifactError(f"{directory!r}: {e}; save the model again") from None
-        self.state = gen.new_state(spec, "cpu" if device == "cpu" else device)
-        self._lock = threading.Lock()
+        self.runtime = gen.GenerationRuntime(programs, "cpu" if device == "cpu" else device)
+
+    @property
+    def programs(self) -> gen.StepPrograms:
+        return self.runtime.programs
+
+    @property
+    def state(self) -> list:
+        """The caches ``generate`` runs on (a list updated in place: the runtime's)."""
+        return self.runtime.state
 
     @property
     def name(self) -> str:
@@ -166,13 +121,11 @@ class GenerationArtifact:
 
     def generate(self, input_ids, attention_mask=None, **options):
         """transformers' ``generate`` arguments and output (``runtime.generation.generate``); one call at a time."""
-        with self._lock:
-            return gen.generate(self.programs, self.state, input_ids, attention_mask, **options)
+        return self.runtime.generate(input_ids, attention_mask, **options)
 
     def session(self):
-        from .slots import Session
-
-        return Session(self.programs)
+        """A :class:`~egraft.runtime.slots.Session` over fresh caches: requests from several threads share the rows."""
+        return self.runtime.session()
 
 
 def load_generation(directory: str, device: str, load_one) -> GenerationArtifact:
@@ -250,5 +203,5 @@ def _listed_v1(doc: dict, spec: gen.StepSpec, path: str) -> dict:
     return out
 
 
-__all__ = ["GENERATION_FILE", "GenerationArtifact", "is_generation", "jax_step_program", "load_generation",
+__all__ = ["GENERATION_FILE", "GenerationArtifact", "is_generation", "load_generation",
            "spec_from_dict", "spec_to_dict"]

@@ -12,6 +12,7 @@ several client threads.
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +22,9 @@ import torch
 from compiled_helpers import (CHUNKS, CONTEXTS, HEAVY, MAX_BATCH, MAX_LENGTH, ROOT, left_padded, reference,
                               run_python)
 
+import egraft
 from egraft.errors import InputError
-from egraft.runtime.generation import new_state
+from egraft.runtime.generation import GenerationRuntime, new_state
 
 CASES = [("gpt2", "auto"), ("llama", "auto"), ("gpt2", "torch")]
 IDS = [f"{f}-{b}" for f, b in CASES]
@@ -95,6 +97,30 @@ def test_saved_artifacts_give_the_same_tokens_in_a_fresh_light_process(compiled_
     assert got.pop("heavy") == []
     for name in want:
         assert got[name] == want[name], name
+
+
+def _runner(program):
+    """The runner a step program calls (runtime.step_program's closures)."""
+    names = inspect.getclosurevars(program).nonlocals
+    return names["runner"] if "runner" in names else names["run"].__self__
+
+
+def test_a_compiled_and_a_loaded_generation_run_the_same_classes(compiled_of, tmp_path):
+    """egraft.compile's generation and egraft.load's run one GenerationRuntime, programs from one adapter calling
+    the same runner class, and give the same tokens."""
+    for family, backend in CASES:
+        model, cm = compiled_of(family, backend)
+        art = egraft.load(cm.save(tmp_path / f"{family}-{backend}"))
+        compiled, loaded = cm.generation.runtime, art.runtime
+        assert type(compiled) is type(loaded) is GenerationRuntime
+        assert compiled.programs.programs.keys() == loaded.programs.programs.keys()
+        for b, p in compiled.programs.programs.items():
+            q = loaded.programs.programs[b]
+            assert p.__code__ is q.__code__, (b, p.__qualname__, q.__qualname__)
+            assert p.__module__ == "egraft.runtime.step_program"
+            assert type(_runner(p)) is type(_runner(q)), b
+        ids, mask = left_padded(PROMPTS["batch3"], seed=5)
+        assert torch.equal(art.generate(ids, mask, **GREEDY), cm.generate(ids, mask, **GREEDY)), (family, backend)
 
 
 # --- what was compiled ---------------------------------------------------------------------------------------------

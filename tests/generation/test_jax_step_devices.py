@@ -14,7 +14,7 @@ import jax
 from compiled_helpers import compile_tiny, left_padded, reference
 
 from egraft.runtime.generation import StepPrograms, generate, new_state
-from egraft.runtime.generation_artifact import jax_step_program
+from egraft.runtime.step_program import jax_step_program
 
 KW = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
 
