@@ -5,7 +5,8 @@ buckets) is :mod:`egraft.runtime.step_spec`'s; its names are re-exported
 here.  This module runs it: :class:`Engine` keeps the caches and each row's
 length and makes one program call per chunk (a prompt in ladder chunks, a
 decode step as the chunk of size 1); :func:`generate` is transformers'
-``model.generate`` on top of it; :class:`GenerationRuntime` is what a
+``model.generate`` on top of it (one group of ``runtime.decode``, the one
+decode loop); :class:`GenerationRuntime` is what a
 compiled and a loaded generation both run (the programs, made by the one
 adapter ``runtime.step_program``, their caches, ``generate`` and
 ``session``).  Light: only torch and numpy, never transformers or the
@@ -21,7 +22,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .sampling import UNSET, Sampling, choose
+from .decode import Decoder, Group
+from .sampling import UNSET, Sampling
 from .step_spec import (Bucket, Program, StateSpec, StepPrograms, StepSpec, check_state, is_jax_array,
                         new_state)
 
@@ -212,31 +214,13 @@ def generate(programs: StepPrograms, state: MutableSequence[torch.Tensor] | None
                          "split the batch or rebuild the step with a larger max_batch")
     check_request(spec, max(n), max_new_tokens)
     engine = Engine(programs, state, None if state else input_ids.device)
-    dev = engine.device
-    ids = input_ids.to(device=dev, dtype=torch.int64)
-    logits = engine.prefill({r: ids[r, ids.shape[1] - n[r]:] for r in range(batch)})
-    logits = torch.stack([logits[r] for r in range(batch)])
-    # the stopping test on the host (numpy): the tokens come to the host once per step, the only read a step makes
-    eos = np.asarray(s.eos_token_id, dtype=np.int64) if s.eos_token_id else None
-    unfinished = np.ones(batch, dtype=bool)
-    new: list[np.ndarray] = []
-    tokens = np.full(spec.max_batch, spec.filler_token, dtype=np.int64)
-    active = np.zeros(spec.max_batch, dtype=bool)
-    for step in range(max_new_tokens):
-        # sampling: a finished row's scores are set to 0, so the draws of the others are those of transformers'
-        # [batch, vocab] call; greedy: a finished row's token is replaced by the pad below whatever it is
-        scores = (torch.where(engine._tensor(unfinished)[:, None], logits.float(), 0.0) if s.do_sample
-                  else logits)
-        nxt = choose(scores, s, generator).cpu().numpy()
-        if eos is not None:
-            nxt = np.where(unfinished, nxt, s.pad_token_id)
-            unfinished = unfinished & ~(nxt[:, None] == eos[None, :]).any(axis=1)
-        new.append(nxt)
-        if step == max_new_tokens - 1 or not unfinished.any():
-            break
-        tokens[:batch], active[:batch] = nxt, unfinished
-        logits = engine.decode(tokens, active)[:batch]
-    out = torch.from_numpy(np.stack(new, axis=1)).to(device=input_ids.device, dtype=input_ids.dtype)
+    ids = input_ids.to(device=engine.device, dtype=torch.int64)
+    group = Group([ids[r, ids.shape[1] - n[r]:] for r in range(batch)], max_new_tokens, s, generator, first=0)
+    decoder = Decoder(engine)
+    decoder.join([group])
+    while decoder.groups:
+        decoder.step()
+    out = torch.from_numpy(group.tokens()).to(device=input_ids.device, dtype=input_ids.dtype)
     return torch.cat([input_ids, out], dim=1)  # on the prompt's device, as transformers' generate
 
 

@@ -10,7 +10,9 @@ Each request takes a free cache row (of ``max_batch``), joins with its prompt
 fed in ladder chunks while the other rows wait (they write filler beyond
 their lengths, so they are left as they were), then decodes one token per
 step alongside the others, and leaves at its own eos or ``max_new_tokens``;
-its row goes to the next waiting request.  Rows never read each other's
+its row goes to the next waiting request.  The decode loop is
+``runtime.decode``'s, which ``generate`` runs too: a request is a group of
+one row there.  Rows never read each other's
 slots, and each request samples with its own generator (``seed=`` or
 ``generator=``), so a request gets the tokens it would get alone:
 ``generate(programs, None, prompt[None], ...)`` with that generator, or
@@ -26,26 +28,21 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import MutableSequence
 
 import torch
 
 from ..errors import InputError
+from .decode import Decoder, Group
 from .generation import Engine, StepPrograms, check_request
-from .sampling import UNSET, Sampling, choose
+from .sampling import UNSET
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
-    prompt: torch.Tensor
-    max_new_tokens: int
-    sampling: Sampling
-    generator: torch.Generator | None
+    group: Group  # one row: runtime.decode's group of one sequence
     future: Future
-    row: int = -1
-    logits: torch.Tensor | None = None
-    new: list = field(default_factory=list)
 
 
 class Session:
@@ -54,6 +51,7 @@ class Session:
     def __init__(self, programs: StepPrograms, state: MutableSequence[torch.Tensor] | None = None, device=None):
         self.spec = programs.spec
         self._engine = Engine(programs, state, device)
+        self._decoder = Decoder(self._engine)
         self._cond = threading.Condition(threading.Lock())
         self._pending: deque[_Request] = deque()
         self._running: dict[int, _Request] = {}
@@ -85,7 +83,7 @@ class Session:
             raise InputError("pass seed= or generator=, not both")
         if seed is not None:
             generator = torch.Generator(device=self._engine.device).manual_seed(int(seed))
-        req = _Request(p.to(self._engine.device, torch.int64), max_new_tokens, s, generator, Future())
+        req = _Request(Group([p.to(self._engine.device, torch.int64)], max_new_tokens, s, generator), Future())
         with self._cond:
             if self._closed:
                 raise InputError("the session is closed: make a new Session")
@@ -139,46 +137,28 @@ class Session:
             req = self._pending.popleft()
             if not req.future.set_running_or_notify_cancel():
                 continue
-            req.row = free.pop(0)
-            self._running[req.row] = req
+            req.group.first = free.pop(0)
+            self._running[req.group.first] = req
             joining.append(req)
         return joining
 
     def _step(self, joining: list[_Request]) -> None:
-        eng, spec = self._engine, self.spec
-        if joining:  # the others wait: their rows are fed filler beyond their lengths
-            logits = eng.prefill({r.row: r.prompt for r in joining})
-            for r in joining:
-                r.logits = logits[r.row]
-        tokens = torch.full((spec.max_batch,), spec.filler_token, dtype=torch.int64, device=eng.device)
-        active = torch.zeros(spec.max_batch, dtype=torch.bool, device=eng.device)
-        running = list(self._running.values())
-        greedy = [r for r in running if not r.sampling.do_sample]
-        picked = {}
-        if greedy:  # one argmax for every greedy row; each sampled row draws from its own generator
-            rows = choose(torch.stack([r.logits for r in greedy]), greedy[0].sampling).tolist()
-            picked = {id(r): t for r, t in zip(greedy, rows)}
-        for req in running:
-            tok = picked[id(req)] if id(req) in picked else int(choose(req.logits[None], req.sampling, req.generator)[0])
-            req.new.append(tok)
-            eos = req.sampling.eos_token_id or ()
-            if tok in eos or len(req.new) == req.max_new_tokens:
-                self._finish(req)
-            else:
-                tokens[req.row], active[req.row] = tok, True
-        if self._running:
-            logits = eng.decode(tokens, active)
-            for req in self._running.values():
-                req.logits = logits[req.row]
+        """The joining requests' prompts fed (the others wait: their rows are fed filler beyond their lengths),
+        then one decode step of every running request (``runtime.decode.Decoder``)."""
+        if joining:
+            self._decoder.join([r.group for r in joining])
+        for g in self._decoder.step():
+            self._finish(self._running[g.first])
 
     def _finish(self, req: _Request, error: BaseException | None = None) -> None:
-        self._running.pop(req.row, None)
-        self._engine.free(req.row)
+        self._decoder.leave(req.group)
+        self._running.pop(req.group.first, None)
         if error is not None:
             req.future.set_exception(error)
         else:
-            new = torch.tensor(req.new, dtype=torch.int64, device=req.prompt.device)
-            req.future.set_result(torch.cat([req.prompt, new]))
+            prompt = req.group.prompts[0]
+            new = torch.from_numpy(req.group.tokens()[0]).to(prompt.device)
+            req.future.set_result(torch.cat([prompt, new]))
 
 
 __all__ = ["Session"]

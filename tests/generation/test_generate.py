@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from egraft.runtime.generation import generate
+from egraft.runtime.generation import StepPrograms, generate
 
 from gen_helpers import EOS, FAMILIES, Built, left_padded
 
@@ -217,3 +217,26 @@ def test_prompt_row_buckets_compute_only_the_fed_rows_and_give_the_same_tokens(f
     assert [r for r in ran if r[1][1] > 1] == [((16, 64, 3), (3, 16)), ((4, 64, 1), (1, 4))]
     ones = [r[0] for r in ran if r[1][1] == 1]  # row 0's last prompt token (21 = 16 + 4 + 1) alone, then decoding
     assert ones[0] == (1, 64, 1) and set(ones[1:]) == {(1, 64, 3)}, ones  # two rows: no two-row bucket, all rows
+
+
+def test_rows_that_ended_past_a_row_bucket_get_pad_and_the_others_go_on():
+    """Rows 2 and 3 of 4 produce eos first; the fed rows 0-1 then run the two-row programs, whose logits leave
+    the ended rows out: they still get pad, and the tokens are transformers'."""
+    from egraft.frontend.causal_lm import eager_programs, step_module
+
+    b = Built("llama")
+    step = step_module(b.model, 4, 64, (1, 4), contexts=(), rows=(2,))
+    programs = eager_programs(step)
+    ids, mask = left_padded([5, 9, 4, 7], seed=21)
+    free = generate(programs, step.state(), ids, mask, max_new_tokens=24, eos_token_id=None)[:, ids.shape[1]:]
+    early = [(int(free[2, i]), int(free[3, j])) for i in range(1, 4) for j in range(1, 4)]
+    eos = next(sorted({a, c}) for a, c in early if not set(free[:2, :12].flatten().tolist()) & {a, c})
+    kw = dict(max_new_tokens=24, do_sample=False, eos_token_id=eos, pad_token_id=96)
+    seen = []
+    counted = StepPrograms(step.spec, {k: (lambda k, p: lambda *a: (seen.append(k), p(*a))[1])(k, p)
+                                       for k, p in programs.programs.items()})
+    got = generate(counted, step.state(), ids, mask, **kw)
+    assert torch.equal(got, b.reference(ids, mask, **kw))
+    tail = got[:, ids.shape[1]:]
+    assert (tail[2:, 4:] == 96).all() and not (tail[:2, :12] == 96).any()
+    assert (1, 64, 2) in seen  # the ended rows were left out of some decode calls
