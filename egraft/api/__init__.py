@@ -8,6 +8,6 @@ renders what was done and measured.  docs/compile.md is the user's guide.
 """
 
 from .compiled import CompiledModel, compile  # noqa: A004 - egraft.compile is the public name
-from .pipeline import Program
+from .pipeline import CompiledProgram
 
-__all__ = ["CompiledModel", "Program", "compile"]
+__all__ = ["CompiledModel", "CompiledProgram", "compile"]

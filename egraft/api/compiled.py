@@ -25,7 +25,7 @@ from ..frontend.quantize import quantize as quantize_model
 from ..measure import parse, require
 from ..runtime.outputs import rebuild
 from ..search.config import CompileConfig
-from .pipeline import _TORCH_DTYPES, Program, build, call_key, check_call, flat_inputs
+from .pipeline import _TORCH_DTYPES, CompiledProgram, build, call_key, check_call, flat_inputs
 from ..runtime.sampling import UNSET  # an option generate() is not given: the generation_config value applies
 
 
@@ -50,7 +50,7 @@ class CompiledModel(torch.nn.Module):
         super().__init__()
         self.model = model  # a reference, registered as a submodule: no weights are copied here
         self.config = config
-        self._programs: dict[tuple, Program] = {}
+        self._programs: dict[tuple, CompiledProgram] = {}
         # one copy of each weight for every signature's program (a parameter updated in place in between
         # gets a fresh copy: frontend.weights.WeightCopies), and the forms derived from it made once
         from ..frontend.weights import WeightCopies
@@ -92,7 +92,7 @@ class CompiledModel(torch.nn.Module):
             prog = self.compile_for(*args, **kwargs)
         return prog.call(*flat_inputs(args, kwargs, prog.kwarg_order))
 
-    def compile_for(self, *args, **kwargs) -> Program:
+    def compile_for(self, *args, **kwargs) -> CompiledProgram:
         """Compile the signature of these inputs now (a call does this on a signature's first use)."""
         try:
             key = call_key(args, kwargs)
@@ -146,8 +146,8 @@ class CompiledModel(torch.nn.Module):
     # --- what was compiled ----------------------------------------------------------------------
 
     @property
-    def programs(self) -> dict[str, Program]:
-        """Signature name -> :class:`~egraft.api.pipeline.Program`, in compile order."""
+    def programs(self) -> dict[str, CompiledProgram]:
+        """Signature name -> :class:`~egraft.api.pipeline.CompiledProgram`, in compile order."""
         return {p.name: p for p in self._programs.values()}
 
     @property
@@ -158,7 +158,7 @@ class CompiledModel(torch.nn.Module):
     def results(self) -> dict:
         return {p.name: p.result for p in self._programs.values()}
 
-    def _program(self, signature: str | None) -> Program:
+    def _program(self, signature: str | None) -> CompiledProgram:
         progs = self.programs
         if not progs:
             raise InputError("nothing is compiled yet: pass example_inputs to egraft.compile or call the model once")
@@ -228,7 +228,7 @@ class CompiledModel(torch.nn.Module):
             save_artifact(p.executable, str(root / safe_name(p.name)), meta=self._meta(p))
         return str(root)
 
-    def _meta(self, p: Program) -> dict:
+    def _meta(self, p: CompiledProgram) -> dict:
         from .report import json_report
 
         return {"input_names": list(p.input_names), "output_tree": p.output_tree,

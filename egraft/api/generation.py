@@ -14,7 +14,7 @@ buckets, not prompt lengths or batch sizes.  Their graphs come from one
 symbolic (``frontend.causal_lm.StepTracer``), not one per bucket.  The generation loop is the
 light runtime's (``runtime.generation``): per step it runs one program call,
 the sampler and the stopping test.  A compiled generation runs the same
-``runtime.generation.GenerationRuntime`` as a loaded one (``.runtime``), its
+``runtime.generation_runtime.GenerationRuntime`` as a loaded one (``.runtime``), its
 programs made by the same adapter (``runtime.step_program``).
 """
 
@@ -30,8 +30,9 @@ from ..errors import InputError
 from ..measure.memory import ledger, mark
 from ..runtime.device import parse
 from ..runtime import generation as gen
+from ..runtime.generation_runtime import GenerationRuntime
 from ..runtime.step_program import step_program
-from .pipeline import Program, build, call_key
+from .pipeline import CompiledProgram, build, call_key
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Generation:
     """The compiled step programs of one causal LM (one per bucket), their caches, and what compiling them took."""
 
     spec: gen.StepSpec
-    programs: dict[gen.Bucket, Program]  # bucket -> the compiled program
+    programs: dict[gen.Bucket, CompiledProgram]  # bucket -> the compiled program
     compile_s: dict[gen.Bucket, float]  # bucket -> seconds to trace and compile it
     device: str = "cpu"  # where the caches live: the programs' device
     weights: object = None  # the frontend.weights.WeightCopies every program binds (views of the model's weights)
@@ -54,7 +55,7 @@ class Generation:
             g = p.executable.graph
             programs[b] = step_program(p.executable.runner, {name: k for k, name in g.aliases.items()},
                                        len(g.outputs), names)
-        self.runtime = gen.GenerationRuntime(gen.StepPrograms(self.spec, programs), self.device, self.check_weights)
+        self.runtime = GenerationRuntime(gen.StepPrograms(self.spec, programs), self.device, self.check_weights)
 
     @property
     def step_programs(self) -> gen.StepPrograms:
@@ -157,7 +158,7 @@ def _compile_buckets(step, config, status: Callable[[str], None], start: float):
     from ..frontend.causal_lm import StepTracer, family
     from ..frontend.weights import WeightCopies
 
-    programs: dict[gen.Bucket, Program] = {}
+    programs: dict[gen.Bucket, CompiledProgram] = {}
     times: dict[gen.Bucket, float] = {}
     first = None
     weights = WeightCopies(views=True)  # the model's own weight memory, bound by every bucket's program

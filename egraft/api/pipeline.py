@@ -1,6 +1,6 @@
 """One input signature of a model, compiled: trace it, then the one pipeline (search, executable, check).
 
-A :class:`Program` is everything ``egraft.compile`` knows about one input
+A :class:`CompiledProgram` is everything ``egraft.compile`` knows about one input
 signature (the shapes, dtypes and devices of the tensor inputs, and the
 values of the non-tensor keyword arguments): the executable, the search
 result, the model's output structure, how the compiled program compared
@@ -50,7 +50,7 @@ _TORCH_DTYPES = ir_dtypes()  # torch dtype -> IR name: the call key reads it per
 
 
 @dataclass
-class Program:
+class CompiledProgram:
     """One compiled signature: the executable and the evidence for it (see the module docstring)."""
 
     name: str  # "4x32:float32,2x8:int64" (+ "@cuda:0" off the CPU): the signature as a user reads it
@@ -188,8 +188,8 @@ def check_call(model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
 # --- the stages -----------------------------------------------------------------------------------
 
 def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config: CompileConfig,
-          status: Callable[[str], None], reuse: Program | None = None, weights=None,
-          tracer: Callable[[], Any] | None = None) -> Program:
+          status: Callable[[str], None], reuse: CompiledProgram | None = None, weights=None,
+          tracer: Callable[[], Any] | None = None) -> CompiledProgram:
     """Trace one signature, then compile it through the one pipeline (the module docstring).
 
     With `reuse` (another size of the same model, compiled before), the traced
@@ -263,7 +263,7 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     if program_key(graph, args, kwargs, kwarg_order) != key:  # the lookup key is the program's own signature
         raise InputError(f"{type(model).__name__} for {name}: the traced program's inputs "
                          f"{graph.signature.key()} do not match the call's {key}; pass these tensors positionally")
-    return Program(name, key, done.executable, done.result, graph.input_names(), kwarg_order, describe(outs[0]),
+    return CompiledProgram(name, key, done.executable, done.result, graph.input_names(), kwarg_order, describe(outs[0]),
                    fresh, traced, {"trace": round(traced_s, 4), **done.stages}, done.check, state=state, model=model,
                    searched=done.searched)
 

@@ -95,10 +95,6 @@ def check_shape(shape: Iterable[Any], what: str = "shape") -> Shape:
     return tuple(out)
 
 
-def is_static(shape: Shape) -> bool:
-    return all(not isinstance(d, Dim) for d in shape)
-
-
 def shape_accepts(shape: Shape, concrete: Sequence[int]) -> bool:
     """Whether a tensor of shape `concrete` fits `shape` (equal ints; a Dim's range; one size per Dim name)."""
     if len(shape) != len(concrete):
@@ -302,4 +298,4 @@ def call_key(types: Iterable[tuple[Sequence[int], str]]) -> tuple:
 
 
 __all__ = ["Dim", "DimLike", "FORMAT", "InputSpec", "OutputSpec", "ROLES", "Signature", "call_key", "check_shape",
-           "is_static", "shape_accepts", "shape_str"]
+           "shape_accepts", "shape_str"]

@@ -52,7 +52,7 @@ from ..ir.egraph import Snapshot, best_by_cost
 from ..ir.graph import Graph
 from .blocks import Block, block_graph, layer_blocks
 from .codec import Context, encode_graph, input_attrs
-from .session import STOP_ORDER, IterationStat, SaturationResult, Session, run_schedule
+from .session import STOP_ORDER, IterationStat, SaturationResult, EGraphSession, run_schedule
 from .stitch import Stitcher
 
 
@@ -107,7 +107,7 @@ def saturate_layered(graph: Graph, rules, limits):
             templates[b.key] = None  # nothing to saturate: its inputs are added as they are
             continue
         if sess is None:
-            sess = Session(rules, Context())
+            sess = EGraphSession(rules, Context())
         share = max(int(limits.nodes * len(b.graph.nodes) / total), 1)
         tpl, sched = _template(sess, b, replace(limits, nodes=share), t0)
         templates[b.key] = tpl

@@ -27,7 +27,7 @@ from .codec import Context, encode_graph
 from .repeated import saturate_layered
 from .ruleset import all_rules
 from .rule import RuleSpec
-from .session import Limits, SaturationResult, Session, run_schedule
+from .session import Limits, SaturationResult, EGraphSession, run_schedule
 
 
 def saturate(graph: Graph, rules: Sequence[RuleSpec] | None = None, limits: Limits | None = None) -> SaturationResult:
@@ -40,7 +40,7 @@ def saturate(graph: Graph, rules: Sequence[RuleSpec] | None = None, limits: Limi
             return res
     t0 = time.perf_counter()
     ctx = Context.for_graph(graph)
-    sess = Session(rules, ctx)
+    sess = EGraphSession(rules, ctx)
     text, hs = encode_graph(graph, ctx)
     sess.run(text, "encoding the graph")
     sess.analysis()

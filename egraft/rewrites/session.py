@@ -14,7 +14,7 @@ time limit, and one iteration of comm/assoc can grow an e-graph 100x.  So:
   iterations on a fresh :class:`~egraft.ir.egraph.Snapshot`.
 
 :func:`run_schedule`: safe rules to a fixed point, the explosive step, safe
-rules to a fixed point again.  Which graph a :class:`Session` saturates (the
+rules to a fixed point again.  Which graph a :class:`EGraphSession` saturates (the
 whole graph, or one layer template at a time) is the strategy's choice:
 :mod:`egraft.rewrites.saturate`.
 """
@@ -187,7 +187,7 @@ def command_names(rule: RuleSpec) -> list[str]:
     return out
 
 
-class Session:
+class EGraphSession:
     """One egglog e-graph with the prelude and a rule set loaded."""
 
     def __init__(self, rules: Sequence[RuleSpec], ctx: Context):
@@ -355,7 +355,7 @@ def resolve(snap: Snapshot, t: Term | int, ctx: Context) -> int | None:
     return snap.lookup(t.op, attrs, tuple(kids))
 
 
-def run_schedule(sess: Session, limits: Limits, t0: float, iterations_used: int = 0) -> ScheduleResult:
+def run_schedule(sess: EGraphSession, limits: Limits, t0: float, iterations_used: int = 0) -> ScheduleResult:
     """Safe phase, explosive step, safe phase, within `limits` (time counted from `t0`)."""
     history: list[IterationStat] = []
     it = iterations_used

@@ -6,17 +6,13 @@ here.  This module runs it: :class:`Engine` keeps the caches and each row's
 length and makes one program call per chunk (a prompt in ladder chunks, a
 decode step as the chunk of size 1); :func:`generate` is transformers'
 ``model.generate`` on top of it (one group of ``runtime.decode``, the one
-decode loop); :class:`GenerationRuntime` is what a
-compiled and a loaded generation both run (the programs, made by the one
-adapter ``runtime.step_program``, their caches, ``generate`` and
-``session``).  Light: only torch and numpy, never transformers or the
+decode loop).  Light: only torch and numpy, never transformers or the
 compiler.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Callable, Mapping, MutableSequence
+from typing import Mapping, MutableSequence
 
 import numpy as np
 import torch
@@ -24,7 +20,7 @@ import torch
 from ..errors import InputError
 from .decode import Decoder, Group
 from .sampling import UNSET, Sampling
-from .step_spec import (Bucket, Program, StateSpec, StepPrograms, StepSpec, check_state, is_jax_array,
+from .step_spec import (Bucket, StepProgram, StateSpec, StepPrograms, StepSpec, check_state, is_jax_array,
                         new_state)
 
 
@@ -224,37 +220,5 @@ def generate(programs: StepPrograms, state: MutableSequence[torch.Tensor] | None
     return torch.cat([input_ids, out], dim=1)  # on the prompt's device, as transformers' generate
 
 
-class GenerationRuntime:
-    """The generation runtime ``egraft.compile(llm, max_batch=, max_length=)`` and ``egraft.load`` both return
-    under their facades: the step programs, their caches (made once on `device`, updated in place by every
-    call), ``generate`` (one call at a time: one set of caches) and ``session()`` (requests from several threads
-    sharing the rows, over caches of its own).
-
-    `check`: called before each ``generate`` and ``session`` (a compiled
-    generation refuses to run once its model's weights changed in place).
-    """
-
-    def __init__(self, programs: StepPrograms, device: str = "cpu", check: Callable[[], None] | None = None):
-        self.spec, self.programs, self.device = programs.spec, programs, device
-        self.state = new_state(programs.spec, device)
-        self._check = check
-        self._lock = threading.Lock()
-
-    def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:
-        """transformers' ``generate`` arguments and output (:func:`generate`) on the runtime's caches."""
-        if self._check is not None:
-            self._check()
-        with self._lock:
-            return generate(self.programs, self.state, input_ids, attention_mask, **options)
-
-    def session(self):
-        """A :class:`~egraft.runtime.slots.Session` over fresh caches: requests from several threads share the rows."""
-        from .slots import Session
-
-        if self._check is not None:
-            self._check()
-        return Session(self.programs, device=self.device)
-
-
-__all__ = ["Bucket", "Engine", "GenerationRuntime", "Program", "StateSpec", "StepPrograms", "StepSpec", "check_state",
-           "generate", "is_jax_array", "new_state", "prompt_rows"]
+__all__ = ["Bucket", "Engine", "StateSpec", "StepProgram", "StepPrograms", "StepSpec",
+           "check_state", "generate", "is_jax_array", "new_state", "prompt_rows"]

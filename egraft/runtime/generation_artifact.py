@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ArtifactError, InputError
 from . import generation as gen
+from .generation_runtime import GenerationRuntime
 from .manifest import GENERATION_FILE, is_generation
 from .sampling import Sampling
 from .step_program import step_program
@@ -88,7 +89,7 @@ def artifact_program(art, spec: gen.StepSpec, where: str):
 class GenerationArtifact:
     """A loaded generation (module docstring): ``generate`` as transformers', ``session()`` for shared slots.
 
-    It runs ``runtime.generation.GenerationRuntime`` (``.runtime``), as a
+    It runs ``runtime.generation_runtime.GenerationRuntime`` (``.runtime``), as a
     compiled generation does, its programs made by the same adapter
     (``runtime.step_program``).
     """
@@ -100,7 +101,7 @@ class GenerationArtifact:
                                                for b, a in steps.items()})
         except InputError as e:
             raise ArtifactError(f"{directory!r}: {e}; save the model again") from None
-        self.runtime = gen.GenerationRuntime(programs, "cpu" if device == "cpu" else device)
+        self.runtime = GenerationRuntime(programs, "cpu" if device == "cpu" else device)
 
     @property
     def programs(self) -> gen.StepPrograms:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..errors import InputError
-from .step_spec import Program
+from .step_spec import StepProgram
 
 
 def state_order(aliases: Mapping[str, int], n_outputs: int, names: Sequence[str]) -> tuple[list[int], int]:
@@ -41,7 +41,7 @@ def state_order(aliases: Mapping[str, int], n_outputs: int, names: Sequence[str]
     return order, own[0]
 
 
-def step_program(runner, aliases: Mapping[str, int], n_outputs: int, names: Sequence[str]) -> Program:
+def step_program(runner, aliases: Mapping[str, int], n_outputs: int, names: Sequence[str]) -> StepProgram:
     """`runner`'s program as the generation runtime's (module docstring)."""
     order, logit = state_order(aliases, n_outputs, names)
     if type(runner).__name__ == "JaxRunner" and runner.state_outputs:
@@ -55,7 +55,7 @@ def step_program(runner, aliases: Mapping[str, int], n_outputs: int, names: Sequ
     return program
 
 
-def jax_step_program(runner, order: list[int], logit: int) -> Program:
+def jax_step_program(runner, order: list[int], logit: int) -> StepProgram:
     """A JAX step keeping the caches as jax arrays on its device, donated to each call (updated in place, no copy
     per step); the one call path of a compiled and a loaded JAX step, on every device.
 

@@ -63,7 +63,7 @@ import torch
 from ..errors import InputError
 from .sampling import Sampling
 
-Program = Callable[..., tuple]
+StepProgram = Callable[..., tuple]
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class StepPrograms:
     """
 
     spec: StepSpec
-    programs: Mapping[Bucket | int, Program]
+    programs: Mapping[Bucket | int, StepProgram]
 
     def __post_init__(self):
         spec = self.spec
@@ -172,7 +172,7 @@ class StepPrograms:
         self.row_buckets = any(b.rows < spec.max_batch for b in self.programs)
         self.context_buckets = any(b.context < spec.full_context for b in self.programs)
 
-    def for_call(self, t: int, needed: int, rows: int) -> tuple[Program, Bucket]:
+    def for_call(self, t: int, needed: int, rows: int) -> tuple[StepProgram, Bucket]:
         """The program of a chunk-`t` call whose fed rows lie below `rows` and hold at most `needed` slots after
         it, and its bucket: the cheapest (fewest rows, then fewest slots) that computes and holds them."""
         for b in self._by_chunk[t]:
@@ -211,4 +211,4 @@ def new_state(spec: StepSpec, device="cpu") -> list[torch.Tensor]:
     return [torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in spec.state]
 
 
-__all__ = ["Bucket", "Program", "StateSpec", "StepPrograms", "StepSpec", "check_state", "is_jax_array", "new_state"]
+__all__ = ["Bucket", "StepProgram", "StateSpec", "StepPrograms", "StepSpec", "check_state", "is_jax_array", "new_state"]

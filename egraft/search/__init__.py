@@ -18,9 +18,9 @@ from .engine import search
 from .candidate import Candidate, Outcome, Task
 from .evaluators import LocalEvaluator
 from .config import Budget, CompileConfig
-from .result import Generation, SearchResult, Trial
+from .result import Round, SearchResult, Trial
 from .space import Space, default_cost
 
-__all__ = ["Budget", "Candidate", "CompileConfig", "Estimate", "Generation", "KernelCost", "LocalEvaluator", "Outcome",
+__all__ = ["Budget", "Candidate", "CompileConfig", "Estimate", "Round", "KernelCost", "LocalEvaluator", "Outcome",
            "SearchResult", "Space", "Task", "Trial", "default_cost", "estimate", "node_cost", "rank_correlation",
            "search"]

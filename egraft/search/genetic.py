@@ -30,7 +30,7 @@ from deap import base, tools
 from .candidate import Candidate, Outcome, Task, bound
 from .config import Budget
 from .genome import GenomeSpace
-from .result import Generation, Trial
+from .result import Round, Trial
 
 PRUNE_MARGIN = 1.5  # a candidate is pruned when its roofline bound exceeds this times the best measured time
 CAP = 4.0  # a candidate whose first call takes CAP x the best time so far is timed by that call alone
@@ -55,7 +55,7 @@ class Evolution:
     best_outcome: Outcome | None = None
     best_candidate: Candidate | None = None
     trials: list[Trial] = field(default_factory=list)
-    history: list[Generation] = field(default_factory=list)
+    history: list[Round] = field(default_factory=list)
     counts: dict = field(default_factory=lambda: dict(timed=0, estimated=0, rejected=0, failed=0, pruned=0, cached=0))
     interrupted: bool = False
     outcomes: dict = field(default_factory=dict)  # memo: candidate key -> Outcome
@@ -139,7 +139,7 @@ def evolve(gs: GenomeSpace, task: Task, evaluator, budget: Budget, seed: int = 0
                                out.estimate_s, cand.backend, gen, block, out.message[:300]))
 
     def record(gen: int) -> None:
-        g = Generation(gen, best_s(), len(ev.trials), ev.counts["timed"] + ev.counts["estimated"],
+        g = Round(gen, best_s(), len(ev.trials), ev.counts["timed"] + ev.counts["estimated"],
                        ev.counts["rejected"] + ev.counts["failed"], ev.counts["cached"],
                        round(_time.perf_counter() - t0, 4), block)
         ev.history.append(g)

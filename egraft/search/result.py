@@ -57,7 +57,7 @@ class Trial:
 
 
 @dataclass(frozen=True)
-class Generation:
+class Round:
     """The state after one generation: best fitness so far and what was evaluated up to then."""
 
     index: int
@@ -101,7 +101,7 @@ class SearchResult:
     knobs: dict
     time_s: float
     baseline_time_s: float
-    history: list[Generation] = field(default_factory=list)
+    history: list[Round] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
     device: str = "cpu"
     fitness: str = "measured"

@@ -24,7 +24,8 @@ from compiled_helpers import (CHUNKS, CONTEXTS, HEAVY, MAX_BATCH, MAX_LENGTH, RO
 
 import egraft
 from egraft.errors import InputError
-from egraft.runtime.generation import GenerationRuntime, new_state
+from egraft.runtime.generation import new_state
+from egraft.runtime.generation_runtime import GenerationRuntime
 
 CASES = [("gpt2", "auto"), ("llama", "auto"), ("gpt2", "torch")]
 IDS = [f"{f}-{b}" for f, b in CASES]

@@ -11,7 +11,7 @@ import pytest
 from egraft.ir import GraphBuilder
 from egraft.search.progress import Progress
 from egraft.search.report import fmt_time, render
-from egraft.search.result import Generation, SearchResult, Trial
+from egraft.search.result import Round, SearchResult, Trial
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 INF, NAN = math.inf, math.nan
@@ -36,8 +36,8 @@ def _trials():
 def _result(**kw):
     args = dict(
         graph=_graph(), backend="triton", knobs={"block": 128, "warps": 4}, time_s=1.2e-3, baseline_time_s=2.4e-3,
-        history=[Generation(0, INF, 2, 0, 1, 0, 0.1), Generation(1, 1.5e-3, 5, 2, 2, 1, 0.5),
-                 Generation(2, 1.2e-3, 8, 4, 2, 3, 1.2)],
+        history=[Round(0, INF, 2, 0, 1, 0, 0.1), Round(1, 1.5e-3, 5, 2, 2, 1, 0.5),
+                 Round(2, 1.2e-3, 8, 4, 2, 3, 1.2)],
         counts={"timed": 4, "rejected": 1, "failed": 1, "pruned": 1, "cached": 3}, device="cpu", seed=7,
         spread=0.03, baseline_spread=0.02, estimate_s=4e-4, baseline_estimate_s=9e-4, search_s=2.5,
         stages={"saturate": 0.4, "search": 1.8, "final": 0.3}, trials=_trials(),
@@ -89,7 +89,7 @@ def test_text_report_warns_when_noisy_and_says_estimated_under_the_model():
 
 
 def test_text_report_copes_with_missing_times_and_long_histories(tmp_path):
-    hist = [Generation(i, 1e-3 / (i + 1), i, i, 0, 0, float(i)) for i in range(40)]
+    hist = [Round(i, 1e-3 / (i + 1), i, i, 0, 0, float(i)) for i in range(40)]
     r = _result(time_s=INF, estimate_s=NAN, baseline_time_s=NAN, history=hist, blocks={}, stages={}, counts={})
     out = tmp_path / "r.txt"
     text = r.report("text", str(out))

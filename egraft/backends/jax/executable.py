@@ -43,7 +43,7 @@ from ...runtime.checked import checked_tensors, torch_signature
 from ..base import Executable, device_kind, guarded_lower
 from ...runtime import llvm_kernels
 from ..fold import compute_folded, plan as fold_plan, widened
-from .function import Program, program_dtype, x64_scope
+from .function import JaxProgram, program_dtype, x64_scope
 
 
 KNOBS = {
@@ -130,7 +130,7 @@ class JaxExecutable(Executable):
             into.update(got)
             return {**{n: stored[n] for n in names if n in stored}, **got}
 
-        self.program = Program(main, knobs, widened=wide, fold=more)
+        self.program = JaxProgram(main, knobs, widened=wide, fold=more)
         self._x64 = self.program.x64
         with x64_scope(self._x64):
             host = self.program.host_weights()

@@ -57,7 +57,7 @@ def x64_scope(x64: bool):
     return jax.enable_x64(True) if x64 else contextlib.nullcontext()
 
 
-class Program:
+class JaxProgram:
     """The traced form of one per-call graph under fixed knobs."""
 
     def __init__(self, graph: Graph, knobs: dict, x64: bool | None = None, widened: dict | None = None,

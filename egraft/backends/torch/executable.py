@@ -40,7 +40,7 @@ from ...runtime.torch_runner import TorchRunner, torch_device
 from ..base import Executable, device_kind, guarded_lower
 from ..fold import fold_weights
 from .emit import TORCH_DTYPES
-from .fx_module import Program
+from .fx_module import FxProgram
 
 KNOBS = {
     # run the FX module op by op, or compile it with Inductor (fused C++ / Triton kernels; seconds to build)
@@ -84,7 +84,7 @@ class TorchExecutable(Executable):
         self._dev = torch_device(self.device, BackendError, "the torch backend")
         wide = self.knobs.get("fold_widened", True)
         main, self.folded = fold_weights(self.graph, wide, grow=wide)
-        self.program = Program(main, self.knobs, self._dev)
+        self.program = FxProgram(main, self.knobs, self._dev)
         self.module = self.program.module
         # the method, not the module (see the module docstring); it holds its weights as buffers
         self.runner = TorchRunner(self.module.forward, (), main.input_types(), self._dev,

@@ -1,6 +1,6 @@
 """An IR graph as one ``torch.fx.GraphModule`` of ATen calls.
 
-:class:`Program` walks the (per-call, weight-folded) graph once, calling the
+:class:`FxProgram` walks the (per-call, weight-folded) graph once, calling the
 rule table for each live node and converting each result to its node's dtype
 (:func:`.emit.convert`), so the module computes what ``ir.evaluate`` does.
 Its ``forward`` takes the model's inputs in the graph's order and returns a
@@ -73,7 +73,7 @@ def _broadcasts(graph: Graph, nid: int) -> bool:
     return n.op == Op.View and any(s == 0 and d > 1 for d, s in zip(n.attrs["shape"], n.attrs["strides"]))
 
 
-class Program:
+class FxProgram:
     """The FX form of one per-call graph under fixed knobs, for one device."""
 
     def __init__(self, graph: Graph, knobs: dict, device: torch.device):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from ...ir import Group, Op, get_op
 from ...ir.graph import Graph
 from .matmul import DotForm, dot_form
-from .views import digit_map
+from ...ir.strided import digit_map
 
 NULLARY = frozenset(op for op in Group.ALL if get_op(op).arity == (0,))  # Input, Constant, Iota: never "computed"
 MAX_ROW = 16384  # widest row a persistent-row kernel holds in one tile

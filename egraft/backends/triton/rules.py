@@ -18,7 +18,7 @@ from ...errors import BackendError
 from ...ir import Op, dtypes, shapes
 from . import attention, matmul, reduction, scatter
 from .emitter import TL_DTYPE, ZERO, Ix, Val, compute_dtype
-from .views import digit_map
+from ...ir.strided import digit_map
 
 
 @dataclass(frozen=True)
