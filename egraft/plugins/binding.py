@@ -125,7 +125,6 @@ class Bound(torch.nn.Module):
         self._slots: list[tuple[str, Any]] = []  # per argument: ("weight", buffer) | ("user", k) | ("value", v)
         self.user_positions: list[int] = []
         self.weight_positions: list[int] = []
-        self._weights: list[tuple[torch.Tensor, int]] = []  # the original tensors and their versions
         taken: set[str] = set()
         for i, a in enumerate(args):
             if i in weights and isinstance(a, torch.Tensor):
@@ -133,12 +132,12 @@ class Bound(torch.nn.Module):
                 self.register_buffer(name, a.detach())
                 self._slots.append(("weight", name))
                 self.weight_positions.append(i)
-                self._weights.append((a, _version(a)))
             elif isinstance(a, torch.Tensor):
                 self._slots.append(("user", len(self.user_positions)))
                 self.user_positions.append(i)
             else:
                 self._slots.append(("value", a))
+        self._weights = versions(args, self.weight_positions)  # the original tensors and their versions
         self._spec = None
         self._constants: dict[int, Any] = {}  # non-tensor output leaves by position
 
@@ -174,7 +173,19 @@ class Bound(torch.nn.Module):
 
     def stale(self, args: Sequence[Any]) -> bool:
         """Whether a bound weight was replaced by another tensor or changed in place since binding."""
-        return any(args[i] is not t or _version(t) != v for i, (t, v) in zip(self.weight_positions, self._weights))
+        return changed(self._weights, args, self.weight_positions)
+
+
+def versions(args: Sequence[Any], positions: Sequence[int]) -> list[tuple[torch.Tensor, int | None]]:
+    """The weights at `positions` of `args` with their in-place versions (what :func:`changed` compares)."""
+    return [(args[i], _version(args[i])) for i in positions]
+
+
+def changed(before: Sequence[tuple[torch.Tensor, int | None]], args: Sequence[Any], positions: Sequence[int]) -> bool:
+    """Whether the weights at `positions` of `args` are not `before` (:func:`versions`): one replaced by another
+    tensor or updated in place since (the one staleness test of whole graphs and pieces)."""
+    return len(before) != len(positions) or any(args[i] is not t or _version(t) != v
+                                                for i, (t, v) in zip(positions, before))
 
 
 def _version(t: torch.Tensor) -> int | None:

@@ -94,23 +94,48 @@ class Plan:
         return all(int(args[p].shape[a]) == n for p, a in self.tensors) and all(int(args[p]) == n for p in self.ints)
 
     def pad(self, args: Sequence[Any], n: int, size: int) -> list:
-        """`args` with every tensor padded from `n` to `size` rows by copies of its last row (or cut to `size`);
-        the size arguments set to `size`."""
+        """`args` with every tensor padded from `n` to `size` rows (:func:`pad_rows`); the size arguments set to
+        `size`."""
         out = list(args)
         for pos, ax in self.tensors:
-            t = args[pos]
-            if size > n:
-                last = t.narrow(ax, n - 1, 1)
-                out[pos] = torch.cat([t, last.expand(*[size - n if d == ax else -1 for d in range(t.dim())])], ax)
-            elif size < n:
-                out[pos] = t.narrow(ax, 0, size)
+            out[pos] = pad_rows(args[pos], ax, n, size)
         for pos in self.ints:
             out[pos] = size
         return out
 
     def cut(self, outs: Sequence[torch.Tensor], n: int, size: int) -> list[torch.Tensor]:
-        return [o if ax is None or size == n else o.narrow(ax, 0, n).contiguous()
-                for o, ax in zip(outs, self.outputs)]
+        return [o if size == n else cut_rows(o, ax, n) for o, ax in zip(outs, self.outputs)]
+
+
+# --- the padding mechanism, shared by whole graphs (Buckets) and pieces (partition.PieceBuckets) ---------------
+
+def pad_rows(t: torch.Tensor, ax: int, n: int, size: int) -> torch.Tensor:
+    """`t` padded from `n` to `size` rows along `ax` with copies of its last real row (real values only, so no
+    NaN or inf appears from padding), or cut to `size` rows when `size` is below `n`."""
+    if size > n:
+        last = t.narrow(ax, n - 1, 1)
+        return torch.cat([t, last.expand(*[size - n if d == ax else -1 for d in range(t.dim())])], ax)
+    return t.narrow(ax, 0, size) if size < n else t
+
+
+def cut_rows(t: torch.Tensor, ax: int | None, n: int) -> torch.Tensor:
+    """An output of a padded call cut back to its first `n` rows along `ax` (None: it has no rows)."""
+    return t if ax is None else t.narrow(ax, 0, n).contiguous()
+
+
+def prove_rows(graph, bound: Bound, axes: dict[int, int]):
+    """:func:`egraft.ir.rows.row_axes` of `graph` (traced through `bound`) with each user argument's varying
+    axis (`axes`: user position -> axis)."""
+    varying = {spec.name: axes[p] for spec, p in zip(graph.signature.call_inputs, bound.user_positions) if p in axes}
+    return row_axes(graph, varying)
+
+
+def probe_size(gm: torch.fx.GraphModule, start: int, avoid: int = 0) -> int:
+    """The first size from `start` that no fixed size of `gm` has (nor `avoid`): proven there, a proof holds
+    for every size of the symbolic graph, not by a coincidence of lengths (a bucket size equal to a head dim)."""
+    fixed = {int(d) for node in gm.graph.nodes for v in [_value(node)]
+             if isinstance(v, torch.Tensor) for d in v.shape if not isinstance(d, torch.SymInt)}
+    return next(p for p in range(start, 10 ** 6) if p not in fixed and p != avoid)
 
 
 _VALUE_OPS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
@@ -314,9 +339,7 @@ class Buckets:
 
     def _prove(self, bound: Bound, graph) -> str:
         """Why the rows of `graph` (traced at one size) may meet, or '' when they are proven apart."""
-        pos = dict(self.plan.tensors)
-        varying = {spec.name: pos[p] for spec, p in zip(graph.signature.call_inputs, bound.user_positions) if p in pos}
-        rows = row_axes(graph, varying)
+        rows = prove_rows(graph, bound, dict(self.plan.tensors))
         if not rows.independent:
             return f"its rows meet at {rows.reason}"
         wrong = [k for k, (r, a) in enumerate(zip(rows.axes, self.plan.outputs)) if r is not None and r != a]
@@ -328,9 +351,7 @@ class Buckets:
         """The proof at a size no fixed size of the graph has (once): a bucket size equal to a model dimension
         (8, 16, 64, ...) lets an ``arange`` over that dimension pass for the rows' own index, a false alarm."""
         if self.probed is None:
-            fixed = {int(d) for node in self.graph.gm.graph.nodes for v in [_value(node)]
-                     if isinstance(v, torch.Tensor) for d in v.shape if not isinstance(d, torch.SymInt)}
-            size = next(p for p in range(3, 10 ** 6) if p not in fixed)
+            size = probe_size(self.graph.gm, 3)
             traced = self._trace(self.plan.pad(args, n, size))
             self.probed = traced if isinstance(traced, str) else self._prove(traced[0], traced[2])
         return self.probed
@@ -376,4 +397,5 @@ def _flat(out) -> list[torch.Tensor]:
     return [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
 
 
-__all__ = ["Bucket", "Buckets", "Padded", "Plan", "STEPS", "bucket", "ladder", "plan"]
+__all__ = ["Bucket", "Buckets", "Padded", "Plan", "STEPS", "bucket", "cut_rows", "ladder", "pad_rows", "plan",
+           "probe_size", "prove_rows"]

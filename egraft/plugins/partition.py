@@ -36,12 +36,11 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from ..errors import UnsupportedOpError
 from ..frontend import lower_program
 from ..frontend.lowering import lookup, op_name
-from ..ir.rows import row_axes
 from ..frontend.tracer import source_line
 from ..ir.tensors import ir_dtypes
 from ..search.config import CompileConfig
-from .binding import Bound, _version, placeholders
-from .buckets import bucket
+from .binding import Bound, changed, placeholders, versions
+from .buckets import bucket, cut_rows, pad_rows, probe_size, prove_rows
 from .exported import compile_exported, compile_graph, export
 
 PREFIX = "egraft_piece_"
@@ -218,16 +217,6 @@ def _ops(sub: torch.fx.GraphModule) -> tuple:
     return tuple(str(n.target) for n in sub.graph.nodes if n.op == "call_function")
 
 
-def _pad(t: torch.Tensor, ax: int, n: int, size: int) -> torch.Tensor:
-    """`t` padded from `n` to `size` rows along `ax` with copies of its last real row (real values only)."""
-    last = t.narrow(ax, n - 1, 1)
-    return torch.cat([t, last.expand(*[size - n if d == ax else -1 for d in range(t.dim())])], ax)
-
-
-def _cut(t: torch.Tensor, ax: int | None, n: int) -> torch.Tensor:
-    return t if ax is None else t.narrow(ax, 0, n).contiguous()
-
-
 @dataclass
 class _Slot:
     """One piece compiled at one bucket size: its program, the shapes it was compiled for, its proofs."""
@@ -242,9 +231,7 @@ class _Slot:
     def prove(self, axes: dict[int, int]) -> tuple | str:
         key = tuple(sorted(axes.items()))
         if key not in self.proofs:
-            varying = {spec.name: axes[p] for spec, p in zip(self.graph.signature.call_inputs,
-                                                             self.bound.user_positions) if p in axes}
-            rows = row_axes(self.graph, varying)
+            rows = prove_rows(self.graph, self.bound, axes)
             self.proofs[key] = tuple(rows.axes) if rows.independent else f"its rows meet at {rows.reason}"
         return self.proofs[key]
 
@@ -257,9 +244,9 @@ class _Padded(torch.nn.Module):
         self.slot, self.size, self.n, self.axes, self.out_axes, self.bound_n = slot, size, n, axes, out_axes, bound_n
 
     def flat(self, args) -> list[torch.Tensor]:
-        padded = [_pad(a, self.axes[j], self.n, self.size) if j in self.axes else a for j, a in enumerate(args)]
+        padded = [pad_rows(a, self.axes[j], self.n, self.size) if j in self.axes else a for j, a in enumerate(args)]
         outs = self.slot.done.executable.run_torch(self.slot.bound.user_args(padded))
-        return [_cut(o, ax, self.n) for o, ax in zip(outs, self.out_axes)]
+        return [cut_rows(o, ax, self.n) for o, ax in zip(outs, self.out_axes)]
 
     def forward(self, *args):
         return self.bound_n.rebuild(self.flat(args))
@@ -302,11 +289,10 @@ class PieceBuckets:
         size = bucket(n, cfg.dynamic)
         if size is None:
             raise CannotSplit(f"size {n} is above every bucket size of the dynamic option {list(cfg.dynamic)}")
-        weights = [(args[i], _version(args[i])) for i in sorted(self.graph._weights)]
-        if len(weights) != len(self._weights) or any(a is not b or v != w for (a, v), (b, w) in
-                                                     zip(weights, self._weights)):
+        positions = sorted(self.graph._weights)
+        if changed(self._weights, args, positions):
             self.__init__(self.graph, self.plan, self.mismatch)  # weights replaced or updated: compile afresh
-            self._weights = weights
+            self._weights = versions(args, positions)
         sizes = {s for s, _ in self.slots}
         if size not in sizes and len(sizes) >= cfg.max_shapes:
             raise CannotSplit(f"its pieces were compiled for {cfg.max_shapes} bucket sizes (the max_shapes option)")
@@ -364,7 +350,7 @@ class PieceBuckets:
         axes = self._axes(args, shapes, size)
         if isinstance(axes, str):
             return axes
-        padded = [_pad(a, axes[j], self.n, size) if j in axes else a for j, a in enumerate(args)]
+        padded = [pad_rows(a, axes[j], self.n, size) if j in axes else a for j, a in enumerate(args)]
         bound, user, graph = self._lower(sub, padded, weights)
         slot = _Slot(ops, shapes, graph, bound, None)
         return slot, user, slot.prove(axes)
@@ -373,10 +359,7 @@ class PieceBuckets:
         """Piece `k` proven at a size no fixed size of the graph has (once): a bucket size equal to a model
         dimension (8, 16, 64) can make a broadcast over that dimension pass for the rows', a false alarm."""
         if k not in self.probed:
-            fixed = {int(d) for node in self.graph.gm.graph.nodes
-                     for v in [node.meta.get("example_value", node.meta.get("val"))]
-                     if isinstance(v, torch.Tensor) for d in v.shape if not isinstance(d, torch.SymInt)}
-            size = next(p for p in range(self.n + 1, 10 ** 6) if p not in fixed and p != self.size)
+            size = probe_size(self.graph.gm, self.n + 1, avoid=self.size)
             got = self._lower_at(size, k, ops, args, weights)
             self.probed[k] = got if isinstance(got, str) else got[2]
         return self.probed[k]
