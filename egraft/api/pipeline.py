@@ -7,7 +7,7 @@ result, the model's output structure, how the compiled program compared
 with eager PyTorch, and the seconds each stage took.
 
 :func:`build` traces the model and hands the graph to
-:func:`egraft.search.pipeline.compile_signature`, the pipeline every entry
+:func:`egraft.search.pipeline.compile_program`, the pipeline every entry
 point shares, with the user's model in eager PyTorch as the reference and
 two check input sets: the example inputs (real data, e.g. valid token ids)
 and one fresh random set drawn like them (:func:`egraft.measure.like`).
@@ -44,7 +44,7 @@ from ..measure import like
 from ..measure.memory import mark
 from ..runtime.outputs import describe, rebuild
 from ..search.config import CompileConfig
-from ..search.pipeline import CompiledSignature, compile_like, compile_signature
+from ..search.pipeline import CompiledSignature, compile_program
 
 _TORCH_DTYPES = ir_dtypes()  # torch dtype -> IR name: the call key reads it per input
 
@@ -194,7 +194,7 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
 
     With `reuse` (another size of the same model, compiled before), the traced
     program is lowered with `reuse`'s backend and knobs and checked, with no
-    search (``search.pipeline.compile_like``; it searches only when that fails).
+    search (``search.pipeline.compile_program`` with a prior; it searches only when that fails).
     `weights`: the :class:`~egraft.frontend.weights.WeightCopies` the trace
     takes its weight arrays from (the same one for several sizes of a model:
     their programs share one copy of its weights); default: this trace's own.
@@ -245,13 +245,9 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     sets = [flat_inputs(args, kwargs, kwarg_order) + bufs,
             flat_inputs(*fresh, kwarg_order) + list(like(tuple(bufs), None, config.seed + 1)[0])]
     label = f"{type(model).__name__} for {name}"
-    if reuse is not None:
-        prior = CompiledSignature(reuse.executable, reuse.result, reuse.validation)
-        done = compile_like(prior, graph, config, reference=reference, check_sets=sets, label=label,
-                            against="eager PyTorch")
-    else:
-        done = compile_signature(graph, config, reference=reference, check_sets=sets, label=label,
-                                 against="eager PyTorch")
+    prior = None if reuse is None else CompiledSignature(reuse.executable, reuse.result, reuse.validation)
+    done = compile_program(graph, config, reference=reference, check_sets=sets, label=label,
+                           against="eager PyTorch", prior=prior)
     if not outs:  # not checked (validate=False): one eager call for the output structure
         with torch.no_grad():
             reference(*sets[0])

@@ -4,7 +4,7 @@ The steps are egraft's own, by their public stages: ``export_program``
 (torch.export and the core-ATen decomposition), ``lower_program`` (the ATen
 lowering rules; an op without one raises
 :class:`~egraft.errors.UnsupportedOpError`), then
-:func:`egraft.search.pipeline.compile_signature`, the pipeline every entry
+:func:`egraft.search.pipeline.compile_program`, the pipeline every entry
 point shares (search, the winner's executable, the check against the bound
 graph run in PyTorch).  The exported program is kept apart from the
 lowering because the caller partitions it when an op does not lower.
@@ -12,7 +12,6 @@ lowering because the caller partitions it when an op does not lower.
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Sequence
 
@@ -23,7 +22,7 @@ from ..frontend import export_program, lower_program, program_signature, require
 from ..ir.evaluate import to_numpy
 from ..measure import like
 from ..search.config import CompileConfig
-from ..search.pipeline import CompiledSignature, compile_like, compile_signature
+from ..search.pipeline import CompiledSignature, compile_program
 
 log = logging.getLogger("egraft.plugins")
 
@@ -73,14 +72,14 @@ def compile_graph(graph, config: CompileConfig, user_args: Sequence[torch.Tensor
     (:func:`egraft.measure.like`: integer inputs within the called ones'
     range, so token ids and positions stay valid).  `prior`: an earlier
     compile of another size of this program, whose backend and knobs are
-    reused (:func:`egraft.search.pipeline.compile_like`: no search unless
+    reused (:func:`egraft.search.pipeline.compile_program`: no search unless
     the check fails).
     """
     fresh, _ = like(tuple(user_args), None, config.seed)
     sets = [list(user_args), list(fresh)]
-    how = compile_signature if prior is None else functools.partial(compile_like, prior)
-    done = how(graph, config, reference=reference, check_sets=sets, inputs=[[to_numpy(x) for x in s] for s in sets],
-               label=label, against="the graph run in PyTorch")
+    done = compile_program(graph, config, reference=reference, check_sets=sets,
+                           inputs=[[to_numpy(x) for x in s] for s in sets], label=label,
+                           against="the graph run in PyTorch", prior=prior)
     res = done.result
     log.info("egraft: %s (%d nodes) -> %s %s, %.3g ms (direct lowering %.3g ms)%s", label, len(graph.nodes),
              res.backend, res.knobs, res.time_s * 1e3, res.baseline_time_s * 1e3,

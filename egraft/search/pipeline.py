@@ -58,6 +58,18 @@ class CompiledSignature:
     searched: bool = True  # False: compile_like reused an earlier winner's backend and knobs (no search ran)
 
 
+def compile_program(graph, config: CompileConfig, *, reference: Callable | None = None,
+                    check_sets: Sequence[Sequence] | None = None, inputs: Sequence[Sequence] | None = None,
+                    label: str = "graph", against: str = "the reference",
+                    prior: CompiledSignature | None = None) -> CompiledSignature:
+    """The one compile every entry point calls (``egraft.compile``, generation's buckets, the Dynamo backend's
+    graphs, buckets and pieces): a search (:func:`compile_signature`) or, given `prior` (an earlier compile of
+    another size of the program), its backend and knobs reused (:func:`compile_like`, which searches only when
+    that fails).  The other arguments are :func:`compile_signature`'s."""
+    kw = dict(reference=reference, check_sets=check_sets, inputs=inputs, label=label, against=against)
+    return compile_signature(graph, config, **kw) if prior is None else compile_like(prior, graph, config, **kw)
+
+
 def compile_signature(graph, config: CompileConfig, *, reference: Callable | None = None,
                       check_sets: Sequence[Sequence] | None = None, inputs: Sequence[Sequence] | None = None,
                       label: str = "graph", against: str = "the reference") -> CompiledSignature:

@@ -162,8 +162,7 @@ def test_one_search_one_program_per_bucket_and_generate_compiles_nothing(compile
 
     import egraft.api.pipeline as api_pipeline
     import egraft.backends as backends
-    for mod, name in [(api_pipeline, "trace"), (api_pipeline, "compile_signature"), (api_pipeline, "compile_like"),
-                      (backends, "lower")]:
+    for mod, name in [(api_pipeline, "trace"), (api_pipeline, "compile_program"), (backends, "lower")]:
         monkeypatch.setattr(mod, name, compiled_again)
     try:
         for n in (1, 5, 17, 33, 60):  # five prompt lengths: plans over every ladder size
