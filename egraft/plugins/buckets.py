@@ -228,7 +228,7 @@ def plan(gm: torch.fx.GraphModule, names: Sequence[torch.fx.Node], weights: froz
 
 
 @dataclass
-class Bucket:
+class PaddedSize:
     """The program compiled at one padded size, and how to use it for a smaller one."""
 
     size: int
@@ -241,7 +241,7 @@ class Padded:
 
     fallback_ops: dict = {}
 
-    def __init__(self, plan_: Plan, b: Bucket, n: int):
+    def __init__(self, plan_: Plan, b: PaddedSize, n: int):
         self.plan, self.bucket, self.n = plan_, b, n
         self.bound, self.run, self.results = b.entry.bound, b.entry.run, []  # its results are the bucket's
 
@@ -268,7 +268,7 @@ class Buckets:
         self.refused = self.plan if isinstance(self.plan, str) else ""
         # several sizes cannot be padded whole, but a split graph's pieces can (each proven apart)
         self.several = plan(graph.gm, graph._names, graph._weights, several=True) if self.refused else None
-        self.compiled: dict[int, Bucket] = {}
+        self.compiled: dict[int, PaddedSize] = {}
         self.probed: str | None = None  # the proof at a probe size (None: not needed yet)
 
     def entry(self, key, args):
@@ -356,7 +356,7 @@ class Buckets:
             self.probed = traced if isinstance(traced, str) else self._prove(traced[0], traced[2])
         return self.probed
 
-    def _compile(self, size: int, args: Sequence[Any], n: int) -> Bucket | str:
+    def _compile(self, size: int, args: Sequence[Any], n: int) -> PaddedSize | str:
         g, cfg = self.graph, self.graph.config
         padded = self.plan.pad(args, n, size)
         traced = self._trace(padded)
@@ -382,7 +382,7 @@ class Buckets:
         stats.compiled()
         entry = self.make_entry(bound, _runner(done.executable), [done.result])
         g.entries[signature(padded, g._weights)] = entry
-        self.compiled[size] = Bucket(size, entry, done)
+        self.compiled[size] = PaddedSize(size, entry, done)
         return self.compiled[size]
 
 
@@ -397,5 +397,5 @@ def _flat(out) -> list[torch.Tensor]:
     return [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
 
 
-__all__ = ["Bucket", "Buckets", "Padded", "Plan", "STEPS", "bucket", "cut_rows", "ladder", "pad_rows", "plan",
+__all__ = ["Buckets", "Padded", "PaddedSize", "Plan", "STEPS", "bucket", "cut_rows", "ladder", "pad_rows", "plan",
            "probe_size", "prove_rows"]
