@@ -24,8 +24,6 @@ backend's padded buckets and split pieces).
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from ..errors import InputError, UnsupportedOpError
@@ -38,25 +36,14 @@ def program_signature(ep: torch.export.ExportedProgram) -> Signature:
     return input_specs(ep)[0]
 
 
-_SPECS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # program -> its specs (at node.meta['val'])
-
-
 def input_specs(ep: torch.export.ExportedProgram, meta=None) -> tuple[Signature, dict[str, InputSpec]]:
     """The signature and each tensor placeholder's spec, by placeholder name (what the tracer binds).
 
     `meta`: node -> its value (default ``node.meta['val']``; the tracer passes
-    :meth:`~egraft.frontend.sizes.SizeBinding.meta` for a program with symbolic sizes).  Made once per
-    program at its own sizes (the Dynamo backend, the state layout and the tracer all ask); read-only."""
-    if meta is None:
-        if ep not in _SPECS:
-            _SPECS[ep] = _input_specs(ep, lambda node: node.meta.get("val"))
-        return _SPECS[ep]
-    return _input_specs(ep, meta)
-
-
-def _input_specs(ep: torch.export.ExportedProgram, meta) -> tuple[Signature, dict[str, InputSpec]]:
+    :meth:`~egraft.frontend.sizes.SizeBinding.meta` for a program with symbolic sizes)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
+    meta = meta or (lambda node: node.meta.get("val"))
 
     gs = ep.graph_signature
     # a buffer's FQN and a user input's placeholder name may coincide (buffer "k", input "k"): kept apart
