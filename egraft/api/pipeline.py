@@ -43,6 +43,7 @@ from ..ir.tensors import ir_dtypes
 from ..measure import like
 from ..measure.memory import mark
 from ..runtime.outputs import describe, rebuild
+from ..runtime.step_program import state_outputs
 from ..search.config import CompileConfig
 from ..search.pipeline import CompiledSignature, compile_program
 
@@ -76,9 +77,10 @@ class CompiledProgram:
         if not self.state:
             self.call = lambda *xs: shape(ex(*xs))
             return
-        aliases = self.executable.graph.aliases
-        own = [k for k in range(len(self.executable.graph.outputs)) if k not in aliases]
-        pos = {name: k for k, name in aliases.items()}
+        g = self.executable.graph
+        order, own = state_outputs({name: k for k, name in g.aliases.items()}, len(g.outputs),
+                                   [name for name, _ in self.state])
+        pos = dict(zip([name for name, _ in self.state], order))
 
         def call(*xs):  # the buffers' current values go in; their new values are written back (in place)
             bufs = [state_buffer(self.model, name, spec) for name, spec in self.state]

@@ -38,6 +38,7 @@ from torch.export.graph_signature import InputKind
 
 from ..frontend import lower_program
 from ..frontend.signature import input_specs
+from ..runtime.step_program import state_outputs
 from ..search.config import CompileConfig
 from ..search.pipeline import CompiledSignature
 from .exported import compile_graph
@@ -57,9 +58,9 @@ def layout(ep: torch.export.ExportedProgram, graph) -> tuple[list[int], list[tup
     _, by_node = input_specs(ep)
     users = [by_node[s.arg.name].name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     order = [users.index(n) for n in graph.input_names()]
-    writes = sorted((k, users.index(name)) for k, name in graph.aliases.items())
-    own = [k for k in range(len(graph.outputs)) if k not in graph.aliases]
-    return order, writes, own
+    names = [name for _, name in sorted(graph.aliases.items())]
+    outs, own = state_outputs({name: k for k, name in graph.aliases.items()}, len(graph.outputs), names)
+    return order, [(k, users.index(name)) for k, name in zip(outs, names)], own
 
 
 @dataclass

@@ -24,18 +24,23 @@ from ..errors import InputError
 from .step_spec import StepProgram
 
 
-def state_order(aliases: Mapping[str, int], n_outputs: int, names: Sequence[str]) -> tuple[list[int], int]:
-    """The output holding each cache's new value (in `names`' order) and the logits' output.
-
-    `aliases`: a state input's name -> the output aliased to it.  InputError
-    when a cache has no aliased output or more than one output is left over.
-    """
+def state_outputs(aliases: Mapping[str, int], n_outputs: int, names: Sequence[str]) -> tuple[list[int], list[int]]:
+    """The state calling convention, read once for every caller (a step, a model's buffers, a Dynamo graph's
+    written inputs): the output holding each state's new value, in `names`' order, and the program's own
+    outputs (the others, in order).  `aliases`: a state input's name -> the output aliased to it; InputError
+    when a state has none."""
     missing = [n for n in names if n not in aliases]
     if missing:
-        raise InputError(f"the step's cache input {missing[0]!r} has no output aliased to it (each cache's new "
-                         "value is the output aliased to its input)")
+        raise InputError(f"the state input {missing[0]!r} has no output aliased to it (each state's new value is "
+                         "the output aliased to its input)")
     order = [int(aliases[n]) for n in names]
-    own = [k for k in range(n_outputs) if k not in set(order)]
+    taken = set(order)
+    return order, [k for k in range(n_outputs) if k not in taken]
+
+
+def state_order(aliases: Mapping[str, int], n_outputs: int, names: Sequence[str]) -> tuple[list[int], int]:
+    """A step's :func:`state_outputs`: each cache's output and the logits' output (InputError unless one)."""
+    order, own = state_outputs(aliases, n_outputs, names)
     if len(own) != 1:
         raise InputError(f"the step program has {len(own)} outputs besides its state; a step returns the logits alone")
     return order, own[0]
@@ -97,4 +102,4 @@ def jax_step_program(runner, order: list[int], logit: int) -> StepProgram:
     return program
 
 
-__all__ = ["jax_step_program", "state_order", "step_program"]
+__all__ = ["jax_step_program", "state_order", "state_outputs", "step_program"]
