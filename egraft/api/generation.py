@@ -30,13 +30,13 @@ from ..errors import InputError
 from ..measure.memory import ledger, mark
 from ..runtime.device import parse
 from ..runtime import generation as gen
-from ..runtime.generation_runtime import GenerationRuntime
+from ..runtime.generation_runtime import GenerationRuntime, RunsGeneration
 from ..runtime.step_program import step_program
 from .pipeline import CompiledProgram, build, call_key
 
 
 @dataclass
-class Generation:
+class Generation(RunsGeneration):
     """The compiled step programs of one causal LM (one per bucket), their caches, and what compiling them took."""
 
     spec: gen.StepSpec
@@ -62,18 +62,9 @@ class Generation:
         return self.runtime.programs
 
     @property
-    def state(self) -> list:
-        """The caches ``generate`` runs on (a list updated in place: the runtime's)."""
-        return self.runtime.state
-
-    @property
     def searches(self) -> int:
         """How many of the programs ran a search (the others reused the first one's choices)."""
         return sum(1 for p in self.programs.values() if p.searched)
-
-    def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:
-        """transformers' ``generate`` on the compiled steps (``runtime.generation.generate``); one at a time."""
-        return self.runtime.generate(input_ids, attention_mask, **options)
 
     def check_weights(self) -> None:
         """InputError if a weight the programs bind was updated in place after compiling (module docstring)."""
@@ -83,10 +74,6 @@ class Generation:
                              f"{f' and {len(changed) - 1} more' if len(changed) > 1 else ''}): the compiled programs "
                              "bind the model's own weight memory but computed some forms of them (folded, "
                              "relaid) when compiled, so they would mix old and new values; compile the model again")
-
-    def session(self):
-        """A :class:`~egraft.runtime.slots.Session` over fresh caches: requests from several threads share the rows."""
-        return self.runtime.session()
 
     def weight_report(self) -> dict:
         """What the programs bind: the model's weights (bytes, and how many are views of the model's own memory)

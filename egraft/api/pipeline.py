@@ -77,10 +77,9 @@ class CompiledProgram:
         if not self.state:
             self.call = lambda *xs: shape(ex(*xs))
             return
-        g = self.executable.graph
-        order, own = state_outputs({name: k for k, name in g.aliases.items()}, len(g.outputs),
-                                   [name for name, _ in self.state])
-        pos = dict(zip([name for name, _ in self.state], order))
+        g, names = self.executable.graph, [name for name, _ in self.state]
+        order, own = state_outputs({name: k for k, name in g.aliases.items()}, len(g.outputs), names)
+        pos = dict(zip(names, order))
 
         def call(*xs):  # the buffers' current values go in; their new values are written back (in place)
             bufs = [state_buffer(self.model, name, spec) for name, spec in self.state]

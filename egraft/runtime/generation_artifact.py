@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ArtifactError, InputError
 from . import generation as gen
-from .generation_runtime import GenerationRuntime
+from .generation_runtime import GenerationRuntime, RunsGeneration
 from .manifest import GENERATION_FILE, is_generation
 from .sampling import Sampling
 from .step_program import step_program
@@ -86,7 +86,7 @@ def artifact_program(art, spec: gen.StepSpec, where: str):
         raise ArtifactError(f"{where}: {e}; save the model again") from None
 
 
-class GenerationArtifact:
+class GenerationArtifact(RunsGeneration):
     """A loaded generation (module docstring): ``generate`` as transformers', ``session()`` for shared slots.
 
     It runs ``runtime.generation_runtime.GenerationRuntime`` (``.runtime``), as a
@@ -101,16 +101,11 @@ class GenerationArtifact:
                                                for b, a in steps.items()})
         except InputError as e:
             raise ArtifactError(f"{directory!r}: {e}; save the model again") from None
-        self.runtime = GenerationRuntime(programs, "cpu" if device == "cpu" else device)
+        self.runtime = GenerationRuntime(programs, device)
 
     @property
     def programs(self) -> gen.StepPrograms:
         return self.runtime.programs
-
-    @property
-    def state(self) -> list:
-        """The caches ``generate`` runs on (a list updated in place: the runtime's)."""
-        return self.runtime.state
 
     @property
     def name(self) -> str:
@@ -119,14 +114,6 @@ class GenerationArtifact:
     def __repr__(self) -> str:
         return (f"<egraft GenerationArtifact {self.name!r} (max_batch={self.spec.max_batch}, max_length="
                 f"{self.spec.max_length}, chunks={list(self.spec.chunks)}) from {self.directory!r}>")
-
-    def generate(self, input_ids, attention_mask=None, **options):
-        """transformers' ``generate`` arguments and output (``runtime.generation.generate``); one call at a time."""
-        return self.runtime.generate(input_ids, attention_mask, **options)
-
-    def session(self):
-        """A :class:`~egraft.runtime.slots.Session` over fresh caches: requests from several threads share the rows."""
-        return self.runtime.session()
 
 
 def load_generation(directory: str, device: str, load_one) -> GenerationArtifact:

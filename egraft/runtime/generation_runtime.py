@@ -49,4 +49,24 @@ class GenerationRuntime:
         return Session(self.programs, device=self.device)
 
 
-__all__ = ["GenerationRuntime"]
+class RunsGeneration:
+    """What a compiled and a loaded generation both offer, handed on to their ``runtime`` (the one
+    :class:`GenerationRuntime`): the caches, ``generate`` and ``session``."""
+
+    runtime: GenerationRuntime
+
+    @property
+    def state(self) -> list:
+        """The caches ``generate`` runs on (a list updated in place: the runtime's)."""
+        return self.runtime.state
+
+    def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:
+        """transformers' ``generate`` arguments and output (``runtime.generation.generate``); one call at a time."""
+        return self.runtime.generate(input_ids, attention_mask, **options)
+
+    def session(self) -> Session:
+        """A :class:`~egraft.runtime.slots.Session` over fresh caches: requests from several threads share the rows."""
+        return self.runtime.session()
+
+
+__all__ = ["GenerationRuntime", "RunsGeneration"]
