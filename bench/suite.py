@@ -62,8 +62,8 @@ class Step:
 
 
 # bench/*.py that are not steps: the suite's own parts and the benchmarks' helpers, and those run by hand
-PARTS = {"__init__.py", "__main__.py", "suite.py", "machine.py", "ingest.py", "page.py", "plots.py", "envelope.py",
-         "generate_worker.py", "generate_models.py"}
+PARTS = {"__init__.py", "__main__.py", "suite.py", "machine.py", "ingest.py", "page.py", "page_sizes.py", "plots.py",
+         "envelope.py", "generate_worker.py", "generate_models.py"}
 BY_HAND = {
     "cpu_backends.py": "the direct JAX lowering against eager and Inductor, which the search step measures as its "
                        "'direct' variant; kept for its per-library diagnostics (--settle, egraft(torch) vs (jax))",

@@ -134,6 +134,18 @@ def test_each_signature_is_compiled_once_on_first_call(store, monkeypatch):
                 close(got[k], want[k])
 
 
+def test_a_signature_past_max_shapes_is_a_clear_error_and_the_others_still_run(store):
+    model = DictOut().eval()
+    cm = egraft.compile(model, **fast(store, max_shapes=1))
+    a = torch.randn(2, 8)
+    cm(a)
+    with pytest.raises(InputError, match=r"compiled for 1 input signatures already .*max_shapes=N"):
+        cm(torch.randn(3, 8))
+    with torch.no_grad():
+        close(cm(a + 1)["logits"], model(a + 1)["logits"])
+    assert list(cm.executables) == ["2x8:float32"]
+
+
 def test_structured_outputs_and_keyword_inputs(store):
     model = TupleOut().eval()
     x = torch.randn(3, 8)

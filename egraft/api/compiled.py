@@ -101,9 +101,9 @@ class CompiledModel(torch.nn.Module):
             raise InputError("these inputs cannot be compiled; pass torch tensors of the dtypes egraft compiles "
                              "positionally") from None
         if key not in self._programs:
-            if len(self._programs) >= self.config.max_shapes:
-                raise InputError(f"{len(self._programs)} input signatures are compiled already (max_shapes="
-                                 f"{self.config.max_shapes}); pass max_shapes=N to egraft.compile for more")
+            full = self.config.no_room(self._programs, key, "input signatures")
+            if full:
+                raise InputError(f"{full}; pass max_shapes=N to egraft.compile for more")
             self._programs[key] = build(self.model, tuple(args), dict(kwargs), key, self.config, self._status,
                                         weights=self._weights)
             self._set_fast()

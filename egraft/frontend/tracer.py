@@ -181,7 +181,7 @@ def _weight_array(t: torch.Tensor, name: str, copies: WeightCopies) -> np.ndarra
 
 
 def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None = None,
-                  shapes: Sequence[Sequence[int]] | None = None) -> Graph:
+                  shapes: Sequence[Sequence[int]] | None = None, specs=None) -> Graph:
     """Lower an exported (and decomposed) program to an IR graph, one ATen node at a time.
 
     A program exported with symbolic sizes (``dynamic_shapes``) is lowered at
@@ -193,12 +193,14 @@ def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None
     the user's own names for them, the state inputs and their aliases).  `weights`: where the weight
     copies come from (:class:`~egraft.frontend.weights.WeightCopies`; pass the same one to the traces of
     one model's several sizes and they share their weight arrays); default: copies of this graph's own.
+    `specs`: :func:`~egraft.frontend.signature.input_specs` of `ep` when the caller read them already
+    (a program of fixed sizes, unchanged since); read here otherwise.
     """
     copies = WeightCopies() if weights is None else weights
     from torch.export.graph_signature import InputKind, OutputKind
 
     meta = _metas(ep, shapes)
-    sig, specs = input_specs(ep, meta)
+    sig, specs = specs if specs is not None and shapes is None else input_specs(ep, meta)
     mutated = (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)
     b = GraphBuilder()
     gs = ep.graph_signature

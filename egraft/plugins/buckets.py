@@ -44,7 +44,6 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..errors import InputError, TraceError, UnsupportedOpError, ValidationError
-from ..frontend import lower_program
 from ..ir.rows import row_axes
 from .binding import Bound, signature
 from . import stats
@@ -294,9 +293,9 @@ class Buckets:
                                  "add a larger one")
         b = self.compiled.get(size)
         if b is None or b.entry.bound.stale(args):
-            if b is None and len(self.compiled) >= cfg.max_shapes:
-                return g._eager(key, f"compiled for {cfg.max_shapes} bucket sizes (the max_shapes option); "
-                                     "further sizes run in PyTorch")
+            full = cfg.no_room(self.compiled, size, "bucket sizes")
+            if full:
+                return g._eager(key, f"{full}; further sizes run in PyTorch")
             b = self._compile(size, args, n)
             if isinstance(b, SplitGraph):
                 self.refused = b
@@ -329,7 +328,7 @@ class Buckets:
         bound = Bound(g.gm, padded, g._weights, g._names)
         user = bound.user_args(padded)
         try:
-            return bound, user, lower_program(export(bound, user))
+            return bound, user, export(bound, user).lower()
         except (TraceError, InputError) as e:
             return str(e).strip().splitlines()[0]
         except UnsupportedOpError as e:

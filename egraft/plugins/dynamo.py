@@ -215,9 +215,9 @@ class DynamoGraph:
                        "then PyTorch)" + (f", because {self._buckets.refused}" if self._buckets is not None
                                           and self._buckets.refused else " (the dynamic=\"per_size\" option)")
                        + "; in transformers' generate, cache_implementation=\"static\" keeps one shape per step")
-        if key not in self.entries and len(self.entries) >= cfg.max_shapes:
-            message = (f"compiled for {cfg.max_shapes} input shapes (the max_shapes option); "
-                       "further shapes run in PyTorch")
+        full = cfg.no_room(self.entries, key, "input shapes")
+        if full:
+            message = f"{full}; further shapes run in PyTorch"
             if message not in self._warned:
                 stats.eager("max_shapes reached")  # once per graph; its calls are counted as PyTorch's
             self._warn(message)
@@ -231,12 +231,12 @@ class DynamoGraph:
         user = bound.user_args(args)
         cfg = self.config.with_(device=device_of(args, self.config))
         try:  # export runs on fake tensors: a write into a module buffer is refused before it runs for real
-            ep = export(bound, user, inputs_state=True)
+            exported = export(bound, user, inputs_state=True)
         except (TraceError, InputError) as e:
             return self._eager(key, _first_line(e))
         except UnsupportedOpError as e:
             return self._eager(key, e.op)
-        mutated = mutated_positions(ep)  # inputs the graph writes into (a static KV cache): state (.state)
+        mutated = mutated_positions(exported)  # inputs the graph writes into (a static KV cache): state (.state)
         with torch.no_grad():  # the output structure, and the reference for a split graph's check (state: on clones)
             want = bound(*[u.clone() if k in mutated else u for k, u in enumerate(user)])
         try:
@@ -244,9 +244,9 @@ class DynamoGraph:
                 raise UnsupportedOpError(self._buckets.refused.op)  # known not to lower whole: no second try
             self.compiles += 1
             if mutated:
-                run, done = compile_stateful(ep, cfg, user, bound, self.label)
+                run, done = compile_stateful(exported, cfg, user, bound, self.label)
             else:
-                done = compile_exported(ep, cfg, user, bound, label=self.label)
+                done = compile_exported(exported, cfg, user, bound, label=self.label)
                 run = _runner(done.executable)
             entry = Entry(bound, run, [done.result])
             stats.compiled()
@@ -261,7 +261,7 @@ class DynamoGraph:
                 return self._eager(key, f"it uses {first.op}, which egraft cannot lower, and it writes into its "
                                         "inputs, which a graph split between egraft and PyTorch cannot do")
             try:
-                split = split_compile(ep, user, cfg, pieces=pieces)
+                split = split_compile(exported.program, user, cfg, pieces=pieces)
             except SearchError as e:
                 return self._unsearchable(key, e)
             except CannotSplit as e:
@@ -295,7 +295,7 @@ class DynamoGraph:
                    "PyTorch run at the real size")
         for k, why in pieces.per_size.items():
             self._warn(f"piece {k + 1} is compiled for each size (up to max_shapes={self.config.max_shapes}), "
-                       f"not padded: {why[0]}")
+                       f"not padded: {next(iter(why.values()))}")
 
 
 serialize.register(DynamoGraph)

@@ -13,12 +13,15 @@ lowering because the caller partitions it when an op does not lower.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from ..errors import UnsupportedOpError
-from ..frontend import export_program, lower_program, program_signature, require_pure
+from ..frontend import export_program, lower_program, require_pure
+from ..frontend.signature import input_specs
+from ..ir.signature import Signature
 from ..ir.evaluate import to_numpy
 from ..measure import like
 from ..search.config import CompileConfig
@@ -27,8 +30,21 @@ from ..search.pipeline import CompiledSignature, compile_program
 log = logging.getLogger("egraft.plugins")
 
 
-def export(module: torch.nn.Module, user_args: Sequence[torch.Tensor],
-           inputs_state: bool = False) -> torch.export.ExportedProgram:
+@dataclass(frozen=True)
+class Exported:
+    """One export of a bound graph and its signature, read once (the state, the lowering and the layout of
+    the written inputs all read it from here)."""
+
+    program: torch.export.ExportedProgram
+    signature: Signature
+    specs: dict  # placeholder name -> its InputSpec (frontend.signature.input_specs)
+
+    def lower(self):
+        """The IR graph (``lower_program``), from the signature read at export."""
+        return lower_program(self.program, specs=(self.signature, self.specs))
+
+
+def export(module: torch.nn.Module, user_args: Sequence[torch.Tensor], inputs_state: bool = False) -> Exported:
     """``torch.export`` + core ATen; a graph that updates state in place is refused (UnsupportedOpError).
 
     With `inputs_state`, a graph that writes into its user inputs (a static
@@ -42,7 +58,7 @@ def export(module: torch.nn.Module, user_args: Sequence[torch.Tensor],
     # detached: a tensor Dynamo's caller marked dynamic (torch._dynamo.mark_dynamic, as vLLM does) carries the
     # mark as a python attribute, and torch.export would try to keep that size symbolic; egraft exports one size
     ep = export_program(module, tuple(a.detach() for a in user_args))
-    sig = program_signature(ep)
+    sig, specs = input_specs(ep)
     if inputs_state:
         buffers = [name for _, name in sig.aliases if sig[name].source is None]
         if buffers:
@@ -52,7 +68,7 @@ def export(module: torch.nn.Module, user_args: Sequence[torch.Tensor],
                                      "KV cache), not into module buffers: egraft.compile(model) compiles those")
     else:
         require_pure(sig)
-    return ep
+    return Exported(ep, sig, specs)
 
 
 def device_of(args: Sequence, config: CompileConfig) -> str:
@@ -87,7 +103,7 @@ def compile_graph(graph, config: CompileConfig, user_args: Sequence[torch.Tensor
     return done
 
 
-def compile_exported(ep: torch.export.ExportedProgram, config: CompileConfig, user_args: Sequence[torch.Tensor],
+def compile_exported(exported: Exported, config: CompileConfig, user_args: Sequence[torch.Tensor],
                      reference, label: str = "graph") -> CompiledSignature:
-    """``lower_program`` + :func:`compile_graph`; raises UnsupportedOpError for an op with no lowering."""
-    return compile_graph(lower_program(ep), config, user_args, reference, label)
+    """:meth:`Exported.lower` + :func:`compile_graph`; raises UnsupportedOpError for an op with no lowering."""
+    return compile_graph(exported.lower(), config, user_args, reference, label)

@@ -34,7 +34,6 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..errors import UnsupportedOpError
-from ..frontend import lower_program
 from ..frontend.lowering import lookup, op_name
 from ..frontend.tracer import source_line
 from ..ir.tensors import ir_dtypes
@@ -156,10 +155,10 @@ def _compile_piece(parent: torch.fx.GraphModule, node: torch.fx.Node, args: Sequ
     weights = {i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and a.op == "get_attr"}
     bound = Bound(sub, args, weights, placeholders(sub))
     user = bound.user_args(args)
-    ep = export(bound, user)
+    exported = export(bound, user)
     with torch.no_grad():
         bound(*user)  # records the output structure on real tensors (export ran it on fake ones)
-    done = compile_exported(ep, config, user, bound, label)
+    done = compile_exported(exported, config, user, bound, label)
     return _Piece(bound, done.executable), done.result
 
 
@@ -273,7 +272,7 @@ class PieceBuckets:
         self.refused: set[str] = set()
         self.slots: dict[tuple[int, int], _Slot | str] = {}  # (bucket size, piece index) -> slot or why not
         self.first: dict[int, Any] = {}  # piece index -> its first CompiledSignature (the winner reused)
-        self.per_size: dict[int, list[str]] = {}  # piece index -> why each per-size compile was needed
+        self.per_size: dict[int, dict[int, str]] = {}  # piece index -> {size compiled on its own: why}
         self.compiled = 0  # pieces compiled (lowered and checked) at this call's size
         self.n = self.size = 0
         self.args: Sequence[Any] = ()
@@ -293,9 +292,9 @@ class PieceBuckets:
         if changed(self._weights, args, positions):
             self.__init__(self.graph, self.plan, self.mismatch)  # weights replaced or updated: compile afresh
             self._weights = versions(args, positions)
-        sizes = {s for s, _ in self.slots}
-        if size not in sizes and len(sizes) >= cfg.max_shapes:
-            raise CannotSplit(f"its pieces were compiled for {cfg.max_shapes} bucket sizes (the max_shapes option)")
+        full = cfg.no_room({s for s, _ in self.slots}, size, "bucket sizes")
+        if full:
+            raise CannotSplit(f"its pieces were {full}")
         self.n, self.size, self.args, self.compiled = n, size, args, 0
         return self
 
@@ -308,7 +307,7 @@ class PieceBuckets:
                       for i, a in enumerate(self.plan.pad(self.args, self.n, size))]
             try:
                 bound = Bound(g.gm, padded, g._weights, g._names)
-                self._fused[key] = _partition(export(bound, bound.user_args(padded)), set(self.refused))
+                self._fused[key] = _partition(export(bound, bound.user_args(padded)).program, set(self.refused))
             except Exception as e:  # noqa: BLE001 - any failure to trace at the bucket size: compile per size
                 self._fused[key] = f"the graph does not trace at {size} rows ({str(e).strip().splitlines()[0][:120]})"
         got = self._fused[key]
@@ -332,7 +331,7 @@ class PieceBuckets:
     def _lower(self, sub, args, weights):
         bound = Bound(sub, args, weights, placeholders(sub))
         user = bound.user_args(args)
-        return bound, user, lower_program(export(bound, user))
+        return bound, user, export(bound, user).lower()
 
     def _lower_at(self, size: int, k: int, ops: tuple, args, weights):
         """Piece `k` traced at `size` rows (its arguments padded from `n`): its parts and its proof, or why not."""
@@ -424,9 +423,10 @@ class PieceBuckets:
                 out = f"padded, it does not match PyTorch ({out})" if out else padded
         if not isinstance(out, str):
             return out, slot.done.result
-        reasons = self.per_size.setdefault(k, [])
-        if len(reasons) >= self.graph.config.max_shapes:
-            raise CannotSplit(f"{label} was compiled for {len(reasons)} sizes (the max_shapes option) because {out}")
-        reasons.append(out)
+        reasons = self.per_size.setdefault(k, {})
+        full = self.graph.config.no_room(reasons, self.n, "sizes")
+        if full:
+            raise CannotSplit(f"{label} was {full} because {out}")
+        reasons[self.n] = out
         own = self._finish(*self._lower(sub, args, weights), config, f"{label} ({self.n} rows)", k, ops)
         return _Piece(own.bound, own.done.executable), own.done.result

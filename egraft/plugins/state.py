@@ -36,27 +36,25 @@ from typing import Sequence
 import torch
 from torch.export.graph_signature import InputKind
 
-from ..frontend import lower_program
-from ..frontend.signature import input_specs
 from ..runtime.step_program import state_outputs
 from ..search.config import CompileConfig
 from ..search.pipeline import CompiledSignature
-from .exported import compile_graph
+from .exported import Exported, compile_graph
 
 
-def mutated_positions(ep: torch.export.ExportedProgram) -> frozenset[int]:
-    """The positions, among the user inputs of `ep`, of those the program writes into."""
-    sig, by_node = input_specs(ep)
-    written = {name for _, name in sig.aliases}
-    users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+def mutated_positions(exported: Exported) -> frozenset[int]:
+    """The positions, among the user inputs of the exported program, of those it writes into."""
+    by_node, written = exported.specs, {name for _, name in exported.signature.aliases}
+    users = [s.arg.name for s in exported.program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     return frozenset(k for k, n in enumerate(users) if n in by_node and by_node[n].name in written)
 
 
-def layout(ep: torch.export.ExportedProgram, graph) -> tuple[list[int], list[tuple[int, int]], list[int]]:
+def layout(exported: Exported, graph) -> tuple[list[int], list[tuple[int, int]], list[int]]:
     """(the user position of each executable input, (output index, user position) per state write, the
     indices of the graph's own outputs)."""
-    _, by_node = input_specs(ep)
-    users = [by_node[s.arg.name].name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    by_node = exported.specs
+    users = [by_node[s.arg.name].name for s in exported.program.graph_signature.input_specs
+             if s.kind == InputKind.USER_INPUT]
     order = [users.index(n) for n in graph.input_names()]
     names = [name for _, name in sorted(graph.aliases.items())]
     outs, own = state_outputs({name: k for k, name in graph.aliases.items()}, len(graph.outputs), names)
@@ -84,12 +82,12 @@ class Stateful:
         return [outs[k] for k in self.own]
 
 
-def compile_stateful(ep: torch.export.ExportedProgram, config: CompileConfig, user: Sequence[torch.Tensor],
+def compile_stateful(exported: Exported, config: CompileConfig, user: Sequence[torch.Tensor],
                      bound, label: str) -> tuple[Stateful, CompiledSignature]:
-    """Lower `ep` and compile it under `config` (the Dynamo backend's has ``state_in_place``), checked against
+    """Lower the `exported` program and compile it under `config` (the Dynamo backend's has ``state_in_place``), checked against
     `bound` run on clones of the state."""
-    graph = lower_program(ep)
-    order, writes, own = layout(ep, graph)
+    graph = exported.lower()
+    order, writes, own = layout(exported, graph)
     by_out = dict(writes)
     mutated = set(by_out.values())
 

@@ -223,6 +223,17 @@ class CompileConfig:
         _refuse_unknown(changes, where)
         return replace(self, **changes)._checked(where)
 
+    # --- how many sizes ---------------------------------------------------------------------------
+
+    def no_room(self, compiled, key, what: str) -> str | None:
+        """The one ``max_shapes`` policy: why `key` cannot be compiled beside the `compiled` ones (a container of
+        keys), or None when it can (it is among them, or there is room).  Each caller acts on the reason its
+        own way: ``egraft.compile`` raises it, the Dynamo backend runs the call in PyTorch and says so.
+        `what` names the compiled things (``"input shapes"``, ``"bucket sizes"``)."""
+        if key in compiled or len(compiled) < self.max_shapes:
+            return None
+        return f"compiled for {len(compiled)} {what} already (the max_shapes option, {self.max_shapes})"
+
     # --- what a result depends on ----------------------------------------------------------------
 
     def rule_specs(self):

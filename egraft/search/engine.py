@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import time as _time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..backends import candidates, get_backend
 from ..backends.base import default_knobs, search_knobs
@@ -204,7 +204,7 @@ class _Run:
             t = self._stage("saturate", t)
         task = Task(graph, dev, self.fitness, self.config.seed, [list(x) for x in inputs] if inputs else [])
         t = self._stage("reference", t)
-        direct, base_out = self._baseline(task)
+        task, direct, base_out = self._baseline(task)
         t = self._stage("baseline", t)
         spent = _time.perf_counter() - (self.t0 if plan.started is None else min(plan.started, self.t0))
         finals = PER_BLOCK_SEEDS + 1 if self.config.reuse_layers and saturation.parts else 0
@@ -227,11 +227,12 @@ class _Run:
         self.stages.update(fin.stages)
         return self._build(fin, searched, saturation, prior)
 
-    def _baseline(self, task: Task):
-        """The model's own program on the first backend (in priority order) it runs on: (candidate, outcome).
+    def _baseline(self, task: Task, retried: bool = False):
+        """The model's own program on the first backend (in priority order) it runs on: (task, candidate, outcome).
         A backend it fails on before that one is left out of the search, with a note saying why (the
         Triton backend on a GPU once failed to compile a rotary embedding while JAX ran it): one backend's bug costs
-        its candidates, not the compile.  None runs: SearchError naming each failure."""
+        its candidates, not the compile.  None runs: the input sets it agrees with the reference on, when some
+        but not all (:meth:`_conditioned`), else SearchError naming each failure."""
         failed = []
         for name in self.backends:
             space = search_knobs(get_backend(name), self.graph, self.config.weight_copies)
@@ -241,12 +242,41 @@ class _Run:
                 break
             failed.append((name, out.message or out.status))
         else:
+            kept = None if retried else self._conditioned(task)
+            if kept is not None:
+                return self._baseline(kept, retried=True)
             raise SearchError(f"the model's own program does not run on {self.dev!r} with any backend: "
                               + "; ".join(f"{n}: {why}" for n, why in failed))
         self.backends = [b for b in self.backends if b not in {n for n, _ in failed}]
-        self.notes = [f"backend {n} left out of the search: the model's own program failed on it ({why})"
-                      for n, why in failed]
-        return cand, out
+        self.notes += [f"backend {n} left out of the search: the model's own program failed on it ({why})"
+                       for n, why in failed]
+        return task, cand, out
+
+    def _conditioned(self, task: Task) -> Task | None:
+        """`task` without the input sets on which the model's own program, unrewritten, disagrees with the
+        float64 reference on every backend, when it agrees on at least one: such a set is ill-conditioned in
+        the program's own precision (a serving engine's warm-up computes on unfilled buffers; a float32 RMS
+        norm of values near 1e20 squares them to inf and returns zeros), so it cannot tell a right candidate
+        from a wrong one.  Candidates are then validated on the other sets; the caller's check against its own
+        reference (PyTorch, in the program's precision) still runs on every set.  None: no set to drop."""
+        if len(task.inputs) < 2:
+            return None
+        good = []
+        for k, (xs, want) in enumerate(zip(task.inputs, task.wants)):
+            one = replace(task, inputs=[xs], wants=[want])
+            for name in self.backends:
+                space = search_knobs(get_backend(name), self.graph, self.config.weight_copies)
+                cand = Candidate(self.graph, name, knob_items(default_knobs(space)))
+                if evaluate_one(one, cand, pin=True, timed=False).ok:
+                    good.append(k)
+                    break
+        if not good or len(good) == len(task.inputs):
+            return None
+        dropped = [k for k in range(len(task.inputs)) if k not in good]
+        self.notes.append(f"input set(s) {dropped} left out of the validation: the model's own program, "
+                          "unrewritten, disagrees with the float64 reference on them on every backend "
+                          "(ill-conditioned in its own precision); candidates are validated on the others")
+        return replace(task, inputs=[task.inputs[k] for k in good], wants=[task.wants[k] for k in good])
 
     def _evolve(self, saturation, task: Task, plan: Budget, baseline_s: float) -> "_Searched":
         """The genetic search per distinct block (or of the whole graph) and the contenders it yields."""

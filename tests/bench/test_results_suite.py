@@ -72,7 +72,21 @@ def _raw(rng) -> dict:
                 "bandwidth": {"1": {"bytes_per_s": {"median": 2e10, "spread": 0.02}, "cores": [1]}},
                 "models": {}, "runs": [run("hf_eager", 5e-3, 10e-3), run("hf_static_inductor", 6e-3, 10e-3),
                                        run("egraft_compile", 2.5e-3, 10e-3)]}
-    return {"machine": machine, "search-1t": search, "generate": generate}
+    vs = {"speedup": 0.80, "interval": [0.76, 0.84], "conclusive": True, "why_not": ""}
+    peers = {"date": "2026-12-03", "host": {"cpu": "Test CPU 9000", "cpu_id": "family 25 model 1, avx2"},
+             "command": "python3 bench/peers.py --models llama-135m",
+             "rows": [{"model": "llama-135m", "dtype": "float32", "budget": "60s",
+                       "compile": {"compile_s": 81.0, "peak_rss": 2.5e9, "peak_over_weights": 4.6,
+                                   "artifact_over_weights": 1.002, "tokens_equal": True},
+                       "load": {"load_s": 2.7, "cold_load_s": 11.0, "decode_tok_s": {"egraft": 60.0, "hf_eager": 25.0},
+                                "prefill_ms": {"egraft": 34.0, "hf_eager": 80.0}},
+                       "runs": [{"threads": t, "decode_tok_s": {"egraft": e, "hf_eager": 25.0, "llama.cpp F32": f},
+                                 "prefill_ms": {"egraft": 34.0, "llama.cpp F32": 50.0},
+                                 "decode_bound": {"tok_s": b, "share": {"egraft": e / b, "llama.cpp F32": f / b}},
+                                 "egraft_vs": {"llama.cpp F32": vs if t == 2 else {**vs, "conclusive": False,
+                                                                                     "why_not": "overlap"}}}
+                                for t, e, f, b in ((1, 61.5, 57.0, 116.0), (2, 70.0, 87.5, 60.0))]}]}
+    return {"machine": machine, "search-1t": search, "generate": generate, "peers_bound": peers}
 
 
 def test_page_states_only_concluded_ratios(tmp_path):
@@ -110,11 +124,17 @@ def test_page_states_only_concluded_ratios(tmp_path):
         assert f.exists() and f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(f) in paths, name
     assert not (tmp_path / "results" / "compile_depth.png").exists()  # no data: no plot
 
+    assert "| peers_bound | llama-135m | float32 | 2 | 70.0 | F32 87.5 | 25.0 | F32: 0.80x |" in md
+    assert res["ratios"]["peers_bound/llama-135m/float32/2t/llama.cpp F32"]["text"] == "0.80x"
+    assert "peers_bound/llama-135m/float32/1t/llama.cpp F32" not in res["ratios"]  # not concluded: no ratio
+
     text = readme.read_text()
     assert "9.99x" not in text and text.endswith("\n\ntail\n") and page.BEGIN in text and page.END in text
     block = text.split(page.BEGIN)[1].split(page.END)[0]
-    found = RATIO.findall(block)
-    assert found and set(found) <= quoted
+    assert set(RATIO.findall(block)) <= quoted
+    # the README's table: every number from the page's rows; a bound below a measured speed is not shown
+    assert "| 135 M float32 | 61.5 / 70.0 | F32 57.0 / 87.5 | 25.0 | 116 / n/a † |" in block
+    assert "Compile 81-81 s" in block and "ahead of the fastest peer on 2" in block
 
 
 def test_host_names_the_cpu_family_and_vector_extensions():

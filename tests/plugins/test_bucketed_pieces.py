@@ -137,7 +137,8 @@ def test_a_piece_whose_rows_meet_is_compiled_per_size(monkeypatch):
     (graph,) = graphs
     pieces = graph._pieces
     assert len(searches) == 2, "the per-size compiles reuse the piece's first winner"
-    assert all("rows meet" in why for why in pieces.per_size[1]) and len(pieces.per_size[1]) == 5  # 3, 5, 6, 7, 9
+    assert sorted(pieces.per_size[1]) == [3, 5, 6, 7, 9]  # the sizes the mixing piece compiled at on its own
+    assert all("rows meet" in why for why in pieces.per_size[1].values())
     assert 0 not in pieces.per_size, "the MLP + RMSNorm piece is still padded"
     assert graph.compiles == len(sizes), "the mixing piece compiles at every size"
     assert any("compiled for each size" in m and "rows meet" in m for m in messages)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from egraft.backends import lower
+from egraft.errors import SearchError
 from egraft.search.cache import Cache
 from egraft.ir import GraphBuilder, evaluate
 from egraft.rewrites import Limits, all_rules, saturate
@@ -183,3 +184,24 @@ def test_a_backend_the_model_fails_on_is_left_out_not_fatal(monkeypatch):
     _same_function(res.graph, g)
     with pytest.raises(SearchError, match=r"does not run on 'cpu' with any backend: jax: .*planted"):
         search(g, backend="jax", budget=Budget(seconds=None, trials=4, population=4), cache=False, progress=False)
+
+
+def _rms_graph():
+    b = GraphBuilder()
+    x = b.input("x", (4, 32), "float32")
+    return b.build([x * (x * x).mean(-1, keepdim=True).rsqrt()])
+
+
+def test_an_input_set_the_unrewritten_program_overflows_on_is_left_out_of_the_validation():
+    # float32 squares 1e20 to inf and the norm returns zeros; float64 does not: no candidate can pass that set
+    g = _rms_graph()
+    rng = np.random.default_rng(fresh_seed())
+    huge = (rng.standard_normal((4, 32)) * 1e20).astype(np.float32)
+    normal = rng.standard_normal((4, 32)).astype(np.float32)
+    res = search(g, budget=Budget(seconds=None, trials=4, population=4), cache=False, progress=False,
+                 inputs=[[huge], [normal]])
+    assert any("input set(s) [0] left out of the validation" in n for n in res.notes), res.notes
+    _same_function(res.graph, g)
+    with pytest.raises(SearchError, match="does not run on 'cpu' with any backend"):  # nothing left to validate on
+        search(g, budget=Budget(seconds=None, trials=4, population=4), cache=False, progress=False,
+               inputs=[[huge], [huge * 2]])

@@ -1,0 +1,206 @@
+"""The results page's deployed-size sections and the README's table of them.
+
+Built from the raw files of ``bench/real_size.py`` (``real_size*.json``:
+compile, save, load and decode against HF eager at the shapes of deployed
+models, random weights) and ``bench/peers.py`` (``peers*.json``: the same,
+then llama.cpp at the same precision on one core and both), and from the
+raw record of a lent GPU (``gpu_*.json``).  Every number the README's
+table quotes is on the page, from the same rows; every ratio is registered
+(``bench/ingest.py``) or written as "not concluded".
+"""
+
+from __future__ import annotations
+
+import ingest
+
+# the peers runs the README's table quotes, in its row order (each a raw file under docs/results/raw/)
+HEADLINE = ("peers_bound", "peers_int8", "peers_int4")
+GPU_HEADLINE = ("gpu_h200", "generation_0.5b_bf16_gpu_step")  # the GPU run the README quotes: raw file, key
+UNQUANTISED = ("float32", "bfloat16", "float16")
+SHORT = {"llama-135m": "135 M", "qwen2-0.5b": "494 M", "llama-1.2b": "1.2 B"}
+
+
+def _table(head: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return out + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows] + [""]
+
+
+def _num(x, digits: int = 1) -> str:
+    return f"{x:.{digits}f}" if ingest.finite(x) else "-"
+
+
+def _pair(d: dict | None, a: str = "egraft", b: str = "hf_eager", digits: int = 1) -> str:
+    d = d or {}
+    return f"{_num(d.get(a), digits)} / {_num(d.get(b), digits)}"
+
+
+def _llama(run: dict) -> list[str]:
+    """The llama.cpp systems of a peers run, the same precision's first (F32, F16, Q8_0, Q4_0 before BF16)."""
+    names = [k for k in run["decode_tok_s"] if k.startswith("llama.cpp")]
+    return sorted(names, key=lambda k: k.endswith("BF16"))
+
+
+def compile_rows(step: str, sec: dict) -> list[list]:
+    rows = []
+    for r in sec["rows"]:
+        c, ld = r["compile"], r["load"]
+        peak = (f"{c['peak_rss'] / 1e9:.2f} ({c['peak_over_weights']:.1f} × weights)"
+                if ingest.finite(c.get("peak_rss")) and ingest.finite(c.get("peak_over_weights")) else "-")
+        load = _num(ld.get("load_s")) + (f" ({_num(ld.get('cold_load_s'))} cold)"
+                                         if ingest.finite(ld.get("cold_load_s")) else "")
+        vs = (ld.get("vs_hf_eager") or {}).get("text", "-")
+        rows.append([step, r["model"], r["precision"], _num(c.get("compile_s"), 0), peak,
+                     _num(c.get("artifact_over_weights"), 3), load, _pair(ld.get("decode_tok_s")), vs,
+                     _pair(ld.get("prefill_ms"), digits=0),
+                     {True: "equal", False: "**differ**"}.get(c.get("tokens_equal"), "-")])
+    return rows
+
+
+def peer_rows(step: str, sec: dict) -> list[list]:
+    rows = []
+    for r in sec["rows"]:
+        for run in r["runs"]:
+            dec, share = run["decode_tok_s"], (run.get("decode_bound") or {}).get("share") or {}
+            llama = _llama(run)
+            bound = run.get("decode_bound") or {}
+            rows.append([step, r["model"], r["precision"], run["threads"], _num(dec.get("egraft")),
+                         ", ".join(f"{k.removeprefix('llama.cpp ')} {_num(dec[k])}" for k in llama) or "-",
+                         _num(dec.get("hf_eager")),
+                         "; ".join(f"{k.removeprefix('llama.cpp ')}: {run['vs'][k]['text']}" for k in llama
+                                   if run["vs"].get(k)) or "-",
+                         (f"{_num(bound.get('tok_s'), 0)} ({share['egraft']:.0%} / "
+                          f"{share.get(llama[0], float('nan')):.0%})" if bound.get("tok_s") and llama
+                          and ingest.finite(share.get("egraft")) else "-"),
+                         _pair(run.get("prefill_ms"), b=llama[0] if llama else "hf_eager", digits=0)])
+    return rows
+
+
+def sizes_lines(secs: dict) -> list[str]:
+    steps = sorted(s for s in secs if ingest.is_size_step(s) and secs[s].get("status", "ok") == "ok")
+    if not steps:
+        return []
+    lines = ["## Deployed sizes: compile, load and decode", "",
+             "Random weights at the published shapes of deployed models (nothing downloaded): "
+             "`bench/real_size.py` compiles with `egraft.compile(model, max_batch=1, max_length=256)` (budget "
+             "60 s unless the command says otherwise), saves, loads in a fresh process and decodes 64 greedy "
+             "tokens against HF eager; `bench/peers.py` then times llama.cpp on the same weights at the same "
+             "precision, one pinned core and both, interleaved rounds, medians. Each run below with its date "
+             "and command:", ""]
+    for s in steps:
+        sec = secs[s]
+        lines.append(f"- `{s}` ({sec.get('date')}): `{sec.get('command')}`")
+    lines += ["", "Later runs superseded earlier ones as the work went on (the list is in file-name order; the "
+              "README quotes " + ", ".join(f"`{h}`" for h in HEADLINE) + ").",
+              "", "Compile (seconds, peak RSS in GB), the artifact's size over the weights', a fresh "
+              "process's load (seconds), and one pinned core's decode tokens/s and prefill ms of the loaded "
+              "artifact against HF eager:", ""]
+    lines += _table(["run", "model", "precision", "compile s", "peak RSS GB", "artifact / weights", "load s",
+                     "decode egraft / HF eager", "egraft over HF eager", "prefill ms egraft / HF eager",
+                     "tokens"], [row for s in steps for row in compile_rows(s, secs[s])])
+    peers = [row for s in steps for row in peer_rows(s, secs[s])]
+    if peers:
+        lines += ["Against llama.cpp (decode tokens/s; the bound is the bytes one step reads over the read "
+                  "bandwidth measured in the same process, with egraft's and llama.cpp's share of it, a share above "
+                  "100 % saying that process read the bandwidth low; prefill ms of egraft / llama.cpp; `n.c.`: not "
+                  "concluded, the 95 % intervals of the medians overlap or a spread is above 50 %):", ""]
+        lines += _table(["run", "model", "precision", "threads", "egraft", "llama.cpp", "HF eager",
+                         "egraft over llama.cpp", "bound tok/s (shares)", "prefill ms"], peers)
+    return lines
+
+
+def gpu_lines(secs: dict) -> list[str]:
+    lines = []
+    for step in sorted(s for s in secs if s.startswith("gpu_")):
+        sec = secs[step]
+        gens = [(k, v) for k, v in sec.items() if isinstance(v, dict) and "decode_tok_s" in v]
+        kern = (sec.get("triton_kernels_vs_torch") or {}).get("rows", [])
+        lines += [f"## On a lent GPU ({step})", "", f"{sec.get('date')}, {sec.get('gpu')}, "
+                  + ", ".join(f"{k} {v}" for k, v in (sec.get('versions') or {}).items()) + ".", ""]
+        if gens:
+            lines += _table(["run", "model", "dtype", "budget", "decode tok/s egraft / HF eager",
+                             "egraft over HF eager", "prefill ms egraft / HF eager"],
+                            [[k, g.get("model"), g.get("dtype"), g.get("budget"), _pair(g["decode_tok_s"]),
+                              (_vs_text(g.get("egraft_vs_hf_eager"))), _pair(g.get("prefill_ms"), digits=1)]
+                             for k, g in gens])
+        if kern:
+            lines += [f"Triton kernels, default knobs, not searched: `{sec['triton_kernels_vs_torch']['command']}`"
+                      " (ms):", ""]
+            lines += _table(["workload", "kernels", "egraft Triton", "torch eager", "torch.compile",
+                             "egraft's time over eager's", "rel. error"],
+                            [[k["workload"], k["kernels"], k["egraft_ms"], k["eager_ms"], k["torch_compile_ms"],
+                              f"{k['egraft_ms'] / k['eager_ms']:.1f} times", k["rel_err"]] for k in kern])
+    return lines
+
+
+def _vs_text(vs: dict | None) -> str:
+    if not vs or not ingest.finite(vs.get("speedup")):
+        return "-"
+    return (f"{vs['speedup']:.2f} times" if vs.get("conclusive") else
+            f"not concluded ({vs.get('why_not') or 'intervals overlap'})")
+
+
+def readme_rows(secs: dict) -> list[list]:
+    """The README's table: per model and precision of the HEADLINE runs, egraft, llama.cpp and HF eager."""
+    rows = []
+    for step in HEADLINE:
+        sec = secs.get(step)
+        if not sec or sec.get("status", "ok") != "ok":
+            continue
+        for r in sec["rows"]:
+            by = {run["threads"]: run for run in r["runs"]}
+            one, two = by.get(1), by.get(2)
+            if one is None:
+                continue
+            llama = _llama(one)[0] if _llama(one) else None
+
+            def both(key):
+                return " / ".join(_num(run["decode_tok_s"].get(key)) if run else "-" for run in (one, two))
+
+            def bound(run):
+                b = (run or {}).get("decode_bound") or {}
+                if not ingest.finite(b.get("tok_s")):
+                    return "-"
+                fastest = max((v for v in run["decode_tok_s"].values() if ingest.finite(v)), default=0.0)
+                return _num(b["tok_s"], 0) if fastest <= 1.05 * b["tok_s"] else "n/a †"
+
+            rows.append([f"{SHORT.get(r['model'], r['model'])} {r['precision']}", both("egraft"),
+                         f"{llama.removeprefix('llama.cpp ')} {both(llama)}" if llama else "-",
+                         _num(one["decode_tok_s"].get("hf_eager")), f"{bound(one)} / {bound(two)}"])
+    return rows
+
+
+def readme_lines(secs: dict) -> list[str]:
+    rows = readme_rows(secs)
+    if not rows:
+        return []
+    runs = [secs[s] for s in HEADLINE if s in secs]
+    comp = [r["compile"] for sec in runs for r in sec["rows"] if ingest.finite(r["compile"].get("compile_s"))]
+    loads = [r["load"] for sec in runs for r in sec["rows"] if ingest.finite(r["load"].get("load_s"))]
+    host = runs[0].get("host", {})
+    lines = [f"Deployed sizes ({', '.join(sorted({s.get('date') for s in runs}))}, {host.get('cpu', '?')} "
+             f"({host.get('cpu_id', '')}), `make bench-peers`; random weights at the shapes of a 135 M Llama and a "
+             "494 M Qwen2 model, batch 1, decode tokens/s, medians of interleaved rounds):", ""]
+    lines += _table(["model, precision", "egraft, 1 core / 2", "llama.cpp, 1 core / 2", "HF eager, 1 core",
+                     "bound, 1 core / 2"], rows)
+    if any("†" in c for r in rows for c in r):
+        lines += ["† a system decoded faster than the bound: the read bandwidth measured in that process was low, "
+                  "so it is no bound there.", ""]
+    art = [r["compile"]["artifact_over_weights"] for sec in runs for r in sec["rows"]
+           if r["precision"] in UNQUANTISED and ingest.finite(r["compile"].get("artifact_over_weights"))]
+    if comp and loads and art:
+        lines += [f"Compile {min(c['compile_s'] for c in comp):.0f}-{max(c['compile_s'] for c in comp):.0f} s on "
+                  f"one core (budget 60 s), peak RSS at most {max(c['peak_rss'] for c in comp) / 1e9:.1f} GB; "
+                  f"the artifact is {min(art):.3f}-{max(art):.3f} times the weights (unquantised); a fresh "
+                  f"process loads it in {min(x['load_s'] for x in loads):.1f}-{max(x['load_s'] for x in loads):.1f}"
+                  " s." + _gpu_sentence(secs), ""]
+    return lines
+
+
+def _gpu_sentence(secs: dict) -> str:
+    step, key = GPU_HEADLINE
+    g = (secs.get(step) or {}).get(key) or {}
+    dec = g.get("decode_tok_s") or {}
+    if not (ingest.finite(dec.get("egraft")) and ingest.finite(dec.get("hf_eager"))):
+        return ""
+    return (f" On one {secs[step].get('gpu', 'GPU')} the {SHORT.get(g.get('model'), g.get('model'))} model in "
+            f"{g.get('dtype')} decodes at {dec['egraft']:.0f} tok/s against HF eager's {dec['hf_eager']:.0f}.")
