@@ -43,7 +43,6 @@ from ..ir.tensors import ir_dtypes
 from ..measure import like
 from ..measure.memory import mark
 from ..runtime.outputs import describe, rebuild
-from ..runtime.step_program import state_outputs
 from ..search.config import CompileConfig
 from ..search.pipeline import CompiledSignature, compile_program
 
@@ -52,33 +51,48 @@ _TORCH_DTYPES = ir_dtypes()  # torch dtype -> IR name: the call key reads it per
 
 @dataclass
 class CompiledProgram:
-    """One compiled signature: the executable and the evidence for it (see the module docstring)."""
+    """One input signature of a model: its compiled program (the pipeline's :class:`CompiledSignature`: the
+    executable, its device and state convention, the evidence) and what calling it as the model takes."""
 
     name: str  # "4x32:float32,2x8:int64" (+ "@cuda:0" off the CPU): the signature as a user reads it
     key: tuple  # what a call is looked up by (shapes, dtypes, devices; kwarg names and values)
-    executable: Any
-    result: Any  # egraft.search.SearchResult
+    compiled: CompiledSignature
     input_names: list[str]
     kwarg_order: tuple[str, ...]  # tensor kwargs, in the order the program takes them (after the positionals)
     output_tree: dict
     example: tuple[tuple, dict]  # the fresh random input set (args, kwargs): the comparison times calls on it
     traced: dict  # nodes, ops, weights, weight bytes of the traced program
     stages: dict[str, float]  # seconds: trace, saturate, search, lower, validate
-    validation: dict | None = None  # the pipeline's check against eager (None: compiled with validate=False)
     comparison: dict | None = None  # filled by CompiledModel.measure (egraft.measure.compare_model)
     call: Callable = field(default=None, repr=False)  # flat tensors in -> the model's output structure
 
     state: tuple = ()  # (buffer name, InputSpec) per state input, in the executable's order
     model: Any = field(default=None, repr=False)
-    searched: bool = True  # False: lowered with an earlier size's winning backend and knobs (build's `reuse`)
+
+    @property
+    def executable(self):
+        return self.compiled.executable
+
+    @property
+    def result(self):  # egraft.search.SearchResult
+        return self.compiled.result
+
+    @property
+    def validation(self) -> dict | None:  # the pipeline's check against eager (None: compiled with validate=False)
+        return self.compiled.check
+
+    @property
+    def searched(self) -> bool:  # False: lowered with an earlier size's winning backend and knobs (build's `reuse`)
+        return self.compiled.searched
 
     def __post_init__(self):
         ex, shape = self.executable, functools.partial(rebuild, self.output_tree)
         if not self.state:
             self.call = lambda *xs: shape(ex(*xs))
             return
-        g, names = self.executable.graph, [name for name, _ in self.state]
-        order, own = state_outputs({name: k for k, name in g.aliases.items()}, len(g.outputs), names)
+        names, order, own = self.compiled.state
+        if names != [name for name, _ in self.state]:  # pragma: no cover - build makes both from one signature
+            raise InputError(f"the compiled program's state {names} is not the model's {[n for n, _ in self.state]}")
         pos = dict(zip(names, order))
 
         def call(*xs):  # the buffers' current values go in; their new values are written back (in place)
@@ -246,7 +260,7 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     sets = [flat_inputs(args, kwargs, kwarg_order) + bufs,
             flat_inputs(*fresh, kwarg_order) + list(like(tuple(bufs), None, config.seed + 1)[0])]
     label = f"{type(model).__name__} for {name}"
-    prior = None if reuse is None else CompiledSignature(reuse.executable, reuse.result, reuse.validation)
+    prior = None if reuse is None else reuse.compiled
     done = compile_program(graph, config, reference=reference, check_sets=sets, label=label,
                            against="eager PyTorch", prior=prior)
     if not outs:  # not checked (validate=False): one eager call for the output structure
@@ -260,9 +274,8 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     if program_key(graph, args, kwargs, kwarg_order) != key:  # the lookup key is the program's own signature
         raise InputError(f"{type(model).__name__} for {name}: the traced program's inputs "
                          f"{graph.signature.key()} do not match the call's {key}; pass these tensors positionally")
-    return CompiledProgram(name, key, done.executable, done.result, graph.input_names(), kwarg_order, describe(outs[0]),
-                   fresh, traced, {"trace": round(traced_s, 4), **done.stages}, done.check, state=state, model=model,
-                   searched=done.searched)
+    return CompiledProgram(name, key, done, graph.input_names(), kwarg_order, describe(outs[0]), fresh, traced,
+                           {"trace": round(traced_s, 4), **done.stages}, state=state, model=model)
 
 
 def _kwarg_order(sources: list[str | None], tensor_kwargs: tuple[str, ...]) -> tuple[str, ...]:

@@ -242,7 +242,11 @@ class Padded:
 
     def __init__(self, plan_: Plan, b: PaddedSize, n: int):
         self.plan, self.bucket, self.n = plan_, b, n
-        self.bound, self.run, self.results = b.entry.bound, b.entry.run, []  # its results are the bucket's
+        self.bound, self.run, self.compiled = b.entry.bound, b.entry.run, []  # its programs are the bucket's
+
+    @property
+    def results(self) -> list:
+        return []
 
     def __call__(self, gm, args):
         padded = self.plan.pad(args, self.n, self.bucket.size)
@@ -379,7 +383,7 @@ class Buckets:
                     "as an egraft bug")
         g.compiles += 1
         stats.compiled()
-        entry = self.make_entry(bound, _runner(done.executable), [done.result])
+        entry = self.make_entry(bound, _runner(done.executable), [done])
         g.entries[signature(padded, g._weights)] = entry
         self.compiled[size] = PaddedSize(size, entry, done)
         return self.compiled[size]

@@ -104,8 +104,12 @@ class Entry:
 
     bound: Bound | None
     run: Callable[..., list] | None
-    results: list = field(default_factory=list)  # the SearchResults behind it
+    compiled: list = field(default_factory=list)  # the CompiledSignatures behind it (a split graph: one per piece)
     fallback_ops: dict = field(default_factory=dict)  # ops left to PyTorch -> their source line
+
+    @property
+    def results(self) -> list:  # the SearchResults behind it
+        return [c.result for c in self.compiled]
 
     def __call__(self, gm, args):
         if self.run is None:
@@ -248,7 +252,7 @@ class DynamoGraph:
             else:
                 done = compile_exported(exported, cfg, user, bound, label=self.label)
                 run = _runner(done.executable)
-            entry = Entry(bound, run, [done.result])
+            entry = Entry(bound, run, [done])
             stats.compiled()
             log.info("egraft: %s compiled whole for inputs %s", self.label, _shapes(user))
         except ValidationError as e:
@@ -274,7 +278,7 @@ class DynamoGraph:
                        f"the rest of the graph ({len(split.results)} piece(s)) is compiled by egraft")
             if pieces is not None:
                 self._warn_pieces(pieces)
-            entry = Entry(bound, split, split.results, split.fallback_ops)
+            entry = Entry(bound, split, split.compiled, split.fallback_ops)
             if self.config.validate:
                 with torch.no_grad():
                     problem = mismatch(entry.run(*user), want)

@@ -104,7 +104,11 @@ class Split:
 
     module: torch.fx.GraphModule
     fallback_ops: dict[str, str | None]  # op name -> the model source line of its first occurrence
-    results: list = field(default_factory=list)  # one SearchResult per compiled piece
+    compiled: list = field(default_factory=list)  # one CompiledSignature per compiled piece
+
+    @property
+    def results(self) -> list:  # the SearchResults behind the pieces
+        return [c.result for c in self.compiled]
 
     def __call__(self, *user: torch.Tensor) -> list[torch.Tensor]:
         out = self.module(*user)
@@ -159,7 +163,7 @@ def _compile_piece(parent: torch.fx.GraphModule, node: torch.fx.Node, args: Sequ
     with torch.no_grad():
         bound(*user)  # records the output structure on real tensors (export ran it on fake ones)
     done = compile_exported(exported, config, user, bound, label)
-    return _Piece(bound, done.executable), done.result
+    return _Piece(bound, done.executable), done
 
 
 def _partition(ep: torch.export.ExportedProgram, refused: set[str]):
@@ -205,7 +209,7 @@ def split_compile(ep: torch.export.ExportedProgram, user_args: Sequence[torch.Te
             continue
         for n, (piece, _) in zip(calls, built):
             setattr(fused, str(n.target), piece)
-        return Split(fused, _fallback_ops(fused, support), [res for _, res in built])
+        return Split(fused, _fallback_ops(fused, support), [done for _, done in built])
 
 
 # ---- a split graph with a dynamic size: each piece padded to a bucket size ---------------------------------
@@ -393,7 +397,8 @@ class PieceBuckets:
         return slot
 
     def piece(self, fused, node, k: int, args: Sequence[Any], config: CompileConfig, label: str):
-        """Piece `k` of `fused` (the program partitioned at this call's size) as a module, and its SearchResult."""
+        """Piece `k` of `fused` (the program partitioned at this call's size) as a module, and its
+        CompiledSignature."""
         if not all(isinstance(a, torch.Tensor) for a in args):
             raise CannotSplit(f"{label} takes a python value computed outside it")
         sub = getattr(fused, str(node.target))
@@ -407,7 +412,7 @@ class PieceBuckets:
             if not isinstance(slot, _Slot) or slot.ops != ops or self._axes(args, slot.shapes, self.size) != {}:
                 slot = self._finish(*self._lower(sub, args, weights), config, f"{label} (bucket {self.size})", k, ops)
                 self.slots[(self.size, k)] = slot
-            return _Piece(slot.bound, slot.done.executable), slot.done.result
+            return _Piece(slot.bound, slot.done.executable), slot.done
         slot = self._slot(k, ops, args, weights, config, label)
         axes = slot if isinstance(slot, str) else self._axes(args, slot.shapes, self.size) if slot.ops == ops else \
             "its dtypes differ from the bucket program's"
@@ -422,11 +427,11 @@ class PieceBuckets:
                 out = self.mismatch(got, want)
                 out = f"padded, it does not match PyTorch ({out})" if out else padded
         if not isinstance(out, str):
-            return out, slot.done.result
+            return out, slot.done
         reasons = self.per_size.setdefault(k, {})
         full = self.graph.config.no_room(reasons, self.n, "sizes")
         if full:
             raise CannotSplit(f"{label} was {full} because {out}")
         reasons[self.n] = out
         own = self._finish(*self._lower(sub, args, weights), config, f"{label} ({self.n} rows)", k, ops)
-        return _Piece(own.bound, own.done.executable), own.done.result
+        return _Piece(own.bound, own.done.executable), own.done

@@ -43,19 +43,38 @@ from ..errors import BackendError, ValidationError
 from ..ir import dtypes
 from ..measure import outputs, tolerance_for
 from ..measure.memory import mark
+from ..runtime.device import parse as parse_device
+from ..runtime.step_program import state_outputs
 from .config import CompileConfig
 from .result import SearchResult
 
 
 @dataclass(frozen=True)
 class CompiledSignature:
-    """The executable, the search result behind it, and the check against the reference (None: not checked)."""
+    """One program compiled for one signature, whichever entry point asked (``egraft.compile``'s signatures
+    and generation's buckets hold one each, a Dynamo graph one per whole graph or piece): the executable,
+    the device it runs on, its state calling convention, and the evidence (the search result behind it, the
+    check against the reference, each stage's seconds)."""
 
     executable: Any
     result: SearchResult
-    check: dict | None
+    check: dict | None  # the check against the reference (None: not checked)
     stages: dict = field(default_factory=dict)  # seconds: saturate, search, lower, validate (the check)
     searched: bool = True  # False: compile_like reused an earlier winner's backend and knobs (no search ran)
+
+    @property
+    def device(self):
+        """Where the executable runs, parsed (:class:`egraft.runtime.device.Device`)."""
+        return parse_device(self.result.device)
+
+    @property
+    def state(self) -> tuple[list[str], list[int], list[int]]:
+        """The state calling convention (:func:`egraft.runtime.step_program.state_outputs`): the state inputs'
+        names in call order (after the other inputs), each one's aliased output, the program's own outputs."""
+        g = self.executable.graph
+        names = g.state_names()
+        order, own = state_outputs({name: k for k, name in g.aliases.items()}, len(g.outputs), names)
+        return names, order, own
 
 
 def compile_program(graph, config: CompileConfig, *, reference: Callable | None = None,

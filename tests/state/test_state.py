@@ -182,6 +182,10 @@ def test_compiled_model_updates_its_buffers_like_eager(backend):
     cm = egraft.compile(model, example_inputs=(pos, kv), backend=backend, fitness="model", cache=False,
                         budget={"seconds": None, "trials": 2, "population": 2}, progress=False)
     assert torch.equal(model.k, init)  # compiling (its checks run the model) leaves the buffers as they were
+    (prog,) = cm._programs.values()  # its compiled program: device, state calling convention, evidence
+    names, order, own = prog.compiled.state
+    assert sorted(names) == ["k", "n"] and sorted(order + own) == list(range(len(prog.executable.graph.outputs)))
+    assert prog.compiled.device.kind == "cpu" and prog.validation is prog.compiled.check is not None
     ptr = model.k.data_ptr()
     for _ in range(4):
         pos, kv = _pos(rng, 16, 3), torch.from_numpy(rng.standard_normal((1, 2, 3, 4)).astype(np.float32))
