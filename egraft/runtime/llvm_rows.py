@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, prefetches, row_groups, walk
+from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, walk
 
 
 def rows_product(spec: KernelSpec) -> str:
@@ -207,7 +207,7 @@ dot:
 {xs}
 {ws}
 {fmas}
-{prefetches(spec, v * u)}  %k1 = add i64 %k, {v * u}
+  %k1 = add i64 %k, {v * u}
   %kd = icmp eq i64 %k1, {k}
   br i1 %kd, label %dot_done, label %dot
 dot_done:
@@ -218,7 +218,6 @@ dot_done:
 """
     return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
 declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
-declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
 """ + _rows_panel(spec, 1, body) + walk(spec)
 
 

@@ -46,7 +46,6 @@ class KernelSpec:
     layout: str = "panels"
     n: int = 0  # (layout "rows") the weight's rows, when the last panel holds fewer than width (0: all full)
     group: int = 0  # (int4) values of k per scale: the product takes the scales [weight rows, k / group] too
-    prefetch: int = 0  # (layout "rows", one row of x, not int4) bytes ahead of its reads the weight is prefetched
 
     def __post_init__(self):
         if self.dtype not in WIDEN:
@@ -64,10 +63,6 @@ class KernelSpec:
                 self.layout != "rows" or self.group not in GROUPS or self.k % self.group)):
             raise BackendError(f"a generated product of int4 weights reads them as stored rows with a group size of "
                                f"{GROUPS} dividing k (and only int4 has groups): {self}")
-        if self.prefetch and (self.prefetch < 0 or self.prefetch % 64 or self.layout != "rows" or self.rows != 1
-                              or self.group):
-            raise BackendError(f"a generated product prefetches (a multiple of 64 bytes ahead) only as the one-row "
-                               f"product of a float weight read as stored rows: {self}")
 
     @property
     def weight_rows(self) -> int:
@@ -78,7 +73,6 @@ class KernelSpec:
     def name(self) -> str:
         tail = "" if self.layout == "panels" else f"_{self.layout}" + (f"_{self.n}" if self.n else "")
         tail += f"_g{self.group}" if self.group else ""
-        tail += f"_pf{self.prefetch}" if self.prefetch else ""
         return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}{tail}"
 
     def to_json(self) -> dict:
@@ -87,8 +81,7 @@ class KernelSpec:
     @classmethod
     def from_json(cls, d: dict) -> "KernelSpec":
         return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]),
-                   str(d.get("layout", "panels")), int(d.get("n", 0)), int(d.get("group", 0)),
-                   int(d.get("prefetch", 0)))
+                   str(d.get("layout", "panels")), int(d.get("n", 0)), int(d.get("group", 0)))
 
 
 def group_sizes(rows: int) -> list[int]:
@@ -125,22 +118,6 @@ def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_a
     return text
 
 
-def prefetches(spec: KernelSpec, step: int) -> str:
-    """(one row, knob ``stream_prefetch``) IR prefetching each cache line of the weight ``spec.prefetch`` bytes
-    ahead of the `step` values a loop step reads: the rows are contiguous, so ahead runs into the next row, and
-    past the weight's end a prefetch reads nothing (it never faults).  Measured (one pinned core of an AVX-512
-    host, float32 one-row products of a 135 M model's shapes, weights out of cache): 2048 bytes ahead read
-    6-22 % faster than none; bfloat16 from 7 % slower to 16 % faster: the search times it."""
-    if not spec.prefetch:
-        return ""
-    elem, size = WIDEN[spec.dtype][0], ITEMSIZE[spec.dtype]
-    lines = [f"  %pfo = add i64 %k, {spec.prefetch // size}", f"  %pfb = getelementptr {elem}, ptr %wr, i64 %pfo"]
-    for j, off in enumerate(range(0, step * size, 64)):
-        lines += [f"  %pfp{j} = getelementptr i8, ptr %pfb, i64 {off}",
-                  f"  call void @llvm.prefetch.p0(ptr %pfp{j}, i32 0, i32 3, i32 1)"]
-    return "\n".join(lines) + "\n"
-
-
 def walk(spec: KernelSpec) -> str:
     """``@product(x, panels, out, scales)``: every panel in turn (whatever its layout; `scales`: int4's, null
     otherwise), then the shared job's code (``runtime.llvm_ffi.SHARED``)."""
@@ -160,5 +137,5 @@ done:
 """ + SHARED
 
 
-__all__ = ["GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes",
-           "prefetches", "row_groups", "walk"]
+__all__ = ["GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
+           "walk"]

@@ -274,40 +274,6 @@ def test_the_rows_product_reads_the_stored_weight_and_equals_float64_numpy(dtype
     _check(got[:, :n], x, w, f"{spec} through XLA seed={seed}")
 
 
-@pytest.mark.parametrize("dtype", UNPACKED)
-@pytest.mark.parametrize("k,n,width", [(32, 64, 16), (2048, 80, 32), (96, 128, 64)])
-def test_a_one_row_product_that_prefetches_gives_the_same_values(dtype, k, n, width):
-    """The knob stream_prefetch: prefetches ahead of the reads (into the next row, past the weight's end) change
-    no value: the same bits as without, and both equal float64 numpy."""
-    seed = fresh_seed()
-    x, w, _, _ = _case(dtype, 1, k, n, width, seed)
-    panels = -(-n // width)
-    outs = []
-    for prefetch in (0, 2048, 64):
-        spec = lk.KernelSpec(dtype, 1, k, panels, width, "rows", n % width and n, prefetch=prefetch)
-        assert ("@llvm.prefetch.p0(ptr %pfp0" in lk.module_ir(spec)) == bool(prefetch)
-        out = np.full((1, panels * width), np.nan, np.float32)
-        lk.compiled(spec)(x.ctypes.data, w.ctypes.data, out.ctypes.data)
-        outs.append(out[:, :n])
-    _check(outs[0], x, w, f"{dtype} k={k} n={n} seed={seed}")
-    assert all(np.array_equal(o, outs[0]) for o in outs[1:])
-    spec = lk.KernelSpec(dtype, 1, k, panels, width, "rows", n % width and n, prefetch=2048)
-    assert lk.KernelSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec and "_pf2048" in spec.name
-    for bad in (dict(prefetch=100), dict(prefetch=-64)):
-        with pytest.raises(BackendError, match="prefetches"):
-            lk.KernelSpec(dtype, 1, k, panels, width, "rows", n % width and n, **bad)
-    with pytest.raises(BackendError, match="only as the one-row product"):
-        lk.KernelSpec(dtype, 2, k, panels, width, "rows", n % width and n, prefetch=2048)
-
-
-def test_a_program_under_stream_prefetch_equals_the_reference():
-    seed = fresh_seed()
-    g = _linear_graph("float32", 1, 64, 96, seed)
-    ex = check_graph(g, seed, knobs={"stream": "llvm", "stream_width": 32, "stream_layout": "rows",
-                                     "stream_prefetch": 2048}, what="prefetch")
-    assert [s.prefetch for s in ex.program.kernels] == [2048, 2048]
-
-
 def test_several_rows_read_tiles_unless_their_rows_share_an_l1_set():
     from egraft.runtime.llvm_rows import _tiles_alias
 

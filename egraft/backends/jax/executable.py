@@ -69,9 +69,6 @@ KNOBS = {
     # (under stream="llvm") a [N, K] weight read as column panels made once ("panels": a second copy of the
     # weight) or where it is stored ("rows": no copy; panels.py); "rows" is what weight_copies=False asks for
     "stream_layout": ["panels", "rows"],
-    # (under stream="llvm", layout "rows") bytes ahead of its reads a one-row product prefetches its weight: 2048
-    # read float32 weights 6-22 % faster on an AVX-512 host, bfloat16 from 7 % slower to 16 % faster (llvm_spec)
-    "stream_prefetch": [0, 2048],
     # a weight-only value larger than the weights it is computed from (a quantised weight dequantised to float32:
     # four times its int8 values) folded once, or computed where it is read; False is what weight_copies=False
     # asks for (the search then takes the form that moves the scale out of the product: rewrites.reductions)

@@ -143,7 +143,7 @@ def plan(graph: Graph, knobs: dict, widened: dict | None = None) -> tuple[Graph,
     stream = knobs.get("stream", "xla") == "llvm"
     width = int(knobs.get("stream_width", STREAM_WIDTH)) if stream else int(knobs.get("panels", 0) or 0)
     panel_plans, panel_weights = panels.find(graph, width, plans, stream, widened,
-                                             knobs.get("stream_layout", "panels"), int(knobs.get("stream_prefetch", 0)))
+                                             knobs.get("stream_layout", "panels"))
     plans.update(panel_plans)
     return graph, plans, panel_weights
 

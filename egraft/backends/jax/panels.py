@@ -144,8 +144,8 @@ def _dot_weight(graph: Graph, p: DotPlan, flat=frozenset()) -> tuple[str, bool, 
 
 
 def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = False,
-         widened: dict[str, Widened] | None = None, layout: str = "panels",
-         prefetch: int = 0) -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
+         widened: dict[str, Widened] | None = None,
+         layout: str = "panels") -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
     """The products that read a weight in panels of `width` columns (MatMul nodes, and the primitive products
     among the peephole's `dots`: node id -> DotPlan), and the panel weights they need.
 
@@ -178,9 +178,8 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols, wide.group)
                 scales = f"{wide.scales}{SEP}{width}S"
                 weights[scales] = PanelWeight(wide.scales, width, False, "rows")
-            elif rows:  # `prefetch`: the one-row product's (knob stream_prefetch)
-                kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols,
-                                    prefetch=prefetch if m == 1 else 0)
+            elif rows:
+                kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols)
             else:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
         elif m > MAX_ROWS or cols < 2 * width:
