@@ -225,6 +225,17 @@ def sizes_section(raw: dict, step: str, ratios: Ratios) -> dict:
     return sec
 
 
+def gpu_section(raw: dict, step: str, ratios: Ratios) -> dict:
+    """A lent GPU's raw record (``gpu_*.json``): its keys, each generation run's ratio over HF eager registered."""
+    sec = plain_section(raw, step)
+    for key, rec in list(sec.items()):
+        if isinstance(rec, dict) and "decode_tok_s" in rec:
+            sec[key] = {**rec, "vs_hf_eager": _vs(rec.get("egraft_vs_hf_eager"), ratios, f"{step}/{key}/hf_eager",
+                                                  f"decode, {rec.get('model')} {rec.get('dtype')} on "
+                                                  f"{raw.get('gpu', 'a GPU')}: egraft over HF eager")}
+    return sec
+
+
 def _keep(d: dict | None, keys: tuple[str, ...]) -> dict:
     return {k: d[k] for k in keys if k in d} if d else {}
 
@@ -263,6 +274,8 @@ def build(raw: dict[str, dict]) -> dict:
             sections[step], vs = generation_section(r, ratios)
         elif is_size_step(step):
             sections[step], vs = sizes_section(r, step, ratios), []
+        elif step.startswith("gpu_"):
+            sections[step], vs = gpu_section(r, step, ratios), []
         else:
             sections[step], vs = plain_section(r, step), []
         verdicts += vs

@@ -45,10 +45,7 @@ def fmt_s(t) -> str:
     return f"{v} {_pct(spread)}".strip()
 
 
-def _table(head: list[str], rows: list[list]) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return out + [""]
+_table = page_sizes.table  # the one markdown table writer of the page
 
 
 def _section_head(sec: dict, title: str) -> list[str]:

@@ -20,7 +20,8 @@ UNQUANTISED = ("float32", "bfloat16", "float16")
 SHORT = {"llama-135m": "135 M", "qwen2-0.5b": "494 M", "llama-1.2b": "1.2 B"}
 
 
-def _table(head: list[str], rows: list[list]) -> list[str]:
+def table(head: list[str], rows: list[list]) -> list[str]:
+    """A markdown table (and the blank line after it): the page's and the README's one writer."""
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return out + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows] + [""]
 
@@ -94,7 +95,7 @@ def sizes_lines(secs: dict) -> list[str]:
               "", "Compile (seconds, peak RSS in GB), the artifact's size over the weights', a fresh "
               "process's load (seconds), and one pinned core's decode tokens/s and prefill ms of the loaded "
               "artifact against HF eager:", ""]
-    lines += _table(["run", "model", "precision", "compile s", "peak RSS GB", "artifact / weights", "load s",
+    lines += table(["run", "model", "precision", "compile s", "peak RSS GB", "artifact / weights", "load s",
                      "decode egraft / HF eager", "egraft over HF eager", "prefill ms egraft / HF eager",
                      "tokens"], [row for s in steps for row in compile_rows(s, secs[s])])
     peers = [row for s in steps for row in peer_rows(s, secs[s])]
@@ -103,7 +104,7 @@ def sizes_lines(secs: dict) -> list[str]:
                   "bandwidth measured in the same process, with egraft's and llama.cpp's share of it, a share above "
                   "100 % saying that process read the bandwidth low; prefill ms of egraft / llama.cpp; `n.c.`: not "
                   "concluded, the 95 % intervals of the medians overlap or a spread is above 50 %):", ""]
-        lines += _table(["run", "model", "precision", "threads", "egraft", "llama.cpp", "HF eager",
+        lines += table(["run", "model", "precision", "threads", "egraft", "llama.cpp", "HF eager",
                          "egraft over llama.cpp", "bound tok/s (shares)", "prefill ms"], peers)
     return lines
 
@@ -117,26 +118,19 @@ def gpu_lines(secs: dict) -> list[str]:
         lines += [f"## On a lent GPU ({step})", "", f"{sec.get('date')}, {sec.get('gpu')}, "
                   + ", ".join(f"{k} {v}" for k, v in (sec.get('versions') or {}).items()) + ".", ""]
         if gens:
-            lines += _table(["run", "model", "dtype", "budget", "decode tok/s egraft / HF eager",
+            lines += table(["run", "model", "dtype", "budget", "decode tok/s egraft / HF eager",
                              "egraft over HF eager", "prefill ms egraft / HF eager"],
                             [[k, g.get("model"), g.get("dtype"), g.get("budget"), _pair(g["decode_tok_s"]),
-                              (_vs_text(g.get("egraft_vs_hf_eager"))), _pair(g.get("prefill_ms"), digits=1)]
+                              (g.get("vs_hf_eager") or {}).get("text", "-"), _pair(g.get("prefill_ms"), digits=1)]
                              for k, g in gens])
         if kern:
             lines += [f"Triton kernels, default knobs, not searched: `{sec['triton_kernels_vs_torch']['command']}`"
                       " (ms):", ""]
-            lines += _table(["workload", "kernels", "egraft Triton", "torch eager", "torch.compile",
+            lines += table(["workload", "kernels", "egraft Triton", "torch eager", "torch.compile",
                              "egraft's time over eager's", "rel. error"],
                             [[k["workload"], k["kernels"], k["egraft_ms"], k["eager_ms"], k["torch_compile_ms"],
                               f"{k['egraft_ms'] / k['eager_ms']:.1f} times", k["rel_err"]] for k in kern])
     return lines
-
-
-def _vs_text(vs: dict | None) -> str:
-    if not vs or not ingest.finite(vs.get("speedup")):
-        return "-"
-    return (f"{vs['speedup']:.2f} times" if vs.get("conclusive") else
-            f"not concluded ({vs.get('why_not') or 'intervals overlap'})")
 
 
 def readme_rows(secs: dict) -> list[list]:
@@ -151,22 +145,24 @@ def readme_rows(secs: dict) -> list[list]:
             one, two = by.get(1), by.get(2)
             if one is None:
                 continue
-            llama = _llama(one)[0] if _llama(one) else None
+            llama = next(iter(_llama(one)), None)
 
             def both(key):
                 return " / ".join(_num(run["decode_tok_s"].get(key)) if run else "-" for run in (one, two))
 
-            def bound(run):
-                b = (run or {}).get("decode_bound") or {}
-                if not ingest.finite(b.get("tok_s")):
-                    return "-"
-                fastest = max((v for v in run["decode_tok_s"].values() if ingest.finite(v)), default=0.0)
-                return _num(b["tok_s"], 0) if fastest <= 1.05 * b["tok_s"] else "n/a †"
-
             rows.append([f"{SHORT.get(r['model'], r['model'])} {r['precision']}", both("egraft"),
                          f"{llama.removeprefix('llama.cpp ')} {both(llama)}" if llama else "-",
-                         _num(one["decode_tok_s"].get("hf_eager")), f"{bound(one)} / {bound(two)}"])
+                         _num(one["decode_tok_s"].get("hf_eager")), f"{_bound(one)} / {_bound(two)}"])
     return rows
+
+
+def _bound(run: dict | None) -> str:
+    """A run's decode bound in tok/s; "n/a †" where a system decoded faster (the bandwidth was read low)."""
+    b = (run or {}).get("decode_bound") or {}
+    if not ingest.finite(b.get("tok_s")):
+        return "-"
+    fastest = max((v for v in run["decode_tok_s"].values() if ingest.finite(v)), default=0.0)
+    return _num(b["tok_s"], 0) if fastest <= 1.05 * b["tok_s"] else "n/a †"
 
 
 def readme_lines(secs: dict) -> list[str]:
@@ -180,7 +176,7 @@ def readme_lines(secs: dict) -> list[str]:
     lines = [f"Deployed sizes ({', '.join(sorted({s.get('date') for s in runs}))}, {host.get('cpu', '?')} "
              f"({host.get('cpu_id', '')}), `make bench-peers`; random weights at the shapes of a 135 M Llama and a "
              "494 M Qwen2 model, batch 1, decode tokens/s, medians of interleaved rounds):", ""]
-    lines += _table(["model, precision", "egraft, 1 core / 2", "llama.cpp, 1 core / 2", "HF eager, 1 core",
+    lines += table(["model, precision", "egraft, 1 core / 2", "llama.cpp, 1 core / 2", "HF eager, 1 core",
                      "bound, 1 core / 2"], rows)
     if any("†" in c for r in rows for c in r):
         lines += ["† a system decoded faster than the bound: the read bandwidth measured in that process was low, "

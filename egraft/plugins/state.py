@@ -36,7 +36,7 @@ from typing import Sequence
 import torch
 from torch.export.graph_signature import InputKind
 
-from ..runtime.step_program import state_outputs
+from ..runtime.step_program import graph_state
 from ..search.config import CompileConfig
 from ..search.pipeline import CompiledSignature
 from .exported import Exported, compile_graph
@@ -56,8 +56,7 @@ def layout(exported: Exported, graph) -> tuple[list[int], list[tuple[int, int]],
     users = [by_node[s.arg.name].name for s in exported.program.graph_signature.input_specs
              if s.kind == InputKind.USER_INPUT]
     order = [users.index(n) for n in graph.input_names()]
-    names = [name for _, name in sorted(graph.aliases.items())]
-    outs, own = state_outputs({name: k for k, name in graph.aliases.items()}, len(graph.outputs), names)
+    names, outs, own = graph_state(graph, [name for _, name in sorted(graph.aliases.items())])
     return order, [(k, users.index(name)) for k, name in zip(outs, names)], own
 
 
@@ -84,8 +83,8 @@ class Stateful:
 
 def compile_stateful(exported: Exported, config: CompileConfig, user: Sequence[torch.Tensor],
                      bound, label: str) -> tuple[Stateful, CompiledSignature]:
-    """Lower the `exported` program and compile it under `config` (the Dynamo backend's has ``state_in_place``), checked against
-    `bound` run on clones of the state."""
+    """Lower the `exported` program and compile it under `config` (the Dynamo backend's has
+    ``state_in_place``), checked against `bound` run on clones of the state."""
     graph = exported.lower()
     order, writes, own = layout(exported, graph)
     by_out = dict(writes)

@@ -38,6 +38,14 @@ def state_outputs(aliases: Mapping[str, int], n_outputs: int, names: Sequence[st
     return order, [k for k in range(n_outputs) if k not in taken]
 
 
+def graph_state(graph, names: Sequence[str] | None = None) -> tuple[list[str], list[int], list[int]]:
+    """:func:`state_outputs` of an IR graph: its state names (`names`, default the graph's state inputs in
+    call order), each one's aliased output, and the graph's own outputs."""
+    names = list(graph.state_names() if names is None else names)
+    order, own = state_outputs({name: k for k, name in graph.aliases.items()}, len(graph.outputs), names)
+    return names, order, own
+
+
 def state_order(aliases: Mapping[str, int], n_outputs: int, names: Sequence[str]) -> tuple[list[int], int]:
     """A step's :func:`state_outputs`: each cache's output and the logits' output (InputError unless one)."""
     order, own = state_outputs(aliases, n_outputs, names)
@@ -102,4 +110,4 @@ def jax_step_program(runner, order: list[int], logit: int) -> StepProgram:
     return program
 
 
-__all__ = ["jax_step_program", "state_order", "state_outputs", "step_program"]
+__all__ = ["graph_state", "jax_step_program", "state_order", "state_outputs", "step_program"]

@@ -235,8 +235,7 @@ class _Run:
         but not all (:meth:`_conditioned`), else SearchError naming each failure."""
         failed = []
         for name in self.backends:
-            space = search_knobs(get_backend(name), self.graph, self.config.weight_copies)
-            cand = Candidate(self.graph, name, knob_items(default_knobs(space)))
+            cand = self._own(name)
             out = evaluate_one(task, cand, memo=self.memo, pin=True)
             if out.ok:
                 break
@@ -252,6 +251,11 @@ class _Run:
                        for n, why in failed]
         return task, cand, out
 
+    def _own(self, backend: str) -> Candidate:
+        """The model's own program on `backend`, at its default knobs (the search's baseline)."""
+        space = search_knobs(get_backend(backend), self.graph, self.config.weight_copies)
+        return Candidate(self.graph, backend, knob_items(default_knobs(space)))
+
     def _conditioned(self, task: Task) -> Task | None:
         """`task` without the input sets on which the model's own program, unrewritten, disagrees with the
         float64 reference on every backend, when it agrees on at least one: such a set is ill-conditioned in
@@ -265,9 +269,7 @@ class _Run:
         for k, (xs, want) in enumerate(zip(task.inputs, task.wants)):
             one = replace(task, inputs=[xs], wants=[want])
             for name in self.backends:
-                space = search_knobs(get_backend(name), self.graph, self.config.weight_copies)
-                cand = Candidate(self.graph, name, knob_items(default_knobs(space)))
-                if evaluate_one(one, cand, pin=True, timed=False).ok:
+                if evaluate_one(one, self._own(name), pin=True, timed=False).ok:
                     good.append(k)
                     break
         if not good or len(good) == len(task.inputs):

@@ -44,7 +44,7 @@ from ..ir import dtypes
 from ..measure import outputs, tolerance_for
 from ..measure.memory import mark
 from ..runtime.device import parse as parse_device
-from ..runtime.step_program import state_outputs
+from ..runtime.step_program import graph_state
 from .config import CompileConfig
 from .result import SearchResult
 
@@ -71,10 +71,7 @@ class CompiledSignature:
     def state(self) -> tuple[list[str], list[int], list[int]]:
         """The state calling convention (:func:`egraft.runtime.step_program.state_outputs`): the state inputs'
         names in call order (after the other inputs), each one's aliased output, the program's own outputs."""
-        g = self.executable.graph
-        names = g.state_names()
-        order, own = state_outputs({name: k for k, name in g.aliases.items()}, len(g.outputs), names)
-        return names, order, own
+        return graph_state(self.executable.graph)
 
 
 def compile_program(graph, config: CompileConfig, *, reference: Callable | None = None,
