@@ -185,7 +185,7 @@ def precision(row: dict) -> str:
     q = row.get("quantize")
     if q in (None, "none"):
         return row["dtype"]
-    return f"{q}, groups of {row['group_size']}" if row.get("group_size") and q == "int4" else q
+    return f"{q}, groups of {row['group_size']}" if row.get("group_size") and q.endswith("int4") else q
 
 
 def _vs(vs: dict | None, ratios: Ratios, rid: str, what: str) -> dict | None:

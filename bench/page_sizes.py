@@ -89,7 +89,9 @@ def sizes_lines(secs: dict) -> list[str]:
              "and command:", ""]
     for s in steps:
         sec = secs[s]
-        lines.append(f"- `{s}` ({sec.get('date')}): `{sec.get('command')}`")
+        host = sec.get("host") or {}
+        lines.append(f"- `{s}` ({sec.get('date')}, {host.get('cpu', '?')} ({host.get('cpu_id', '')})): "
+                     f"`{sec.get('command')}`")
     lines += ["", "Later runs superseded earlier ones as the work went on (the list is in file-name order; the "
               "README quotes " + ", ".join(f"`{h}`" for h in HEADLINE) + ").",
               "", "Compile (seconds, peak RSS in GB), the artifact's size over the weights', a fresh "

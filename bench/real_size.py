@@ -36,7 +36,8 @@ to one core with one thread before torch and jax start
    and spreads (``egraft.measure.summarize``), a ratio only where
    ``egraft.measure.compare`` concludes.
 
-    python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s] [--quantize int8|int4 [--group-size 64]]
+    python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s]
+                               [--quantize int8|int4|torchao-int8|torchao-int4 [--group-size 64]]
                                [--rounds 5] [--new 32] [--weight-copies no] [--out docs/results/raw/real_size.json]
 """
 
@@ -90,7 +91,7 @@ def step_bytes(model, context: float) -> float:
     a quantised layer's stored values and scales) and the K and V cache over `context` positions, in the model's
     dtype."""
     params = {p.data_ptr(): p for p in list(model.parameters()) + list(model.buffers())}  # a tied table once
-    total = sum(p.numel() * p.element_size() for p in params.values())  # (a quantised layer's values: buffers)
+    total = sum(nbytes(p) for p in params.values())  # (a quantised layer's values: buffers)
     emb = model.get_input_embeddings().weight
     out = getattr(model.get_output_embeddings(), "weight", None)  # (None: a quantised output layer)
     if out is None or emb.data_ptr() != out.data_ptr():
@@ -115,7 +116,30 @@ def _prompt(vocab: int, rows: int = 1):
 
 
 def _quantize(a) -> str | None:
-    return None if getattr(a, "quantize", "none") in (None, "none") else a.quantize
+    """egraft.compile's quantize= for this run (None for a float model and for a model quantised with torchao)."""
+    q = getattr(a, "quantize", "none")
+    return None if q in (None, "none") or q.startswith("torchao") else q
+
+
+def _torchao(model, a):
+    """`model` quantised in place with torchao's weight-only config for ``--quantize torchao-int8 | torchao-int4``
+    (int4: groups of ``--group-size``, default 128), as a user who quantised it with torchao hands it to egraft."""
+    q = getattr(a, "quantize", "none") or "none"
+    if not q.startswith("torchao"):
+        return model
+    import torch
+    from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    quantize_(model, Int8WeightOnlyConfig() if q == "torchao-int8" else
+              IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(getattr(a, "group_size", None) or 128)))
+    return model
+
+
+def nbytes(t) -> int:
+    """Bytes `t` holds: a torchao quantised tensor's integers, scales and zero points, a plain tensor's elements."""
+    parts = [getattr(t, n, None) for n in ("qdata", "scale", "zero_point")] if hasattr(t, "qdata") else [t]
+    return sum(p.numel() * p.element_size() for p in parts if p is not None)
 
 
 def child_compile(a) -> dict:
@@ -124,8 +148,8 @@ def child_compile(a) -> dict:
     import egraft
     from egraft.measure.memory import reset_peak
 
-    model = build(a.model, a.dtype)
-    weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
+    model = _torchao(build(a.model, a.dtype), a)
+    weights = sum(nbytes(t) for t in list(model.parameters()) + list(model.buffers()))
     before = _vm("VmRSS")
     reset = reset_peak()  # the peak from here on is the compile's (building the model can peak higher: a cast)
     t0 = time.perf_counter()
@@ -141,8 +165,8 @@ def child_compile(a) -> dict:
     size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(a.dir) for f in fs)
     ids = _prompt(MODELS[a.model]["vocab"], getattr(a, "batch", 1))
     got = cm.generate(ids, max_new_tokens=a.new, do_sample=False)
-    with torch.no_grad():  # (quantised: the quantised model, eager, is the reference)
-        want = (cm.model if _quantize(a) else model).generate(ids, max_new_tokens=a.new, do_sample=False)
+    with torch.no_grad():  # (quantised: the quantised model, eager, is the reference; torchao's: read as egraft's)
+        want = (cm.model if cm.quantization else model).generate(ids, max_new_tokens=a.new, do_sample=False)
     same = got.tolist() == want.tolist()
     first = next((k for k, (x, y) in enumerate(zip(got[0].tolist(), want[0].tolist())) if x != y), None)
     d = cm.generation.describe()
@@ -170,7 +194,7 @@ def child_load(a) -> dict:
     reload_s = _load_elsewhere(a.dir, {})
     with tempfile.TemporaryDirectory(prefix="egraft-cold-") as cold:
         cold_load_s = _load_elsewhere(a.dir, {"EGRAFT_CACHE_DIR": cold})
-    model = build(a.model, a.dtype)
+    model = _torchao(build(a.model, a.dtype), a)  # (torchao's: "hf_eager" is HF eager with torchao's layers)
     ids = _prompt(MODELS[a.model]["vocab"], getattr(a, "batch", 1))
 
     def hf(n):
@@ -260,12 +284,14 @@ def main(argv=None) -> int:
                    help="egraft.compile's weight_copies (no, its default: every product reads its weight where it "
                         "is stored; yes: column panels, a second copy, where the search finds them faster)")
     p.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
-                   help="(--quantize int4) input columns per scale (egraft.compile's group_size)")
+                   help="(--quantize int4 / torchao-int4) input columns per scale (egraft.compile's group_size)")
     p.add_argument("--batch", type=int, default=1,
                    help="sequences generated together (max_batch; the decode rate is per sequence)")
-    p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none",
+    p.add_argument("--quantize", choices=["none", "int8", "int4", "torchao-int8", "torchao-int4"], default="none",
                    help="egraft.compile's quantize (int8: weight-only, per output channel; the tokens are checked "
-                        "against the quantised model's, HF eager stays the float model)")
+                        "against the quantised model's, HF eager stays the float model); torchao-int8 / torchao-int4: "
+                        "the model quantised with torchao's weight-only configs first and compiled as it is (HF eager "
+                        "then runs torchao's layers)")
     p.add_argument("--child", choices=["compile", "load"], help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     a = p.parse_args(argv)

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from ..errors import ArtifactError, BackendError, InputError
-from ..frontend.quantize import check_foreign, check_mode
+from ..frontend.adopt import adopt
+from ..frontend.quantize import check_mode
 from ..frontend.quantize import quantize as quantize_model
 from ..measure import parse, require
 from ..runtime.outputs import rebuild
@@ -294,7 +295,10 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
     `group_size` (32, 64, 128; default 128) input columns, one scale each
     (:mod:`egraft.frontend.quantize`; the model itself is left as it is); the
     compiled programs equal that quantised model (``cm.model``), the model
-    with each weight replaced by its dequantised values.
+    with each weight replaced by its dequantised values.  A model quantised
+    with torchao's weight-only int8 or int4 configs compiles as it is (its
+    layers read as egraft's own: :mod:`egraft.frontend.adopt`, which names
+    what it refuses).
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"egraft.compile takes a torch.nn.Module, got {type(model).__name__}; wrap a function "
@@ -309,10 +313,13 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
         if dev.kind not in b.devices:
             raise BackendError(f"backend {backend!r} does not run on {str(dev)!r}; it runs on {', '.join(b.devices)}")
     mode = check_mode(quantize, group_size)  # an unknown mode or group size: InputError before any work
-    check_foreign(model)  # a model quantised by another library: InputError naming the layer
     model.eval()
-    quantization = None
+    # torchao's weight-only layers as egraft's own; another library's: InputError naming the layer
+    model, quantization = adopt(model)
     if mode is not None:
+        if quantization is not None:
+            raise InputError(f"quantize={mode!r}: {type(model).__name__} is quantised already (torchao, "
+                             f"{quantization['layers']} layers); compile it with quantize=None")
         model, quantization = quantize_model(model, mode, group_size)
     cm = CompiledModel(model, config)
     cm.quantization = quantization

@@ -158,41 +158,6 @@ def _linear_weight(m: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | Non
     return None
 
 
-# Layers and tensors of other quantisers: their packed layouts are not egraft's (module path fragments, class names)
-FOREIGN_MODULES = ("gptq", "awq", "bitsandbytes", "torchao", "quanto", "hqq", "exllama", "marlin", "compressed_tensors")
-FOREIGN_CLASSES = frozenset({"QuantLinear", "WQLinear_GEMM", "WQLinear_GEMV", "WQLinear_Exllama", "WQLinear_ExllamaV2",
-                             "WQLinear_Marlin", "Linear8bitLt", "Linear4bit", "Params4bit", "Int8Params",
-                             "AffineQuantizedTensor", "LinearActivationQuantizedTensor", "QLinear", "QTensor"})
-
-
-def check_foreign(model: torch.nn.Module) -> None:
-    """InputError when `model` holds a layer or weight quantised by another library (GPTQ, AWQ, bitsandbytes,
-    torchao, ...): their packed layouts are not egraft's, and tracing one would fail deep in the lowering or
-    compile its dequantisation as opaque integer arithmetic.  Names the first one and what to do."""
-    def foreign(obj) -> str | None:
-        cls = type(obj)
-        where = f"{cls.__module__}.{cls.__qualname__}"
-        if cls.__module__.split(".")[0] in ("torch", "egraft"):  # (torch's and egraft's own classes)
-            return None
-        low = cls.__module__.lower()
-        if any(f in low for f in FOREIGN_MODULES) or cls.__name__ in FOREIGN_CLASSES:
-            return where
-        return None
-
-    for name, m in model.named_modules():
-        found = foreign(m)
-        tensors = [(f"{name}.{n}" if name else n, t) for n, t in
-                   list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False))] if found is None else []
-        for tname, t in tensors:
-            if t is not None and foreign(t):
-                name, found = tname, foreign(t)
-                break
-        if found:
-            raise InputError(f"{name or type(model).__name__!r} is {found}: weights quantised by another library, "
-                             "in a layout egraft does not read; compile the float model with quantize='int8' or "
-                             "quantize='int4' (egraft quantises it itself; docs/compile.md)")
-
-
 def check_mode(mode, group_size=None) -> str | None:
     """`mode` if `quantize=` takes it (None: no quantisation) with this `group_size` (int4 only; None: the
     default); InputError naming what it takes otherwise."""
@@ -257,5 +222,5 @@ def _check_groups(model: torch.nn.Module, group: int) -> None:
                             f"no group size of {GROUP_SIZES} divides every layer's input width: use quantize='int8'"))
 
 
-__all__ = ["BLOCK", "DEFAULT_GROUP_SIZE", "check_foreign", "GROUP_SIZES", "MODES", "QMAX", "QMAX4", "QuantizedLinear", "check_mode",
+__all__ = ["BLOCK", "DEFAULT_GROUP_SIZE", "GROUP_SIZES", "MODES", "QMAX", "QMAX4", "QuantizedLinear", "check_mode",
            "int4_per_group", "int8_per_channel", "pack_int4", "quantize", "unpack_int4"]

@@ -76,7 +76,8 @@ def _ffi_version() -> tuple[int, int]:
     """The XLA FFI API version of the header jaxlib ships (what the handler answers XLA's metadata query with)."""
     import jax.ffi
 
-    text = open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")).read()
+    with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")) as f:
+        text = f.read()
     major = re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text)
     minor = re.search(r"#define XLA_FFI_API_MINOR (\d+)", text)
     if not (major and minor):

@@ -58,3 +58,28 @@ def test_quantised_generation_gives_the_dequantised_models_tokens_compiled_and_l
     # the artifact holds the quantised values (plus float tables the model keeps), not float32 copies of them
     weights = sum(t.numel() * t.element_size() for t in model.parameters())
     assert os.path.getsize(os.path.join(path, "weights.safetensors")) < (0.75 if mode == "int8" else 0.6) * weights
+
+
+@pytest.mark.parametrize("family, bits", [("llama", 8), ("qwen2", 4)])
+def test_a_model_quantised_with_torchao_generates_the_dequantised_models_tokens_compiled_and_loaded(family, bits,
+                                                                                                    search_cache,
+                                                                                                    tmp_path):
+    """torchao's weight-only layers compile as they are (frontend.adopt): the same integers and scales."""
+    pytest.importorskip("torchao")
+    from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    import egraft
+
+    model = tiny_family(family)
+    quantize_(model, Int8WeightOnlyConfig() if bits == 8 else
+              IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)))
+    cm = egraft.compile(model, device="cpu", backend="jax", budget="1s", max_batch=2, max_length=64, chunks=(1, 4),
+                        contexts=(), cache=search_cache, progress=False)
+    described = cm.generation.describe()["quantization"]
+    assert described["source"] == "torchao" and described["mode"] == f"int{bits}" and described["layers"] >= 5
+    ids, mask = left_padded([6, 3], seed=12, vocab=VOCAB)
+    want = reference(_dequantized_copy(model, cm.model), ids, mask, **KW)
+    assert torch.equal(cm.generate(ids, attention_mask=mask, **KW), want)
+    loaded = egraft.load(cm.save(str(tmp_path / "art")))
+    assert torch.equal(loaded.generate(ids, attention_mask=mask, **KW), want)
