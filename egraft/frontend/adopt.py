@@ -8,14 +8,14 @@ torchao's weight-only tensors, symmetric (no zero point, or zero points all
 ``frontend.quantize.QuantizedLinear`` holding the same integers and scales:
 
 * ``Int8Tensor`` (``quantize_(model, Int8WeightOnlyConfig())``) and
-  ``IntxUnpackedToInt8Tensor`` with ``target_dtype=torch.int8``
-  (``IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))``),
-  one scale per output row: int8 per output channel, the int8 values shared
-  with the model (not copied);
-* ``IntxUnpackedToInt8Tensor`` with ``target_dtype=torch.int4`` and groups
-  of 32, 64 or 128 input columns (``IntxWeightOnlyConfig(weight_dtype=
-  torch.int4, granularity=PerGroup(g))``): int4 in groups, the values (one
-  a byte in torchao) packed two a byte in egraft's layout.
+  ``IntxUnpackedToInt8Tensor`` (``IntxWeightOnlyConfig(weight_dtype=torch.int8
+  or a narrower int, granularity=PerAxis(0))``) with one scale per output
+  row: int8 per output channel, the int8 values shared with the model (not
+  copied);
+* ``IntxUnpackedToInt8Tensor`` with values in -8..7 (``weight_dtype=
+  torch.int4`` or narrower) and groups of 32, 64 or 128 input columns
+  (``granularity=PerGroup(g)``): int4 in groups, the values (one a byte in
+  torchao) packed two a byte in egraft's layout.
 
 The adopted layer computes with ``q * s`` in float32, the weight's
 dequantised values (a bfloat16 scale widens exactly).  torchao's own eager
@@ -86,16 +86,15 @@ def _torchao_form(name: str, w) -> tuple[torch.Tensor, torch.Tensor, int]:
         raise refuse("with zero points (asymmetric); egraft's quantised weights are symmetric")
     n, k = q.shape
     block = tuple(w.block_size)
-    bits = 4 if str(getattr(w, "target_dtype", "torch.int8")) == "torch.int4" else 8
-    if bits == 8:
-        if block != (1, k):
-            raise refuse(f"in blocks of {block} (int8 in groups); egraft's int8 has one scale per output row")
+    if block == (1, k):  # one scale per row: int8 holds any of torchao's 1..8-bit values as they are
         return q.contiguous(), scale.detach().to(torch.float32).reshape(n).contiguous(), 0
     group = block[1]
     if block[0] != 1 or group not in GROUP_SIZES or k % group:
-        raise refuse(f"as int4 in blocks of {block}")
+        raise refuse(f"in blocks of {block}; egraft reads one scale per row, or groups of "
+                     f"{', '.join(map(str, GROUP_SIZES))} input columns holding int4 values")
     if bool(torch.any(q < -8)) or bool(torch.any(q > 7)):
-        raise refuse("as int4 holding values outside -8..7")
+        raise refuse(f"in blocks of {block} holding values outside -8..7 (egraft's groups hold int4 values; its "
+                     "int8 has one scale per output row)")
     return pack_int4(q), scale.detach().to(torch.float32).reshape(n, k // group).contiguous(), group
 
 

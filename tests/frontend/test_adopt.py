@@ -21,6 +21,7 @@ CONFIGS = {
     "int8": lambda: Int8WeightOnlyConfig(),
     "intx-int8": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
     "intx-int4-g32": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),
+    "intx-int4-row": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerAxis(0)),  # as int8
 }
 
 
@@ -84,8 +85,9 @@ def test_a_torchao_model_compiles_as_it_is_and_equals_the_adopted_model(config):
 
 @pytest.mark.parametrize("make, why", [
     (lambda: Int8DynamicActivationInt8WeightConfig(), "quantises the activations too"),
-    (lambda: Int8WeightOnlyConfig(granularity=PerGroup(32)), r"blocks of \(1, 32\) \(int8 in groups\)"),
-    (lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(16)), r"int4 in blocks of \(1, 16\)"),
+    (lambda: Int8WeightOnlyConfig(granularity=PerGroup(32)), r"in blocks of \(1, 32\) holding values outside -8..7"),
+    (lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(16)),
+     r"in blocks of \(1, 16\); egraft reads one scale per row"),
     (lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32),
                                   mapping_type=MappingType.ASYMMETRIC), "zero points"),
 ])
