@@ -90,7 +90,8 @@ def step_bytes(model, context: float) -> float:
     """Bytes one batch-1 decode step of `model` reads: every weight once (an untied input embedding: one row;
     a quantised layer's stored values and scales) and the K and V cache over `context` positions, in the model's
     dtype."""
-    params = {p.data_ptr(): p for p in list(model.parameters()) + list(model.buffers())}  # a tied table once
+    # a tied table once (a torchao tensor is a wrapper whose own data_ptr says nothing: by identity)
+    params = {id(p) if hasattr(p, "qdata") else p.data_ptr(): p for p in list(model.parameters()) + list(model.buffers())}
     total = sum(nbytes(p) for p in params.values())  # (a quantised layer's values: buffers)
     emb = model.get_input_embeddings().weight
     out = getattr(model.get_output_embeddings(), "weight", None)  # (None: a quantised output layer)
@@ -137,8 +138,9 @@ def _torchao(model, a):
 
 
 def nbytes(t) -> int:
-    """Bytes `t` holds: a torchao quantised tensor's integers, scales and zero points, a plain tensor's elements."""
-    parts = [getattr(t, n, None) for n in ("qdata", "scale", "zero_point")] if hasattr(t, "qdata") else [t]
+    """Bytes a step reads of `t`: a torchao quantised tensor's integers and scales (its zero points, all 0 in the
+    forms egraft reads, are dropped), a plain tensor's elements."""
+    parts = [t.qdata, t.scale] if hasattr(t, "qdata") else [t]
     return sum(p.numel() * p.element_size() for p in parts if p is not None)
 
 
