@@ -318,8 +318,8 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
     model, quantization = adopt(model)
     if mode is not None:
         if quantization is not None:
-            raise InputError(f"quantize={mode!r}: {type(model).__name__} is quantised already (torchao, "
-                             f"{quantization['layers']} layers); compile it with quantize=None")
+            raise InputError(f"quantize={mode!r}: {type(model).__name__} is quantised already ("
+                             f"{quantization['source']}, {quantization['layers']} layers); compile it with quantize=None")
         model, quantization = quantize_model(model, mode, group_size)
     cm = CompiledModel(model, config)
     cm.quantization = quantization

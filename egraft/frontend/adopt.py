@@ -40,7 +40,7 @@ import copy
 import torch
 
 from ..errors import InputError
-from .quantize import GROUP_SIZES, QuantizedLinear, pack_int4
+from .quantize import GROUP_SIZES, QuantizedLinear, pack_int4, scheme
 
 # Layers and tensors of other quantisers: their packed layouts are not egraft's (module path fragments, class names)
 FOREIGN_MODULES = ("gptq", "awq", "bitsandbytes", "torchao", "quanto", "hqq", "exllama", "marlin", "compressed_tensors")
@@ -105,7 +105,7 @@ def adopt(model: torch.nn.Module) -> tuple[torch.nn.Module, dict | None]:
     adopted = []
     for name, m in model.named_modules():
         w = getattr(m, "weight", None)
-        if type(m) is torch.nn.Linear and _foreign(w) and type(w).__module__.startswith("torchao"):
+        if type(m) is torch.nn.Linear and type(w).__module__.startswith("torchao"):
             adopted.append((name, _torchao_form(name, w)))
             continue
         found = _foreign(m)
@@ -134,10 +134,8 @@ def adopt(model: torch.nn.Module) -> tuple[torch.nn.Module, dict | None]:
         after += q.numel() + s.numel() * 4
         groups.add(group)
     int4 = sorted(g for g in groups if g)
-    parts = (["symmetric int8, one float32 scale per output channel"] if 0 in groups else []) + \
-            [f"symmetric int4, one float32 scale per {g} input columns of a row, two values a byte" for g in int4]
     mode = " and ".join((["int8"] if 0 in groups else []) + (["int4"] if int4 else []))
-    return out.eval(), {"mode": mode, "scheme": "; ".join(parts), "source": "torchao",
+    return out.eval(), {"mode": mode, "scheme": "; ".join(scheme(g) for g in sorted(groups)), "source": "torchao",
                         **({"group_size": int4[0]} if len(int4) == 1 else {}), "layers": len(adopted),
                         "weight_bytes_before": before, "weight_bytes_after": after}
 

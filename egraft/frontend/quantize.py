@@ -202,10 +202,14 @@ def quantize(model: torch.nn.Module, mode: str, group_size: int | None = None) -
         raise InputError(f"quantize={mode!r}: {type(model).__name__} has no nn.Linear (or transformers Conv1D) "
                          "layer to quantise" + ("; it is quantised already (compile it with quantize=None)"
                                                 if already else ""))
-    scheme = (f"symmetric int4, one float32 scale per {group} input columns of a row, two values a byte" if group
-              else "symmetric int8, one float32 scale per output channel")
-    return out.eval(), {"mode": mode, "scheme": scheme, **({"group_size": group} if group else {}),
+    return out.eval(), {"mode": mode, "scheme": scheme(group), **({"group_size": group} if group else {}),
                         "layers": layers, "weight_bytes_before": before, "weight_bytes_after": after}
+
+
+def scheme(group: int) -> str:
+    """The quantisation report's words for a layer with int4 groups of `group` columns (0: int8 per channel)."""
+    return (f"symmetric int4, one float32 scale per {group} input columns of a row, two values a byte" if group
+            else "symmetric int8, one float32 scale per output channel")
 
 
 def _check_groups(model: torch.nn.Module, group: int) -> None:
@@ -223,4 +227,4 @@ def _check_groups(model: torch.nn.Module, group: int) -> None:
 
 
 __all__ = ["BLOCK", "DEFAULT_GROUP_SIZE", "GROUP_SIZES", "MODES", "QMAX", "QMAX4", "QuantizedLinear", "check_mode",
-           "int4_per_group", "int8_per_channel", "pack_int4", "quantize", "unpack_int4"]
+           "int4_per_group", "int8_per_channel", "pack_int4", "quantize", "scheme", "unpack_int4"]
