@@ -19,6 +19,10 @@ def __getattr__(name):
         from .api import compile
 
         return compile
+    if name == "from_pretrained":
+        from .frontend.pretrained import from_pretrained
+
+        return from_pretrained
     if name == "load":
         from .runtime import load
 
@@ -30,5 +34,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'egraft' has no attribute {name!r}")
 
 
-__all__ = ["api", "backends", "compile", "errors", "ir", "load", "models", "rewrites", "runtime", "search",
-           "testing", "trace", "__version__"]
+__all__ = ["api", "backends", "compile", "errors", "from_pretrained", "ir", "load", "models", "rewrites", "runtime",
+           "search", "testing", "trace", "__version__"]

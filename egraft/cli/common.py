@@ -123,7 +123,11 @@ def load_model(spec: str, inputs: Sequence[str] = (), seed: int = 0, int_high: i
     """
     import torch
 
-    if ":" not in spec:
+    if os.path.isdir(spec):  # a Hugging Face checkpoint directory (GPTQ / AWQ ones read as egraft's own layers)
+        from ..frontend.pretrained import from_pretrained
+
+        model, example = from_pretrained(spec), None
+    elif ":" not in spec:
         from ..models import MODELS
 
         if spec not in MODELS:

@@ -55,8 +55,9 @@ def add_parsers(verb) -> None:
     t.add_argument("--check", action="store_true", help="compare against eager PyTorch on random inputs")
 
 
-MODEL_HELP = ("workload name (egraft models), package.module:factory or path/to/file.py:factory; the factory "
-              "returns the model or (model, example_inputs)")
+MODEL_HELP = ("workload name (egraft models), package.module:factory or path/to/file.py:factory (the factory "
+              "returns the model or (model, example_inputs)), or a Hugging Face checkpoint directory (GPTQ and AWQ "
+              "ones included)")
 
 
 def add_model_args(p, positional: str = "model", metavar: str = "MODEL", help: str = MODEL_HELP) -> None:  # noqa: A002

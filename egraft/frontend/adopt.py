@@ -30,7 +30,9 @@ validated against, as for ``quantize=``.
 float8) and layers or tensors of other quantisers (GPTQ, AWQ, bitsandbytes,
 quanto, HQQ, ...): their layouts are not egraft's, and tracing one would fail
 deep in the lowering or compile its dequantisation as opaque integer
-arithmetic.
+arithmetic.  A GPTQ or AWQ *checkpoint* is read without its library:
+``egraft.from_pretrained(path)`` (``frontend.pretrained``) builds the model
+with egraft's own layers, which :func:`adopt` then reports as they are.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ FOREIGN_CLASSES = frozenset({"QuantLinear", "WQLinear_GEMM", "WQLinear_GEMV", "W
                              "WQLinear_Marlin", "Linear8bitLt", "Linear4bit", "Params4bit", "Int8Params",
                              "AffineQuantizedTensor", "LinearActivationQuantizedTensor", "QLinear", "QTensor"})
 TORCHAO_WEIGHTS = ("Int8Tensor", "IntxUnpackedToInt8Tensor")  # the torchao tensor classes :func:`adopt` reads
-WHAT_TO_DO = ("compile the float model with quantize='int8' or quantize='int4' (egraft quantises it itself), or "
+WHAT_TO_DO = ("compile the float model with quantize='int8' or quantize='int4' (egraft quantises it itself), "
               "quantise it with torchao's Int8WeightOnlyConfig() or IntxWeightOnlyConfig(weight_dtype=torch.int4, "
-              "granularity=PerGroup(32 | 64 | 128)) (docs/compile.md)")
+              "granularity=PerGroup(32 | 64 | 128)), or load a GPTQ / AWQ checkpoint directory with "
+              "egraft.from_pretrained(path) (docs/compile.md)")
 
 
 def _foreign(obj) -> str | None:
@@ -100,13 +103,18 @@ def _torchao_form(name: str, w) -> tuple[torch.Tensor, torch.Tensor, int]:
 
 def adopt(model: torch.nn.Module) -> tuple[torch.nn.Module, dict | None]:
     """`model` and None when no layer of it is quantised; a copy of its module tree with each torchao
-    weight-only linear layer as a QuantizedLinear and what was adopted (module docstring) when some are.
-    InputError naming the first layer or tensor quantised in a form egraft does not read."""
-    adopted = []
+    weight-only linear layer as a QuantizedLinear and what was adopted (module docstring) when some are; `model`
+    and what its layers hold when it has egraft's QuantizedLinear layers already (``egraft.from_pretrained`` of a
+    GPTQ or AWQ checkpoint).  InputError naming the first layer or tensor quantised in a form egraft does not
+    read."""
+    adopted, own = [], []
     for name, m in model.named_modules():
         w = getattr(m, "weight", None)
         if type(m) is torch.nn.Linear and type(w).__module__.startswith("torchao"):
             adopted.append((name, _torchao_form(name, w)))
+            continue
+        if isinstance(m, QuantizedLinear):
+            own.append(m)
             continue
         found = _foreign(m)
         tensors = [] if found else [(f"{name}.{n}" if name else n, t) for n, t in
@@ -119,25 +127,37 @@ def adopt(model: torch.nn.Module) -> tuple[torch.nn.Module, dict | None]:
             raise InputError(f"{name or type(model).__name__!r} is {found}: weights quantised by another library, "
                              f"in a layout egraft does not read; {WHAT_TO_DO}")
     if not adopted:
-        return model, None
+        return model, (report(own) if own else None)
     keep = {id(t): t for t in list(model.parameters()) + list(model.buffers())}  # shared, not copied
     out = copy.deepcopy(model, memo=dict(keep))
-    before = after = 0
-    groups = set()
+    layers = []
     for name, (q, s, group) in adopted:
         layer = out.get_submodule(name)
         w = layer.weight
-        before += sum(t.numel() * t.element_size() for t in (w.qdata, w.scale, getattr(w, "zero_point", None))
-                      if t is not None)
         parent, _, child = name.rpartition(".")
-        setattr(out.get_submodule(parent) if parent else out, child, QuantizedLinear(q, s, layer.bias, group))
-        after += q.numel() + s.numel() * 4
-        groups.add(group)
-    int4 = sorted(g for g in groups if g)
-    mode = " and ".join((["int8"] if 0 in groups else []) + (["int4"] if int4 else []))
-    return out.eval(), {"mode": mode, "scheme": "; ".join(scheme(g) for g in sorted(groups)), "source": "torchao",
-                        **({"group_size": int4[0]} if len(int4) == 1 else {}), "layers": len(adopted),
-                        "weight_bytes_before": before, "weight_bytes_after": after}
+        new = QuantizedLinear(q, s, layer.bias, group, source="torchao")
+        new.source_bytes = sum(t.numel() * t.element_size() for t in (w.qdata, w.scale,
+                                                                      getattr(w, "zero_point", None)) if t is not None)
+        setattr(out.get_submodule(parent) if parent else out, child, new)
+        layers.append(new)
+    return out.eval(), report(layers + own)
 
 
-__all__ = ["FOREIGN_CLASSES", "FOREIGN_MODULES", "TORCHAO_WEIGHTS", "adopt"]
+def report(layers: list[QuantizedLinear]) -> dict:
+    """What a model's quantised layers hold: the mode(s), the scheme in words, where the integers came from, the
+    int4 group size when there is one, how many layers, and their weights' bytes in the source's form and in
+    egraft's."""
+    groups = sorted({(m.group_size, m.zero_offset is not None) for m in layers})
+    int4 = sorted({g for g, _ in groups if g})
+    mode = " and ".join((["int8"] if any(not g for g, _ in groups) else []) + (["int4"] if int4 else []))
+    after = sum(sum(t.numel() * t.element_size() for t in m.buffers() if t is not None and t is not m.bias)
+                for m in layers)
+    before = sum(getattr(m, "source_bytes", None) or 0 for m in layers) or after
+    words = "; ".join(scheme(g, z) for g, z in groups) + ("; input columns permuted (act-order)"
+                                                         if any(m.perm is not None for m in layers) else "")
+    return {"mode": mode, "scheme": words, "source": ", ".join(sorted({m.source for m in layers})),
+            **({"group_size": int4[0]} if len(int4) == 1 else {}), "layers": len(layers),
+            "weight_bytes_before": before, "weight_bytes_after": after}
+
+
+__all__ = ["FOREIGN_CLASSES", "FOREIGN_MODULES", "TORCHAO_WEIGHTS", "adopt", "report"]

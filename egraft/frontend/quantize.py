@@ -93,38 +93,72 @@ class QuantizedLinear(torch.nn.Module):
 
     int8: ``y = (x @ q.T) * s + bias`` in float32, ``q`` int8 ``[out, in]``, ``s`` float32 ``[out]``.
     int4: ``y = x @ W.T + bias`` in float32, ``W`` the weight dequantised from ``qweight`` (int8 ``[out, in / 2]``,
-    two values a byte) and ``s`` (float32 ``[out, in / group_size]``)."""
+    two values a byte) and ``s`` (float32 ``[out, in / group_size]``).
 
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, group_size: int = 0):
+    Two optional parts read checkpoints quantised elsewhere (``frontend.checkpoint``):
+
+    * ``zero_offset`` (float32 ``[out, G]``, the ``in`` columns in ``G`` equal groups): an asymmetric weight
+      ``s * (q - z)`` is ``s * q - s * z``; the layer holds ``s * z`` and subtracts ``sums @ zero_offset.T``,
+      ``sums`` the input's sums over each group of columns (a ``[rows, G]`` product, not a weight-sized one).
+    * ``perm`` (int64 ``[in]``): the layer's input columns in the order its groups are stored (GPTQ's act-order);
+      the layer reads ``x[..., perm]``.
+
+    ``source`` names where the integers came from (``"egraft"``, ``"torchao"``, ``"gptq"``, ``"awq"``)."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, group_size: int = 0,
+                 zero_offset: torch.Tensor | None = None, perm: torch.Tensor | None = None, source: str = "egraft"):
         super().__init__()
         self.group_size = group_size  # 0: int8, one scale per output channel
+        self.source = source
         self.out_features = q.shape[0]
         self.in_features = q.shape[1] * (2 if group_size else 1)
         self.register_buffer("qweight", q)
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+        if zero_offset is not None and (zero_offset.ndim != 2 or zero_offset.shape[0] != self.out_features
+                                        or self.in_features % zero_offset.shape[1]):
+            raise ValueError(f"zero_offset of shape {tuple(zero_offset.shape)} does not fit a [{self.out_features}, "
+                             f"{self.in_features}] weight")
+        self.register_buffer("zero_offset", zero_offset)
+        self.register_buffer("perm", perm)
 
     def dequantized(self) -> torch.Tensor:
-        """The float32 weight ``[out, in]`` this layer computes with."""
-        if not self.group_size:
-            return self.qweight.to(torch.float32) * self.scale[:, None]
+        """The float32 weight ``[out, in]`` this layer computes with (in its input's own column order)."""
+        w = self._symmetric()
+        if self.zero_offset is not None:
+            w = w - self.zero_offset.repeat_interleave(self.in_features // self.zero_offset.shape[1], dim=1)
+        if self.perm is not None:
+            w = w[:, torch.argsort(self.perm)]
+        return w
+
+    def _symmetric(self) -> torch.Tensor:
+        """``q * s`` in stored column order (without the zero offset and the permutation)."""
         n, g = self.out_features, self.group_size
+        if not g:
+            return self.qweight.to(torch.float32) * self.scale[:, None]
         values = unpack_int4(self.qweight).to(torch.float32).reshape(n, -1, g)
         return (values * self.scale[:, :, None]).reshape(n, self.in_features)
 
     def forward(self, x):
         x32 = x.to(torch.float32)
+        if self.perm is not None:
+            x32 = x32.index_select(-1, self.perm)
         if self.group_size:
-            y = torch.nn.functional.linear(x32, self.dequantized())
+            y = torch.nn.functional.linear(x32, self._symmetric())
         else:
             y = torch.nn.functional.linear(x32, self.qweight.to(torch.float32)) * self.scale
+        if self.zero_offset is not None:
+            sums = x32.reshape(*x32.shape[:-1], self.zero_offset.shape[1], -1).sum(-1)
+            y = y - torch.nn.functional.linear(sums, self.zero_offset)
         if self.bias is not None:
             y = y + self.bias
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
         how = f"int4, groups of {self.group_size}" if self.group_size else "int8 per output channel"
-        return f"in_features={self.in_features}, out_features={self.out_features}, {how}"
+        extra = (", zero points" if self.zero_offset is not None else "") + (", act-order" if self.perm is not None
+                                                                             else "")
+        return f"in_features={self.in_features}, out_features={self.out_features}, {how}{extra}"
 
 
 def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,10 +240,12 @@ def quantize(model: torch.nn.Module, mode: str, group_size: int | None = None) -
                         "layers": layers, "weight_bytes_before": before, "weight_bytes_after": after}
 
 
-def scheme(group: int) -> str:
-    """The quantisation report's words for a layer with int4 groups of `group` columns (0: int8 per channel)."""
-    return (f"symmetric int4, one float32 scale per {group} input columns of a row, two values a byte" if group
-            else "symmetric int8, one float32 scale per output channel")
+def scheme(group: int, zeros: bool = False) -> str:
+    """The quantisation report's words for a layer with int4 groups of `group` columns (0: int8 per channel),
+    with zero points when `zeros`."""
+    kind = "asymmetric (zero points)" if zeros else "symmetric"
+    return (f"{kind} int4, one float32 scale per {group} input columns of a row, two values a byte" if group
+            else f"{kind} int8, one float32 scale per output channel")
 
 
 def _check_groups(model: torch.nn.Module, group: int) -> None:
