@@ -37,7 +37,7 @@ to one core with one thread before torch and jax start
    ``egraft.measure.compare`` concludes.
 
     python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s]
-                               [--quantize int8|int4|torchao-int8|torchao-int4 [--group-size 64]]
+                               [--quantize int8|int4|torchao-int8|torchao-int4|gptq-int4|awq-int4 [--group-size 64]]
                                [--rounds 5] [--new 32] [--weight-copies no] [--out docs/results/raw/real_size.json]
 """
 
@@ -117,9 +117,31 @@ def _prompt(vocab: int, rows: int = 1):
 
 
 def _quantize(a) -> str | None:
-    """egraft.compile's quantize= for this run (None for a float model and for a model quantised with torchao)."""
+    """egraft.compile's quantize= for this run (None for a float model and for one quantised elsewhere)."""
     q = getattr(a, "quantize", "none")
-    return None if q in (None, "none") or q.startswith("torchao") else q
+    return q if q in ("int8", "int4") else None
+
+
+def _model(a, peer: bool = False):
+    """The model this run compiles, or with `peer` the one HF eager runs beside it: `a.model` in `a.dtype`; for
+    ``--quantize torchao-*`` quantised by torchao (both); for ``gptq-int4`` / ``awq-int4`` written as that
+    checkpoint (``egraft.testing.checkpoints``: 4-bit with zero points, groups of ``--group-size``, float16 other
+    tensors) and read back by ``egraft.from_pretrained``, the peer being the float model of its dequantised
+    weights (transformers cannot run the checkpoint without the GPTQ / AWQ library)."""
+    import torch
+
+    model = build(a.model, a.dtype)
+    q = getattr(a, "quantize", "none") or "none"
+    if q not in ("gptq-int4", "awq-int4"):
+        return _torchao(model, a)
+    import egraft
+    from egraft.testing import checkpoints
+
+    with tempfile.TemporaryDirectory(prefix="egraft-ckpt-") as d:
+        meant = checkpoints.write(model, d, q.split("-")[0], group=getattr(a, "group_size", None) or 128)
+        if peer:
+            return checkpoints.float_model(model, meant).to(getattr(torch, a.dtype))
+        return egraft.from_pretrained(d, dtype=getattr(torch, a.dtype))
 
 
 def _torchao(model, a):
@@ -150,7 +172,7 @@ def child_compile(a) -> dict:
     import egraft
     from egraft.measure.memory import reset_peak
 
-    model = _torchao(build(a.model, a.dtype), a)
+    model = _model(a)
     weights = sum(nbytes(t) for t in list(model.parameters()) + list(model.buffers()))
     before = _vm("VmRSS")
     reset = reset_peak()  # the peak from here on is the compile's (building the model can peak higher: a cast)
@@ -196,7 +218,7 @@ def child_load(a) -> dict:
     reload_s = _load_elsewhere(a.dir, {})
     with tempfile.TemporaryDirectory(prefix="egraft-cold-") as cold:
         cold_load_s = _load_elsewhere(a.dir, {"EGRAFT_CACHE_DIR": cold})
-    model = _torchao(build(a.model, a.dtype), a)  # (torchao's: "hf_eager" is HF eager with torchao's layers)
+    model = _model(a, peer=True)  # (torchao's: HF eager with torchao's layers; a checkpoint's: its float model)
     ids = _prompt(MODELS[a.model]["vocab"], getattr(a, "batch", 1))
 
     def hf(n):
@@ -289,11 +311,13 @@ def main(argv=None) -> int:
                    help="(--quantize int4 / torchao-int4) input columns per scale (egraft.compile's group_size)")
     p.add_argument("--batch", type=int, default=1,
                    help="sequences generated together (max_batch; the decode rate is per sequence)")
-    p.add_argument("--quantize", choices=["none", "int8", "int4", "torchao-int8", "torchao-int4"], default="none",
+    p.add_argument("--quantize", choices=["none", "int8", "int4", "torchao-int8", "torchao-int4", "gptq-int4", "awq-int4"],
+                   default="none",
                    help="egraft.compile's quantize (int8: weight-only, per output channel; the tokens are checked "
                         "against the quantised model's, HF eager stays the float model); torchao-int8 / torchao-int4: "
                         "the model quantised with torchao's weight-only configs first and compiled as it is (HF eager "
-                        "then runs torchao's layers)")
+                        "then runs torchao's layers); gptq-int4 / awq-int4: the model written as that checkpoint "
+                        "(zero points) and read by egraft.from_pretrained (HF eager runs its dequantised float model)")
     p.add_argument("--child", choices=["compile", "load"], help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     a = p.parse_args(argv)

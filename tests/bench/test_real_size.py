@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import real_size  # noqa: E402
@@ -24,3 +25,17 @@ def test_a_step_reads_a_torchao_layers_integers_and_scales_not_float32():
     w = quantised.model.layers[0].mlp.up_proj.weight
     assert real_size.nbytes(w) == w.qdata.numel() + w.scale.numel() * 4
     assert real_size._quantize(SimpleNamespace(quantize="torchao-int8")) is None  # egraft compiles it as it is
+
+
+def test_a_gptq_run_compiles_the_checkpoint_read_back_and_runs_its_dequantised_float_model_beside_it():
+    from egraft.frontend.quantize import QuantizedLinear
+
+    a = SimpleNamespace(model="llama-tiny", dtype="float32", quantize="gptq-int4", group_size=64)
+    model, peer = real_size._model(a), real_size._model(a, peer=True)
+    assert real_size._quantize(a) is None  # compiled as it is
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
+    assert len(layers) == 14 and all(m.source == "gptq" and m.zero_offset is not None for m in layers.values())
+    peers = dict(peer.named_modules())
+    assert all(torch.equal(m.dequantized(), peers[n].weight) for n, m in layers.items())
+    # a step reads the int4 values, the scales and the zero offsets, not float32 weights
+    assert real_size.step_bytes(model, 64) < real_size.step_bytes(peer, 64)

@@ -10,13 +10,13 @@ import os
 import numpy as np
 import pytest
 import torch
-import quant_checkpoints as qc
 from compiled_helpers import left_padded, reference
 from family_models import VOCAB, tiny_family
 
 from egraft.errors import InputError
 from egraft.frontend import packed
 from egraft.frontend.quantize import QuantizedLinear
+from egraft.testing import checkpoints as qc
 
 KW = dict(max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
 

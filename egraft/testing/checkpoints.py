@@ -1,8 +1,10 @@
-"""GPTQ and AWQ checkpoints written from a float model, for the tests of ``egraft.from_pretrained``.
+"""GPTQ and AWQ checkpoints written from a float model, for the tests and benchmarks of ``egraft.from_pretrained``.
 
 The packing here is written from the formats' descriptions, independently of
 ``egraft.frontend.packed`` (which decodes them), word by word with plain
 shifts (vLLM's ``gptq_pack`` / ``awq_pack`` agree with it: docs/status.md).
+The quantiser is GPTQ's rounding step alone (round to the nearest level, no
+error feedback): the checkpoints have the real layouts, not GPTQ's accuracy.
 Each quantised layer's weight is ``s * (q - z)`` per group, ``s`` rounded to
 float16 as the checkpoints store it; :func:`write` returns those dequantised
 weights so a test can build the float model the checkpoint means.
