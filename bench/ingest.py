@@ -209,8 +209,9 @@ def sizes_section(raw: dict, step: str, ratios: Ratios) -> dict:
         prec = precision(r)
         base = f"{step}/{r['model']}/{prec}"
         load = _keep(r.get("load"), ("load_s", "cold_load_s", "decode_tok_s", "decode_spread", "prefill_ms"))
-        load["vs_hf_eager"] = _vs((r.get("load") or {}).get("egraft_vs_hf_eager"), ratios, f"{base}/hf_eager",
-                                  f"decode, {r['model']} {prec}, one core: egraft over HF eager")
+        for peer in ("hf_eager", "hf_static_inductor"):
+            load[f"vs_{peer}"] = _vs((r.get("load") or {}).get(f"egraft_vs_{peer}"), ratios, f"{base}/{peer}",
+                                     f"decode, {r['model']} {prec}, one core: egraft over {GEN_LABELS[peer]}")
         runs = []
         for run in r.get("runs", []):
             t = run["threads"]

@@ -50,6 +50,9 @@ def compile_rows(step: str, sec: dict) -> list[list]:
         load = _num(ld.get("load_s")) + (f" ({_num(ld.get('cold_load_s'))} cold)"
                                          if ingest.finite(ld.get("cold_load_s")) else "")
         vs = (ld.get("vs_hf_eager") or {}).get("text", "-")
+        if ingest.finite((ld.get("decode_tok_s") or {}).get("hf_static_inductor")):  # run with --inductor
+            vs += (f"; Inductor {_num(ld['decode_tok_s']['hf_static_inductor'])} tok/s, "
+                   f"{(ld.get('vs_hf_static_inductor') or {}).get('text', '-')}")
         rows.append([step, r["model"], r["precision"], _num(c.get("compile_s"), 0), peak,
                      _num(c.get("artifact_over_weights"), 3), load, _pair(ld.get("decode_tok_s")), vs,
                      _pair(ld.get("prefill_ms"), digits=0),

@@ -229,15 +229,36 @@ def child_load(a) -> dict:
         return art.generate(ids, max_new_tokens=n, do_sample=False)
 
     systems = {"egraft": eg, "hf_eager": hf}
-    first = {}
+    if getattr(a, "inductor", False):
+        systems["hf_static_inductor"] = _inductor(_model(a, peer=True), ids)
+    first, tokens = {}, {}
     for name, f in systems.items():
         t0 = time.perf_counter()
-        f(1 + a.new)
-        first[name] = time.perf_counter() - t0
+        tokens[name] = f(1 + a.new).tolist()
+        first[name] = time.perf_counter() - t0  # (Inductor's: its compile)
     steps, timed = time_decode(systems, a.rounds, a.new)
     return {"load_s": load_s, "reload_s": reload_s, "cold_load_s": cold_load_s,
             "rss_added_by_load": after - before, "rss_after_load": after,
-            "first_call_s": first, **timed, "egraft_vs_hf_eager": compare(steps["egraft"], steps["hf_eager"])}
+            "first_call_s": first, **timed, "egraft_vs_hf_eager": compare(steps["egraft"], steps["hf_eager"]),
+            **({"egraft_vs_hf_static_inductor": compare(steps["egraft"], steps["hf_static_inductor"]),
+                "inductor_tokens_equal": tokens["hf_static_inductor"] == tokens["hf_eager"]}
+               if "hf_static_inductor" in systems else {})}
+
+
+def _inductor(model, ids):
+    """``generate(n)`` of `model` as transformers' recipe compiles it: ``forward`` under ``torch.compile``
+    (Inductor), a static KV cache of MAX_LENGTH (one shape for every step), transformers' own automatic compile
+    off (it would compile again on top)."""
+    import torch
+
+    model.forward = torch.compile(model.forward)
+
+    def gen(n):
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=n, do_sample=False, cache_implementation="static",
+                                  max_cache_len=MAX_LENGTH, disable_compile=True)
+
+    return gen
 
 
 def _load_elsewhere(directory: str, env: dict) -> float | None:
@@ -281,6 +302,7 @@ def run_child(kind: str, a, directory: str) -> dict:
                                                  *(["--group-size", str(a.group_size)] if getattr(a, "group_size", None)
                                                    else []),
                                                  "--batch", str(getattr(a, "batch", 1)),
+                                                 *(["--inductor"] if getattr(a, "inductor", False) else []),
                                                  "--rounds", str(a.rounds), "--new",
                                                  str(a.new), "--dir", directory])
 
@@ -303,6 +325,9 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--new", type=int, default=32)
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "raw", "real_size.json"))
+    p.add_argument("--inductor", action="store_true",
+                   help="also time HF with a static cache under torch.compile (Inductor) beside egraft and HF eager "
+                        "(torchao's layers under Inductor with --quantize torchao-*)")
     p.add_argument("--quick", action="store_true", help="the tiny Llama, 3 rounds, 8 tokens, budget 5s")
     p.add_argument("--weight-copies", choices=["yes", "no"], default="no",
                    help="egraft.compile's weight_copies (no, its default: every product reads its weight where it "
@@ -355,7 +380,7 @@ def measure_rows(a, script: str, argv, extend=None) -> None:
                 row = {"model": model, "dtype": dtype, "budget": a.budget, "threads": 1,
                        "weight_copies": getattr(a, "weight_copies", "no") == "yes",
                        "quantize": getattr(a, "quantize", "none"), "group_size": getattr(a, "group_size", None),
-                       "batch": getattr(a, "batch", 1)}
+                       "batch": getattr(a, "batch", 1), "inductor": getattr(a, "inductor", False)}
                 row["compile"] = run_child("compile", a, art)
                 ok = "error" not in row["compile"]
                 row["load"] = run_child("load", a, art) if ok else {"error": "no artifact"}

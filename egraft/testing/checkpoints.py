@@ -26,6 +26,8 @@ def quantize(w: np.ndarray, bits: int, group: int, sym: bool, rng, act_order: bo
     zero point 2**(bits-1); else min/max), column ``k`` in group ``g_idx[k]``."""
     n, k = w.shape
     group = k if group == -1 else group
+    if k % group:
+        raise ValueError(f"groups of {group} do not divide a layer's {k} input columns")
     order = rng.permutation(k) if act_order else np.arange(k)
     g_idx = np.empty(k, np.int64)
     g_idx[order] = np.arange(k) // group  # act-order: the columns in a random order fill the groups

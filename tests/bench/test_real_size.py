@@ -39,3 +39,21 @@ def test_a_gptq_run_compiles_the_checkpoint_read_back_and_runs_its_dequantised_f
     assert all(torch.equal(m.dequantized(), peers[n].weight) for n, m in layers.items())
     # a step reads the int4 values, the scales and the zero offsets, not float32 weights
     assert real_size.step_bytes(model, 64) < real_size.step_bytes(peer, 64)
+
+
+def test_a_run_with_inductor_states_its_decode_and_the_concluded_ratio_on_the_page():
+    import ingest
+    import page_sizes
+
+    vs = {"speedup": 1.5, "interval": [1.4, 1.6], "conclusive": True, "why_not": ""}
+    row = {"model": "llama-135m", "dtype": "float32", "quantize": "none", "compile": {"compile_s": 100.0},
+           "load": {"decode_tok_s": {"egraft": 30.0, "hf_eager": 10.0, "hf_static_inductor": 20.0},
+                    "egraft_vs_hf_eager": {**vs, "speedup": 3.0}, "egraft_vs_hf_static_inductor": vs}}
+    ratios = ingest.Ratios()
+    sec = ingest.sizes_section({"rows": [row]}, "real_size", ratios)
+    cells = page_sizes.compile_rows("real_size", sec)[0]
+    assert any("Inductor 20.0 tok/s, 1.50x" in str(c) for c in cells), cells
+    assert ratios.items["real_size/llama-135m/float32/hf_static_inductor"]["value"] == 1.5
+    row["load"]["egraft_vs_hf_static_inductor"] = {**vs, "conclusive": False, "why_not": "spread"}
+    cells = page_sizes.compile_rows("real_size", ingest.sizes_section({"rows": [row]}, "real_size", ingest.Ratios()))[0]
+    assert any("Inductor 20.0 tok/s, n.c." in str(c) for c in cells), cells
