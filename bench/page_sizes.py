@@ -99,7 +99,10 @@ def sizes_lines(secs: dict) -> list[str]:
               "README quotes " + ", ".join(f"`{h}`" for h in HEADLINE) + ").",
               "", "Compile (seconds, peak RSS in GB), the artifact's size over the weights', a fresh "
               "process's load (seconds), and one pinned core's decode tokens/s and prefill ms of the loaded "
-              "artifact against HF eager:", ""]
+              "artifact against HF eager (a run with `--inductor` also times HF with a static cache under "
+              "torch.compile's Inductor: its tokens/s and egraft over it follow the ratio; `torchao-*` rows run "
+              "torchao's layers in HF; `gptq-*` / `awq-*` rows run the checkpoint's dequantised float model in HF):",
+              ""]
     lines += table(["run", "model", "precision", "compile s", "peak RSS GB", "artifact / weights", "load s",
                      "decode egraft / HF eager", "egraft over HF eager", "prefill ms egraft / HF eager",
                      "tokens"], [row for s in steps for row in compile_rows(s, secs[s])])

@@ -95,7 +95,7 @@ class QuantizedLinear(torch.nn.Module):
     int4: ``y = x @ W.T + bias`` in float32, ``W`` the weight dequantised from ``qweight`` (int8 ``[out, in / 2]``,
     two values a byte) and ``s`` (float32 ``[out, in / group_size]``).
 
-    Two optional parts read checkpoints quantised elsewhere (``frontend.checkpoint``):
+    Two optional parts read checkpoints quantised elsewhere (``frontend.packed``):
 
     * ``zero_offset`` (float32 ``[out, G]``, the ``in`` columns in ``G`` equal groups): an asymmetric weight
       ``s * (q - z)`` is ``s * q - s * z``; the layer holds ``s * z`` and subtracts ``sums @ zero_offset.T``,

@@ -189,7 +189,8 @@ def test_the_cli_reads_a_checkpoint_directory(tmp_path):
     assert example is None and sum(isinstance(m, QuantizedLinear) for m in model.modules()) == 14
 
 
-@pytest.mark.parametrize("family, method, kw", [("llama", "gptq", dict(act_order=True)), ("qwen2", "awq", {})])
+@pytest.mark.parametrize("family, method, kw", [("llama", "gptq", dict(act_order=True)), ("qwen2", "awq", {}),
+                                                 ("qwen2", "gptq", dict(bits=8, group=-1))])
 def test_a_gptq_or_awq_checkpoint_compiles_to_the_dequantised_models_tokens_and_loads(family, method, kw,
                                                                                       search_cache, tmp_path):
     import egraft
@@ -199,8 +200,9 @@ def test_a_gptq_or_awq_checkpoint_compiles_to_the_dequantised_models_tokens_and_
     cm = egraft.compile(model, device="cpu", backend="jax", budget="1s", max_batch=2, max_length=64, chunks=(1, 4),
                         contexts=(), cache=search_cache, progress=False)
     described = cm.generation.describe()["quantization"]
-    assert described["source"] == method and described["mode"] == "int4" and described["layers"] == 14
-    assert "zero points" in described["scheme"] and ("act-order" in described["scheme"]) == bool(kw)
+    bits = kw.get("bits", 4)
+    assert described["source"] == method and described["mode"] == f"int{bits}" and described["layers"] == 14
+    assert "zero points" in described["scheme"] and ("act-order" in described["scheme"]) == bool(kw.get("act_order"))
     with pytest.raises(InputError, match=f"quantised already \\({method}, 14 layers\\)"):
         egraft.compile(model, device="cpu", quantize="int8")
     ids, mask = left_padded([6, 3], seed=22, vocab=VOCAB)

@@ -13,6 +13,9 @@ process that runs ``vllm.LLM(..., compilation_config={"backend": "egraft",
   egraft, and the model run by egraft programs; no graph left to PyTorch
   because its own traced program failed the search's check (an egraft bug).
 
+A first case, ``packing``, checks egraft's reading of GPTQ and AWQ checkpoints
+(``egraft.frontend.packed``) against vLLM's own packers of those layouts.
+
 Cases: mode 1 (STOCK_TORCH_COMPILE), mode 2 (DYNAMO_TRACE_ONCE, vLLM's AOT
 compile: the backend's callable is serialized into vLLM's compile cache),
 and mode 2 again on the same cache directory (the callable deserialized from
@@ -146,13 +149,41 @@ def check(name: str, mode: int, cache: str, path: str, want, work: str, caches: 
     return row
 
 
+def check_packing(seed: int) -> dict:
+    """vLLM's own GPTQ and AWQ packers (``gptq_pack``, ``awq_pack``, ``pack_cols``) against egraft's decoding of
+    those layouts (``egraft.frontend.packed``): random integers packed by vLLM must read back exactly, 4 and 8 bits;
+    an implementation of the layouts that is not ours."""
+    import numpy as np
+    import torch
+    from vllm.model_executor.layers.quantization.utils.quant_utils import awq_pack, gptq_pack, pack_cols
+
+    from egraft.frontend import packed
+
+    t0 = time.perf_counter()
+    rng, problems = np.random.default_rng(seed), []
+    k, n = 64, 48
+    for bits in (4, 8):
+        q = torch.from_numpy(rng.integers(0, 1 << bits, (k, n)).astype(np.int32))
+        if not torch.equal(packed.unpack(gptq_pack(q, bits, k, n), bits, 0), q.long()):
+            problems.append(f"GPTQ qweight, {bits} bits: egraft's rows differ from vLLM's gptq_pack")
+        if not torch.equal(packed.unpack(pack_cols(q, bits, k, n), bits, 1), q.long()):
+            problems.append(f"GPTQ qzeros, {bits} bits: egraft's columns differ from vLLM's pack_cols")
+    q = torch.from_numpy(rng.integers(0, 16, (k, n)).astype(np.int32))
+    fields = packed.unpack(awq_pack(q, 4, k, n), 4, 1)
+    order = torch.arange(n).reshape(-1, 8)[:, list(packed.AWQ_FIELDS)].reshape(-1)
+    if not torch.equal(fields[:, order], q.long()):
+        problems.append("AWQ: egraft's column order differs from vLLM's awq_pack")
+    return {"case": "packing", "problems": problems, "wall_s": round(time.perf_counter() - t0, 1)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--work", help="working directory (default: a fresh temporary one)")
-    ap.add_argument("--cases", default=",".join(c[0] for c in CASES), help="comma-separated subset of the cases")
+    ap.add_argument("--cases", default=",".join(["packing"] + [c[0] for c in CASES]),
+                    help="comma-separated subset of the cases")
     ap.add_argument("--seed", type=int, default=int(os.environ.get("EGRAFT_SEED", "0")) or int(time.time()) % 10_000)
     a = ap.parse_args()
     if a.case is not None:
@@ -165,6 +196,9 @@ def main() -> int:
     save_model(path, a.seed)
     want = eager_greedy(path)
     rows, caches = [], {}
+    if "packing" in a.cases.split(","):
+        rows.append(check_packing(a.seed))
+        print(f"packing: {'ok' if not rows[-1]['problems'] else 'FAILED'}", flush=True)
     for name, mode, cache in CASES:
         if name in a.cases.split(","):
             rows.append(check(name, mode, cache, path, want, work, caches))
