@@ -63,8 +63,11 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None) -> torch.nn.Mod
     for name in names:
         parts = {p: tensors.pop(f"{name}.{p}") for p in PARTS if f"{name}.{p}" in tensors}
         _replace(model, name, read(name, parts), path)
-    floats = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
-    missing, unexpected = model.load_state_dict(floats, strict=False)
+    floats = {}
+    for k in list(tensors):  # one tensor converted at a time, its stored form let go; the model takes the result
+        v = tensors.pop(k)
+        floats[k] = v.to(dtype) if v.is_floating_point() else v
+    missing, unexpected = model.load_state_dict(floats, strict=False, assign=True)
     model.tie_weights()  # a tied output layer shares the embedding table just loaded
     if unexpected:
         raise InputError(f"{path}: tensor {unexpected[0]!r}{_more(unexpected)} is not in the model its config.json "
