@@ -41,10 +41,10 @@ AWQ_FIELDS = (0, 4, 1, 5, 2, 6, 3, 7)  # AWQ: column j of a block of eight lies 
 
 
 def unpack(words: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
-    """int32 `words` -> int64 fields (``bits`` wide, low bits first), each word's fields consecutive along `dim`
-    (0: rows, 1: columns)."""
-    shifts = torch.arange(0, 32, bits, dtype=torch.int64)
-    w = words.to(torch.int64) & 0xFFFFFFFF
+    """int32 `words` -> int32 fields (``bits`` wide, low bits first), each word's fields consecutive along `dim`
+    (0: rows, 1: columns).  (An arithmetic shift of a negative word, masked, gives the same low bits.)"""
+    shifts = torch.arange(0, 32, bits, dtype=torch.int32)
+    w = words.to(torch.int32)
     if dim == 0:
         fields = (w[:, None, :] >> shifts[None, :, None]) & ((1 << bits) - 1)
         return fields.reshape(-1, words.shape[1])

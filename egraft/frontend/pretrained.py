@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 
 import torch
 
@@ -34,8 +36,17 @@ GPTQ_FORMATS = ("gptq", "gptq_v2")
 PARTS = ("qweight", "qzeros", "scales", "g_idx", "bias")  # a quantised layer's tensors
 
 
-def from_pretrained(path: str, dtype: torch.dtype | None = None) -> torch.nn.Module:
-    """The causal LM in checkpoint directory `path`, in eval mode (module docstring)."""
+def from_pretrained(path: str, dtype: torch.dtype | None = None, progress: bool | None = None) -> torch.nn.Module:
+    """The causal LM in checkpoint directory `path`, in eval mode (module docstring).  `progress`: a line per
+    stage of a quantised checkpoint's load on stderr (None: when stderr is a terminal)."""
+    say = _stages(progress)
+    try:
+        return _load(path, dtype, say)
+    finally:
+        say(None)  # ends an open stage's line, also when the load fails
+
+
+def _load(path: str, dtype: torch.dtype | None, say) -> torch.nn.Module:
     import transformers
 
     cfg_path = os.path.join(path, "config.json")
@@ -51,6 +62,7 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None) -> torch.nn.Mod
         del config.quantization_config
     if dtype is None:
         dtype = config.dtype if config.dtype in (torch.float32, torch.bfloat16) else torch.float32
+    say("reading the safetensors files")
     tensors = _tensors(path)
     names = sorted(k[: -len(".qweight")] for k in tensors if k.endswith(".qweight"))
     if not names:
@@ -58,11 +70,15 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None) -> torch.nn.Mod
                          "(NAME.qweight); the checkpoint does not match its config")
     from transformers.initialization import no_init_weights
 
+    say(f"building the model from config.json ({sum(t.numel() * t.element_size() for t in tensors.values()) / 1e9:.2f}"
+        " GB read)")
     with no_init_weights():
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    say(f"decoding {len(names)} {qc['quant_method']} layers")
     for name in names:
         parts = {p: tensors.pop(f"{name}.{p}") for p in PARTS if f"{name}.{p}" in tensors}
         _replace(model, name, read(name, parts), path)
+    say("loading the float tensors")
     floats = {}
     for k in list(tensors):  # one tensor converted at a time, its stored form let go; the model takes the result
         v = tensors.pop(k)
@@ -79,6 +95,25 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None) -> torch.nn.Mod
     if missing:
         raise InputError(f"{path}: the checkpoint has no tensor {missing[0]!r}{_more(missing)}; it is incomplete")
     return model.eval()
+
+
+def _stages(progress: bool | None):
+    """``say(stage)``: when on, ends the previous stage's line with its seconds and starts `stage`'s (None: the
+    last); on when `progress` is True, or None and stderr is a terminal."""
+    on = progress is True or (progress is None and sys.stderr.isatty())
+    start = [None]
+
+    def say(stage: str | None) -> None:
+        if not on:
+            return
+        now = time.perf_counter()
+        if start[0] is not None:
+            print(f" {now - start[0]:.1f} s", file=sys.stderr, flush=True)
+        if stage is not None:
+            print(f"egraft.from_pretrained: {stage} ...", end="", file=sys.stderr, flush=True)
+        start[0] = now if stage is not None else None
+
+    return say
 
 
 def _more(names: list) -> str:

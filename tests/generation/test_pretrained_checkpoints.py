@@ -210,3 +210,18 @@ def test_a_gptq_or_awq_checkpoint_compiles_to_the_dequantised_models_tokens_and_
     assert torch.equal(cm.generate(ids, attention_mask=mask, **KW), want)
     loaded = egraft.load(cm.save(str(tmp_path / "art")))
     assert torch.equal(loaded.generate(ids, attention_mask=mask, **KW), want)
+
+
+def test_from_pretrained_says_each_stage_when_asked_and_ends_its_line_on_an_error(tmp_path, capsys):
+    import egraft
+
+    _, path, _ = _checkpoint(tmp_path, "llama", "awq")
+    egraft.from_pretrained(path, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    stages = [line for line in lines if line.startswith("egraft.from_pretrained:")]
+    assert [s.split(": ")[1].split(" ")[0] for s in stages] == ["reading", "building", "decoding", "loading"]
+    assert all(s.endswith(" s") for s in stages), stages
+    _edit_tensors(path, lambda t: t.pop("model.norm.weight"))
+    with pytest.raises(InputError):
+        egraft.from_pretrained(path, progress=True)
+    assert capsys.readouterr().err.endswith(" s\n")

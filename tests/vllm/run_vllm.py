@@ -164,14 +164,14 @@ def check_packing(seed: int) -> dict:
     k, n = 64, 48
     for bits in (4, 8):
         q = torch.from_numpy(rng.integers(0, 1 << bits, (k, n)).astype(np.int32))
-        if not torch.equal(packed.unpack(gptq_pack(q, bits, k, n), bits, 0), q.long()):
+        if not torch.equal(packed.unpack(gptq_pack(q, bits, k, n), bits, 0).long(), q.long()):
             problems.append(f"GPTQ qweight, {bits} bits: egraft's rows differ from vLLM's gptq_pack")
-        if not torch.equal(packed.unpack(pack_cols(q, bits, k, n), bits, 1), q.long()):
+        if not torch.equal(packed.unpack(pack_cols(q, bits, k, n), bits, 1).long(), q.long()):
             problems.append(f"GPTQ qzeros, {bits} bits: egraft's columns differ from vLLM's pack_cols")
     q = torch.from_numpy(rng.integers(0, 16, (k, n)).astype(np.int32))
     fields = packed.unpack(awq_pack(q, 4, k, n), 4, 1)
     order = torch.arange(n).reshape(-1, 8)[:, list(packed.AWQ_FIELDS)].reshape(-1)
-    if not torch.equal(fields[:, order], q.long()):
+    if not torch.equal(fields[:, order].long(), q.long()):
         problems.append("AWQ: egraft's column order differs from vLLM's awq_pack")
     return {"case": "packing", "problems": problems, "wall_s": round(time.perf_counter() - t0, 1)}
 
