@@ -47,7 +47,11 @@ def from_pretrained(path: str, dtype: torch.dtype | None = None, progress: bool 
 
 
 def _load(path: str, dtype: torch.dtype | None, say) -> torch.nn.Module:
-    import transformers
+    try:
+        import transformers
+    except ImportError:
+        raise InputError("egraft.from_pretrained builds the model with transformers, which is not installed: "
+                         "pip install 'transformers>=5'") from None
 
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
@@ -68,7 +72,10 @@ def _load(path: str, dtype: torch.dtype | None, say) -> torch.nn.Module:
     if not names:
         raise InputError(f"{path}: its config says {qc.get('quant_method')} but no tensor is a quantised layer's "
                          "(NAME.qweight); the checkpoint does not match its config")
-    from transformers.initialization import no_init_weights
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # (where transformers keeps it in modeling_utils)
+        from transformers.modeling_utils import no_init_weights
 
     say(f"building the model from config.json ({sum(t.numel() * t.element_size() for t in tensors.values()) / 1e9:.2f}"
         " GB read)")
