@@ -135,9 +135,8 @@ def adopt(model: torch.nn.Module) -> tuple[torch.nn.Module, dict | None]:
         layer = out.get_submodule(name)
         w = layer.weight
         parent, _, child = name.rpartition(".")
-        new = QuantizedLinear(q, s, layer.bias, group, source="torchao")
-        new.source_bytes = sum(t.numel() * t.element_size() for t in (w.qdata, w.scale,
-                                                                      getattr(w, "zero_point", None)) if t is not None)
+        new = QuantizedLinear(q, s, layer.bias, group, source="torchao", source_bytes=sum(
+            t.numel() * t.element_size() for t in (w.qdata, w.scale, getattr(w, "zero_point", None)) if t is not None))
         setattr(out.get_submodule(parent) if parent else out, child, new)
         layers.append(new)
     return out.eval(), report(layers + own)
@@ -152,7 +151,7 @@ def report(layers: list[QuantizedLinear]) -> dict:
     mode = " and ".join((["int8"] if any(not g for g, _ in groups) else []) + (["int4"] if int4 else []))
     after = sum(sum(t.numel() * t.element_size() for t in m.buffers() if t is not None and t is not m.bias)
                 for m in layers)
-    before = sum(getattr(m, "source_bytes", None) or 0 for m in layers) or after
+    before = sum(m.source_bytes or 0 for m in layers) or after
     words = "; ".join(scheme(g, z) for g, z in groups) + ("; input columns permuted (act-order)"
                                                          if any(m.perm is not None for m in layers) else "")
     return {"mode": mode, "scheme": words, "source": ", ".join(sorted({m.source for m in layers})),

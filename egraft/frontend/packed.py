@@ -112,19 +112,13 @@ def layer(name: str, codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Ten
         if k // group != 1:
             raise InputError(f"{where} holds 8-bit values in groups of {group} input columns; egraft's int8 has one "
                              "scale per output row (8-bit GPTQ with group_size=-1), or re-quantise with 4 bits")
-        return _made(QuantizedLinear(q.contiguous(), s.reshape(n).contiguous(), bias, 0, offset, perm, source),
-                     source_bytes)
+        return QuantizedLinear(q.contiguous(), s.reshape(n).contiguous(), bias, 0, offset, perm, source, source_bytes)
     sub = max((g for g in GROUP_SIZES if group % g == 0), default=0)
     if not sub:
         raise InputError(f"{where} holds 4-bit values in groups of {group} input columns; egraft's int4 groups are "
                          f"{', '.join(map(str, GROUP_SIZES))} columns or a multiple of 32")
     scale = s.repeat_interleave(group // sub, dim=1).contiguous()  # a larger group: its sub-groups share its scale
-    return _made(QuantizedLinear(pack_int4(q), scale, bias, sub, offset, perm, source), source_bytes)
-
-
-def _made(m: QuantizedLinear, source_bytes: int) -> QuantizedLinear:
-    m.source_bytes = source_bytes
-    return m
+    return QuantizedLinear(pack_int4(q), scale, bias, sub, offset, perm, source, source_bytes)
 
 
 def _need(name: str, t: dict, keys: tuple[str, ...]) -> None:

@@ -106,10 +106,12 @@ class QuantizedLinear(torch.nn.Module):
     ``source`` names where the integers came from (``"egraft"``, ``"torchao"``, ``"gptq"``, ``"awq"``)."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, group_size: int = 0,
-                 zero_offset: torch.Tensor | None = None, perm: torch.Tensor | None = None, source: str = "egraft"):
+                 zero_offset: torch.Tensor | None = None, perm: torch.Tensor | None = None, source: str = "egraft",
+                 source_bytes: int | None = None):
         super().__init__()
         self.group_size = group_size  # 0: int8, one scale per output channel
         self.source = source
+        self.source_bytes = source_bytes  # the integers' and scales' bytes in the source's own form (None: these)
         self.out_features = q.shape[0]
         self.in_features = q.shape[1] * (2 if group_size else 1)
         self.register_buffer("qweight", q)
