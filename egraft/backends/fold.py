@@ -243,7 +243,7 @@ def compute_folded(p: FoldPlan, names=None) -> dict[str, np.ndarray]:
 
 def target_graph(g: Graph, o: int) -> Graph:
     """Node `o` of the weight-only graph `g` alone: the nodes it depends on, its weights unbound, no model inputs."""
-    alive = g.rebuilt(g.nodes, [o], g.input_ids).needed()  # (no model input: the value is weight-only)
+    alive = g.needed(outputs=[o])  # (no model input: the value is weight-only)
     need = [j for j, keep in enumerate(alive) if keep]
     remap = {j: k for k, j in enumerate(need)}
     nodes = [Node(g.nodes[j].op, tuple(remap[i] for i in g.nodes[j].inputs), g.nodes[j].attrs, g.nodes[j].shape,

@@ -282,14 +282,16 @@ class Graph:
                 users[j].append(i)
         return users
 
-    def needed(self, deps: Callable[[int], Sequence[int]] | None = None) -> list[bool]:
-        """Which nodes the outputs depend on; `deps(i)` (default: node i's inputs) says what node i reads.
+    def needed(self, deps: Callable[[int], Sequence[int]] | None = None,
+               outputs: Sequence[int] | None = None) -> list[bool]:
+        """Which nodes the outputs (or the nodes `outputs`) depend on; `deps(i)` (default: node i's inputs) says
+        what node i reads.
 
         Backends pass their own `deps` where a recognised pattern reads other
         nodes than its IR inputs (a matmul written in primitives skips its Mul).
         """
         need = [False] * len(self.nodes)
-        for o in self.outputs:
+        for o in (self.outputs if outputs is None else outputs):
             need[o] = True
         for i in range(len(self.nodes) - 1, -1, -1):
             if need[i]:

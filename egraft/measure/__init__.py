@@ -34,12 +34,13 @@ from .model import compare_model
 from .pinning import fix_threads, pin, pinned
 from .specs import TABLE, DeviceSpec, lookup
 from .timing import COLLAPSE, compare, interleaved, median_interval, summarize, time, time_cpu, time_cuda, time_jax
-from .tolerances import TOLERANCE, rel_err, tolerance, tolerance_for
+from .tolerances import TOLERANCE, output_tolerances, rel_err, tolerance, tolerance_for
 from .validate import Validation, validate
 
 __all__ = [
     "COLLAPSE", "TABLE", "TOLERANCE", "Device", "DeviceSpec", "Validation", "available",
     "calibrate_cpu", "compare", "compare_model", "fix_threads", "from_specs", "interleaved", "like", "lookup",
-    "median_interval", "outputs", "parse", "pin", "pinned", "random_inputs", "rel_err", "require",
-    "spec_for", "summarize", "time", "time_cpu", "time_cuda", "time_jax", "tolerance", "tolerance_for", "validate",
+    "median_interval", "output_tolerances", "outputs", "parse", "pin", "pinned", "random_inputs", "rel_err", "require",
+    "spec_for", "summarize", "time", "time_cpu", "time_cuda", "time_jax", "tolerance", "tolerance_for",
+    "validate",
 ]

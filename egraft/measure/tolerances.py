@@ -97,14 +97,25 @@ def error_budgets(graph: Graph) -> list[float]:
 
 def tolerance_for(graph: Graph, output_index: int, dtype: str | None = None) -> float:
     """The allowed norm-relative error of output `output_index` of `graph` (rule: the module docstring)."""
+    dt = dtype or graph.output_types()[output_index][1]
+    return output_tolerances(graph, {output_index: dt})[output_index] if dtypes.is_float(dt) else 0.0
+
+
+def output_tolerances(graph: Graph, which: dict[int, str] | None = None) -> dict[int, float]:
+    """:func:`tolerance_for` of the outputs `which` (output index -> dtype; default every output at its own
+    dtype), from one decomposition and one pass over the nodes (a step of 60 cache outputs checks them all)."""
     from ..ir.decompose import decompose
 
-    dt = dtype or graph.output_types()[output_index][1]
-    if not dtypes.is_float(dt):
-        return 0.0
-    prim = decompose(graph)
-    derived = max(error_budgets(prim)[prim.outputs[output_index]], FLOOR_ULPS * eps(dt))
-    return max(derived, TOLERANCE[dt]) if dtypes.is_half(dt) else derived
+    which = dict(enumerate(d for _, d in graph.output_types())) if which is None else which
+    out = {k: 0.0 for k, dt in which.items() if not dtypes.is_float(dt)}
+    if len(out) < len(which):
+        prim = decompose(graph)
+        budgets = error_budgets(prim)
+        for k, dt in which.items():
+            if dtypes.is_float(dt):
+                derived = max(budgets[prim.outputs[k]], FLOOR_ULPS * eps(dt))
+                out[k] = max(derived, TOLERANCE[dt]) if dtypes.is_half(dt) else derived
+    return out
 
 
 def rel_err(got, want, floor: float = 0.0) -> float:

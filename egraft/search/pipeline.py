@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..errors import BackendError, ValidationError
-from ..ir import dtypes
-from ..measure import outputs, tolerance_for
+from ..measure import output_tolerances, outputs
 from ..measure.memory import mark
 from ..runtime.device import parse as parse_device
 from ..runtime.step_program import graph_state
@@ -204,8 +203,8 @@ def check(executable, graph, reference: Callable, sets: Sequence[Sequence], labe
     """Compare `executable` with `reference` on each flat input set (module docstring); the check's record."""
     import torch
 
-    tols = [2 * tolerance_for(graph, k, d) if dtypes.is_float(d) else 0.0
-            for k, (_, d) in enumerate(graph.output_types())]
+    each = output_tolerances(graph)
+    tols = [2 * each[k] for k in range(len(graph.outputs))]
     worst = [0.0] * len(tols)
     for n, flat in enumerate(sets):
         with torch.no_grad():

@@ -108,6 +108,11 @@ def test_float32_tolerances_are_derived_from_the_graph():
     assert tolerance_for(g, 3) == ULPS_PER_OP * e
     assert tolerance_for(g, 4) >= 1e-2  # half types keep their flat tolerance
     assert tolerance_for(g, 5) == FLOOR_ULPS * e  # a max selects: exact
+    from egraft.measure import output_tolerances  # every output at once: the same numbers
+    assert output_tolerances(g) == {k: tolerance_for(g, k) for k in range(6)}
+    i = b.input("i", (3,), "int64")
+    gi = b.build([x.sum(1), i])
+    assert output_tolerances(gi) == {0: tolerance_for(gi, 0), 1: 0.0}
     f32 = [c.graph() for c in CASES]
     f32 = [g for g in f32 if not {n.dtype for n in g.nodes} & {"float16", "bfloat16"}]  # half paths: eps of half
     worst = max(tolerance_for(g, k) for g in f32 for k, (_, dt) in enumerate(g.output_types()) if dt == "float32")

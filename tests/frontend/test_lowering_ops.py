@@ -61,7 +61,7 @@ def run_case(key, c, dtype="float32", seed=None):
         assert a.dtype == w_np.dtype, f"{key} output {k}: dtype {a.dtype} != torch {w_np.dtype} (seed {seed})"
         if np.issubdtype(w_np.dtype, np.floating) or w_np.dtype.name == "bfloat16":
             tol = c.tol if dtype == "float32" else TOLERANCE[dtype]
-            err = rel_err(a, w_np)
+            err = rel_err(a, w_np, floor=c.floor)
             assert err <= tol, f"{key} output {k} ({dtype}): relative error {err:.3g} > {tol:g} (seed {seed})"
         else:
             assert np.array_equal(a, w_np), f"{key} output {k} ({w_np.dtype}) differs (seed {seed}):\n{a}\nvs\n{w_np}"
