@@ -223,7 +223,10 @@ class _Run:
             contenders.append(final.Contender("cached", Candidate(prior.graph, prior.backend,
                                                                   knob_items(prior.knobs))))
         allowance = None if plan.seconds is None else max(FINAL_MIN_S, plan.seconds * FINAL_SHARE)
-        fin = final.run(task, contenders, self.memo, allowance)
+        # the whole-program checks get what the budget has left before the timed calls' allowance
+        elapsed = _time.perf_counter() - (self.t0 if plan.started is None else min(plan.started, self.t0))
+        check_s = None if plan.seconds is None else plan.seconds - allowance - elapsed
+        fin = final.run(task, contenders, self.memo, allowance, check_s)
         self.stages.update(fin.stages)
         return self._build(fin, searched, saturation, prior)
 

@@ -15,6 +15,13 @@ the direct lowering is kept; ``noisy`` when a spread above
 ``egraft.measure.timing.COLLAPSE`` kept it from concluding.  Under
 ``fitness="model"`` the contenders' roofline estimates decide (nothing runs).
 
+Checking a contender compiles it whole (a 30-layer model: tens of seconds
+on one core), so the checks keep to what the budget has left (`check_s`):
+the contenders checked already (the direct lowering) cost nothing, the
+search's winner is checked first and always, and each other one only while
+the seconds left cover another check as long as the last one took; one
+left out is named in a note.
+
 The timing is sized to the allowance the budget keeps for it: ``ROUNDS``
 turns with as many calls as fit (at most ``MAX_CALLS``), counting a warm-up
 call per turn (``interleaved`` makes fewer: it skips them for slow programs
@@ -70,23 +77,36 @@ def calls_per_turn(allowance_s: float | None, per_turn_s: float) -> int:
     return max(1, min(MAX_CALLS, int(allowance_s / (ROUNDS * per_turn_s)) - 1))
 
 
-def run(task: Task, contenders: Sequence[Contender], memo: Executables, allowance_s: float | None) -> Final:
-    """Check the contenders not yet checked, time the survivors, choose (see the module docstring)."""
+def run(task: Task, contenders: Sequence[Contender], memo: Executables, allowance_s: float | None,
+        check_s: float | None = None) -> Final:
+    """Check the contenders not yet checked (within `check_s` seconds, None: all), time the survivors, choose
+    (see the module docstring)."""
     t = _time.perf_counter()
     notes: list[str] = []
-    alive: list[Contender] = []
-    seen: set[str] = set()
+    unique: list[Contender] = []
     for c in contenders:
-        if c.cand.key in seen:
-            continue
-        seen.add(c.cand.key)
+        if c.cand.key not in {u.cand.key for u in unique}:
+            unique.append(c)
+    kept: dict[int, Contender] = {}
+    spent, last = 0.0, None  # seconds the checks took, and the last one's
+    # the checked first (free), then the search's winner, then the others in their order of preference
+    for i in sorted(range(len(unique)), key=lambda i: (unique[i].checked_s is None, unique[i].label != "searched")):
+        c = unique[i]
         if c.checked_s is None:
+            if last is not None and check_s is not None and spent + last > check_s:
+                notes.append(f"{c.label}: not compared: checking it whole takes about {last:.0f} s and the budget "
+                             f"had {max(0.0, check_s - spent):.0f} s left")
+                continue
+            t1 = _time.perf_counter()
             out = evaluate_one(task, c.cand, memo=memo, timed=False)
+            last = _time.perf_counter() - t1
+            spent += last
             if not out.ok:
                 notes.append(f"{c.label}: the whole program {out.status} ({out.message[:200]}); not compared")
                 continue
             c = Contender(c.label, c.cand, out.time_s)
-        alive.append(c)
+        kept[i] = c
+    alive = [kept[i] for i in sorted(kept)]
     ests = [bound(c.cand.graph, c.cand.backend, c.cand.knobs, task.device) for c in alive]
     stages = {"final_check": _time.perf_counter() - t}
     mark("final_check")

@@ -135,3 +135,30 @@ def test_the_final_comparison_snapshots_the_state_once_for_every_contender(monke
     monkeypatch.setattr(torch.Tensor, "clone", lambda t, *a, **k: clones.append(t.shape) or real_clone(t, *a, **k))
     fin = final.run(task, contenders, Executables(), allowance_s=0.5)
     assert len(fin.rows) == 3 and clones == []
+
+
+def test_the_final_comparison_checks_the_search_winner_first_and_others_only_while_the_budget_lasts(monkeypatch):
+    """Each unchecked contender is a whole-program compile and check: with no seconds left only the search's
+    winner is checked (the others named in notes); with no limit every one is."""
+    from egraft.search import final
+
+    def program(order: int):
+        b = GraphBuilder()
+        x = b.input("x", (64,), "float32")
+        return b.build([[x + 1.0, 1.0 + x, (x + 1.0) * 1.0, x * 1.0 + 1.0][order]])
+
+    task = Task(program(0), "cpu", "measured")
+    checked = []
+    real = final.evaluate_one
+    monkeypatch.setattr(final, "evaluate_one", lambda t, cand, **k: checked.append(cand.key) or real(t, cand, **k))
+    direct = final.Contender("direct", Candidate(program(0), "torch", knob_items({})), 1e-6)
+    others = [final.Contender(label, Candidate(program(k), "torch", knob_items({})))
+              for k, label in ((1, "greedy/torch"), (2, "model/torch"), (3, "searched"))]
+    fin = final.run(task, [direct, *others], Executables(), allowance_s=0.5, check_s=0.0)
+    assert checked == [others[2].cand.key]
+    assert [r["label"] for r in fin.rows] == ["direct", "searched"]
+    assert sum("not compared" in n and "budget" in n for n in fin.notes) == 2, fin.notes
+    checked.clear()
+    fin = final.run(task, [direct, *others], Executables(), allowance_s=0.5, check_s=None)
+    assert checked == [others[2].cand.key, others[0].cand.key, others[1].cand.key]
+    assert [r["label"] for r in fin.rows] == ["direct", "greedy/torch", "model/torch", "searched"]
