@@ -281,63 +281,92 @@ def export_step(step: StepModule, chunk: int) -> torch.export.ExportedProgram:
     return export_program(step, step.example_inputs(chunk))
 
 
-def family(bucket: Bucket) -> tuple[bool, int]:
-    """The buckets one export serves: those of the same row count that decode (chunk 1), or that take a chunk
-    (chunk > 1).  Within a family the chunk and context sizes are symbolic; the row count and a chunk of 1 stay
-    concrete (the step branches on the row count, and torch.export specialises a size of 1)."""
-    return bucket.chunk == 1, bucket.rows
+def family(bucket: Bucket) -> tuple[bool | None, int]:
+    """The buckets one export serves, as ``(decode, rows)``: for one row, every bucket (``decode`` None: the chunk
+    symbolic from 1 up, a decode step included); for more rows, those that decode (True: chunk 1, concrete, as
+    ``torch.export`` specialises a size of 1) or those that take a chunk (False: chunk > 1, symbolic).  The context
+    size is symbolic in each.  Over more rows a chunk symbolic from 1 would give the decode step another graph
+    than its own export (the output layer's product keeps a unit axis: the same function, a different program
+    to search), so those stay apart; over one row the graphs are the same."""
+    return (None, 1) if bucket.rows == 1 else (bucket.chunk == 1, bucket.rows)
 
 
 class StepTracer:
     """The IR graph of each bucket of `step`, lowered from one ``torch.export`` per :func:`family`.
 
-    The family's first bucket is exported with its chunk (if over 1) and
-    context (if there are context buckets) dims symbolic (``torch.export`` proves the graph for the whole
-    range, or raises), and each bucket's graph is that program lowered at the
-    bucket's shapes (``lower_program(ep, shapes=...)``): the same graph a
-    ``torch.export`` at the bucket's own sizes gives, in a tenth of a second
-    instead of about two.  When the family's export or a bucket's lowering
-    fails, that bucket is exported at its own sizes (`status` says so), so a
-    model the symbolic export cannot take still compiles.  `weights`: the
-    :class:`~egraft.frontend.weights.WeightCopies` every graph binds.
+    The family's program is exported with its chunk (if it spans more than one) and context (if there are
+    context buckets) sizes symbolic, at an example chunk over 1 where it spans one (a size of 1 would be
+    specialised); ``torch.export`` proves the graph for the whole range or raises.  Each bucket's graph is that
+    program lowered at the bucket's shapes (``lower_program(ep, shapes=...)``): the same graph a
+    ``torch.export`` at the bucket's own sizes gives, in a tenth of a second instead of several.  When a one-row
+    family's export fails it is exported again as its decode and chunk halves; when that or a bucket's
+    lowering fails, the bucket is exported at its own sizes (`status` says each), so a model the symbolic
+    export cannot take still compiles.  `weights`: the :class:`~egraft.frontend.weights.WeightCopies` every
+    graph binds.
     """
 
     def __init__(self, step: StepModule, weights=None, status=lambda msg: None):
         self.step, self.weights, self.status = step, weights, status
-        self.exports: dict[tuple[bool, int], object] = {}  # family -> its ExportedProgram, or None after a failure
+        self.exports: dict[tuple, object] = {}  # family -> its ExportedProgram, or None after a failure
         self.export_s = 0.0  # seconds spent in the families' exports
 
-    def export(self, bucket: Bucket):
-        """`bucket`'s family's program with symbolic sizes (exported on first use); None when that failed."""
+    @staticmethod
+    def _keys(bucket: Bucket) -> list[tuple]:
+        """The exports that can serve `bucket`, in the order they are tried."""
         key = family(bucket)
+        return [key, (bucket.chunk == 1, bucket.rows)] if key[0] is None else [key]
+
+    def _export(self, key: tuple, bucket: Bucket):
         if key not in self.exports:
             from torch.export import Dim
 
             spec = self.step.spec
             # (a size held symbolic costs the export time: without context buckets every bucket reads full_context)
             context = {1: Dim("context", min=2, max=spec.full_context)} if spec.contexts else None
-            chunk = {1: Dim("chunk", min=2, max=max(spec.chunks))} if bucket.chunk > 1 else None
+            over_one = [c for c in spec.chunks if c > 1]
+            if key[0] is None:  # every chunk of one row: exported at the smallest chunk over 1, symbolic from 1
+                example = min(over_one, default=1)
+                chunk = {1: Dim("chunk", min=1, max=max(spec.chunks))} if over_one else None
+            else:
+                example = bucket.chunk
+                chunk = None if key[0] else {1: Dim("chunk", min=2, max=max(spec.chunks))}
+            what = {None: "bucket", True: "decode bucket", False: "chunk bucket"}[key[0]]
             t = time.perf_counter()
             try:
-                self.exports[key] = export_program(self.step, self.step.example_inputs(*bucket),
-                                                   dynamic_shapes=(chunk, chunk, context))
+                self.exports[key] = export_program(
+                    self.step, self.step.example_inputs(example, bucket.context, bucket.rows),
+                    dynamic_shapes=(chunk, chunk, context))
             except EgraftError as e:
-                self.status(f"one export for every {'decode' if key[0] else 'chunk'} bucket of {key[1]} row(s) "
-                            f"failed ({str(e).splitlines()[0]}); exporting each at its own sizes")
+                then = ("exporting decode and chunk buckets apart" if key[0] is None
+                        else "exporting each at its own sizes")
+                self.status(f"one export for every {what} of {bucket.rows} row(s) failed "
+                            f"({str(e).splitlines()[0]}); {then}")
                 self.exports[key] = None
             self.export_s += time.perf_counter() - t
         return self.exports[key]
 
+    def export(self, bucket: Bucket):
+        """The symbolic program that serves `bucket` (exported on first use); None when each export failed."""
+        for key in self._keys(bucket):
+            ep = self._export(key, bucket)
+            if ep is not None:
+                return ep
+        return None
+
     def __call__(self, bucket: Bucket):
         """The IR graph of `bucket` (``example_inputs(*bucket)``'s shapes)."""
         args = self.step.example_inputs(*bucket)
-        ep = self.export(bucket)
-        if ep is not None:
+        keys = self._keys(bucket)
+        for key in keys:
+            ep = self._export(key, bucket)
+            if ep is None:
+                continue
             try:
                 return lower_program(ep, self.weights, shapes=[a.shape for a in args])
             except EgraftError as e:
                 self.status(f"lowering the shared export at {bucket} failed ({str(e).splitlines()[0]}); "
-                            "exporting it at its own sizes")
+                            + ("trying its decode or chunk export" if key != keys[-1]
+                               else "exporting it at its own sizes"))
         return lower_program(export_program(self.step, args), self.weights)
 
 

@@ -42,8 +42,9 @@ def test_export_shows_caches_as_buffer_mutations(built):
 
 
 def test_step_tracer_exports_once_per_family_and_gives_each_buckets_own_graph(built, monkeypatch):
-    """StepTracer: one torch.export per family (decode / chunk x row count), each bucket's graph the same as a
-    torch.export at the bucket's own sizes (structural hash, weights bound by name)."""
+    """StepTracer: one torch.export per family (every bucket of one row; decode / chunk of more rows), each
+    bucket's graph the same as a torch.export at the bucket's own sizes (structural hash, weights bound by name),
+    the one-row decode step's included."""
     from egraft.frontend import causal_lm
     from egraft.frontend.tracer import export_program, lower_program
 
@@ -54,9 +55,10 @@ def test_step_tracer_exports_once_per_family_and_gives_each_buckets_own_graph(bu
     tracer = causal_lm.StepTracer(step)
     buckets = step.spec.buckets()
     graphs = {b: tracer(b) for b in buckets}
-    assert len(calls) == len({causal_lm.family(b) for b in buckets}) == 4  # decode and chunk, 1 and 4 rows
+    assert len(calls) == len({causal_lm.family(b) for b in buckets}) == 3  # 1 row; decode and chunk of 4 rows
     assert all(k.get("dynamic_shapes") for k in calls)
-    for b in [buckets[0], buckets[-1], next(b for b in buckets if b.chunk == 16 and b.rows == 1)]:
+    one_row_decode = next(b for b in buckets if b.chunk == 1 and b.rows == 1)
+    for b in [buckets[0], buckets[-1], one_row_decode, next(b for b in buckets if b.chunk == 16 and b.rows == 1)]:
         own = lower_program(export_program(step, step.example_inputs(*b)))
         assert graphs[b].structural_hash() == own.structural_hash(), b
         assert sorted(graphs[b].weights) == sorted(own.weights)
@@ -82,3 +84,51 @@ def test_step_tracer_exports_a_bucket_at_its_own_sizes_when_the_shared_export_fa
     assert any("failed" in s and "its own sizes" in s for s in said), said
     assert tracer.exports[causal_lm.family(b)] is None
     assert [s.shape for s in g.signature.call_inputs] == [tuple(a.shape) for a in step.example_inputs(*b)]
+
+
+def test_step_tracer_exports_one_rows_decode_and_chunk_buckets_apart_when_their_export_fails(built, monkeypatch):
+    """A step whose chunk cannot run from 1 symbolically (a guard on chunk == 1): its one-row buckets get one
+    export for decoding and one for the others, each bucket's graph still its own-size export's."""
+    from egraft.errors import TraceError
+    from egraft.frontend import causal_lm
+    from egraft.frontend.tracer import export_program, lower_program
+
+    step = built.step
+    real = causal_lm.export_program
+    calls = []
+
+    def no_chunk_from_one(*a, dynamic_shapes=None, **k):
+        chunk = (dynamic_shapes or (None,))[0]
+        calls.append(chunk)
+        if chunk and chunk[1].min == 1:
+            raise TraceError("torch.export could not capture it: a guard on chunk == 1")
+        return real(*a, dynamic_shapes=dynamic_shapes, **k)
+
+    monkeypatch.setattr(causal_lm, "export_program", no_chunk_from_one)
+    said = []
+    tracer = causal_lm.StepTracer(step, status=said.append)
+    buckets = [b for b in step.spec.buckets() if b.rows == 1]
+    graphs = {b: tracer(b) for b in buckets}
+    assert any("failed" in s and "decode and chunk buckets apart" in s for s in said), said
+    assert len(calls) == 3  # the family's (failed), then its decode and chunk halves
+    assert tracer.exports[causal_lm.family(buckets[0])] is None
+    for b in [buckets[0], buckets[-1]]:
+        own = lower_program(export_program(step, step.example_inputs(*b)))
+        assert graphs[b].structural_hash() == own.structural_hash(), b
+
+
+def test_one_row_decode_with_context_buckets_lowers_to_its_own_exports_graph(built):
+    """With context buckets (the context symbolic too), every one-row decode bucket's graph from the family's one
+    export is the graph of its own export."""
+    from egraft.frontend import causal_lm
+    from egraft.frontend.tracer import export_program, lower_program
+    from gen_helpers import CHUNKS, MAX_LENGTH
+
+    step = causal_lm.step_module(built.model, 1, MAX_LENGTH, CHUNKS, contexts=(32,), check=False)
+    tracer = causal_lm.StepTracer(step)
+    decode = [b for b in step.spec.buckets() if b.chunk == 1]
+    assert {b.context for b in decode} == {32, step.spec.full_context}
+    for b in decode:
+        own = lower_program(export_program(step, step.example_inputs(*b)))
+        assert tracer(b).structural_hash() == own.structural_hash(), b
+    assert len(tracer.exports) == 1
