@@ -187,6 +187,12 @@ class _Run:
         self.notes: list[str] = []  # backends left out (_baseline), the search's share of a whole-compile budget
         self.dev, self.fitness = config.device, config.fitness
 
+    def _elapsed(self) -> float:
+        """Seconds of the budget spent so far: since the whole compile began (the budget's `started`), or this
+        search."""
+        started = self.config.budget.started
+        return _time.perf_counter() - (self.t0 if started is None else min(started, self.t0))
+
     def _stage(self, name: str, t: float) -> float:
         now = _time.perf_counter()
         self.stages[name] = self.stages.get(name, 0.0) + now - t
@@ -206,7 +212,7 @@ class _Run:
         t = self._stage("reference", t)
         task, direct, base_out = self._baseline(task)
         t = self._stage("baseline", t)
-        spent = _time.perf_counter() - (self.t0 if plan.started is None else min(plan.started, self.t0))
+        spent = self._elapsed()
         finals = PER_BLOCK_SEEDS + 1 if self.config.reuse_layers and saturation.parts else 0
         left = search_seconds(plan, spent, self.stages["baseline"], finals)
         if left is not None and plan.after:
@@ -224,8 +230,7 @@ class _Run:
                                                                   knob_items(prior.knobs))))
         allowance = None if plan.seconds is None else max(FINAL_MIN_S, plan.seconds * FINAL_SHARE)
         # the whole-program checks get what the budget has left before the timed calls' allowance
-        elapsed = _time.perf_counter() - (self.t0 if plan.started is None else min(plan.started, self.t0))
-        check_s = None if plan.seconds is None else plan.seconds - allowance - elapsed
+        check_s = None if plan.seconds is None else plan.seconds - allowance - self._elapsed()
         fin = final.run(task, contenders, self.memo, allowance, check_s)
         self.stages.update(fin.stages)
         return self._build(fin, searched, saturation, prior)

@@ -84,8 +84,10 @@ def run(task: Task, contenders: Sequence[Contender], memo: Executables, allowanc
     t = _time.perf_counter()
     notes: list[str] = []
     unique: list[Contender] = []
+    seen: set[str] = set()
     for c in contenders:
-        if c.cand.key not in {u.cand.key for u in unique}:
+        if c.cand.key not in seen:
+            seen.add(c.cand.key)
             unique.append(c)
     kept: dict[int, Contender] = {}
     spent, last = 0.0, None  # seconds the checks took, and the last one's
