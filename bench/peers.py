@@ -34,13 +34,14 @@ package registry's source distribution, about 6 minutes on 2 cores).
 
     python3 bench/peers.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--threads 1 2]
                            [--budget 60s] [--rounds 5] [--new 32] [--out docs/results/raw/peers.json]
-                           [--quantize int8|int4 [--group-size 64]]
+                           [--quantize int8|int4|w8a8 [--group-size 64]]
 
 With ``--quantize``, egraft's weight-only int8 / int4 model runs against
 llama.cpp's Q8_0 / Q4_0 of the same float weights (whose dot products also
-quantise the activations: not the same function); egraft's tokens are
-checked against the quantised model's, and the decode bound counts the
-quantised bytes.
+quantise the activations: not the same function), and egraft's lossy
+``w8a8`` (int8 activations per row, integer products) against Q8_0;
+egraft's tokens are checked against the quantised model's, and the decode
+bound counts the quantised bytes.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from bench import generate_worker, real_size  # noqa: E402  (the read bandwidth;
 
 VENV = os.environ.get("EGRAFT_LLAMACPP_VENV", os.path.join(ROOT, ".venv-llamacpp"))
 GGUF_TYPES = {"float32": ("f32",), "bfloat16": ("f16", "bf16"), "float16": ("f16",)}
-QUANTISED = {"int8": "q8_0", "int4": "q4_0"}  # egraft's weight-only mode -> llama.cpp's type of the same bits
+QUANTISED = {"int8": "q8_0", "int4": "q4_0", "w8a8": "q8_0"}  # egraft's mode -> llama.cpp's type of the same bits
 
 
 def _venv_python() -> str:
@@ -103,7 +104,7 @@ def child_gguf(a) -> dict:
     _tokenizer(hf)
     out = {}
     mode = real_size._quantize(a)
-    types = GGUF_TYPES[a.dtype] if mode is None else (QUANTISED[mode],) if mode == "int8" else ("f32",)
+    types = GGUF_TYPES[a.dtype] if mode is None else (QUANTISED[mode],) if mode != "int4" else ("f32",)
     for t in types:
         path = os.path.join(a.dir, f"model-{t}.gguf")
         r = subprocess.run([sys.executable, _converter(), hf, "--outtype", t, "--outfile", path],
@@ -206,9 +207,9 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--new", type=int, default=32)
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "raw", "peers.json"))
-    p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none",
-                   help="egraft.compile's weight-only quantize, against llama.cpp's type of the same bits (int8: "
-                        "Q8_0, int4: Q4_0); egraft's tokens are checked against the quantised model's")
+    p.add_argument("--quantize", choices=["none", "int8", "int4", "w8a8"], default="none",
+                   help="egraft.compile's quantize, against llama.cpp's type of the same bits (int8 and the lossy "
+                        "w8a8: Q8_0, int4: Q4_0); egraft's tokens are checked against the quantised model's")
     p.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
                    help="(--quantize int4) input columns per scale")
     p.add_argument("--child", choices=["gguf", "measure"], help=argparse.SUPPRESS)

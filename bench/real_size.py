@@ -37,7 +37,7 @@ to one core with one thread before torch and jax start
    ``egraft.measure.compare`` concludes.
 
     python3 bench/real_size.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--budget 60s]
-                               [--quantize int8|int4|torchao-int8|torchao-int4|gptq-int4|awq-int4 [--group-size 64]]
+                               [--quantize int8|int4|w8a8|torchao-int8|torchao-int4|gptq-int4|awq-int4 [--group-size 64]]
                                [--rounds 5] [--new 32] [--weight-copies no] [--out docs/results/raw/real_size.json]
 """
 
@@ -119,7 +119,7 @@ def _prompt(vocab: int, rows: int = 1):
 def _quantize(a) -> str | None:
     """egraft.compile's quantize= for this run (None for a float model and for one quantised elsewhere)."""
     q = getattr(a, "quantize", "none")
-    return q if q in ("int8", "int4") else None
+    return q if q in ("int8", "int4", "w8a8") else None
 
 
 def _model(a, peer: bool = False):
@@ -336,7 +336,7 @@ def main(argv=None) -> int:
                    help="(--quantize int4 / torchao-int4) input columns per scale (egraft.compile's group_size)")
     p.add_argument("--batch", type=int, default=1,
                    help="sequences generated together (max_batch; the decode rate is per sequence)")
-    p.add_argument("--quantize", choices=["none", "int8", "int4", "torchao-int8", "torchao-int4", "gptq-int4", "awq-int4"],
+    p.add_argument("--quantize", choices=["none", "int8", "int4", "w8a8", "torchao-int8", "torchao-int4", "gptq-int4", "awq-int4"],
                    default="none",
                    help="egraft.compile's quantize (int8: weight-only, per output channel; the tokens are checked "
                         "against the quantised model's, HF eager stays the float model); torchao-int8 / torchao-int4: "

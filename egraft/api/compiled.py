@@ -21,7 +21,8 @@ import torch
 
 from ..errors import ArtifactError, BackendError, InputError
 from ..frontend.adopt import adopt
-from ..frontend.quantize import check_mode
+from ..frontend.quality import measure_lossy
+from ..frontend.quantize import LOSSY, check_mode
 from ..frontend.quantize import quantize as quantize_model
 from ..measure import parse, require
 from ..runtime.outputs import rebuild
@@ -298,7 +299,11 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
     with each weight replaced by its dequantised values.  A model quantised
     with torchao's weight-only int8 or int4 configs compiles as it is (its
     layers read as egraft's own: :mod:`egraft.frontend.adopt`, which names
-    what it refuses).
+    what it refuses).  ``"w8a8"`` (lossy, opt-in) also rounds each layer's
+    input to int8, one scale per row, so its products are integer dot
+    products: the compiled programs equal that model within a stated lossy
+    bound, and its logit error and top-1 agreement against the float model
+    are measured and reported (:mod:`egraft.frontend.quality`).
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"egraft.compile takes a torch.nn.Module, got {type(model).__name__}; wrap a function "
@@ -320,9 +325,14 @@ def compile(model, device: str = "cpu", example_inputs=None, backend: str = "aut
         if quantization is not None:
             raise InputError(f"quantize={mode!r}: {type(model).__name__} is quantised already ("
                              f"{quantization['source']}, {quantization['layers']} layers); compile it with quantize=None")
+        float_model = model
         model, quantization = quantize_model(model, mode, group_size)
     cm = CompiledModel(model, config)
     cm.quantization = quantization
+    if mode in LOSSY:  # how far it moves from the float model: measured, recorded, named (frontend.quality)
+        quality = measure_lossy(float_model, model, cm._status)
+        if quality is not None:
+            quantization["quality"] = quality
     if (max_batch is None) != (max_length is None):
         raise InputError("generation needs both max_batch and max_length (the KV caches' rows and length); "
                          f"got max_batch={max_batch!r}, max_length={max_length!r}")

@@ -134,10 +134,11 @@ def add_search_args(p) -> None:
                    help="let a backend also keep a weight in another layout (column panels: a second copy of each "
                         "weight) where the search finds it faster; default: every product reads the weight where "
                         "the model stores it")
-    p.add_argument("--quantize", choices=["int8", "int4"], default=None,
+    p.add_argument("--quantize", choices=["int8", "int4", "w8a8"], default=None,
                    help="int8: compile the model with its linear layers' weights as int8, one scale per output "
                         "channel; int4: as int4, one scale per --group-size input columns (weight-only; the "
-                        "compiled program equals that quantised model)")
+                        "compiled program equals that quantised model); w8a8: int8 weights and each layer input "
+                        "rounded to int8 per row (lossy: validated within a stated bound, its quality reported)")
     p.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
                    help="(--quantize int4) input columns per scale (default 128; it must divide every linear "
                         "layer's input width)")

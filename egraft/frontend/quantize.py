@@ -20,6 +20,17 @@ values).  Both modes are symmetric (no zero point):
   The layer unpacks them with :func:`unpack_int4` (the custom op
   ``egraft::unpack_int4``, which egraft traces into the IR's ``Nibble``).
 
+* ``"w8a8"`` (lossy, opt-in): the weights as ``"int8"``, and each row of a
+  layer's input rounded to int8 too, one scale per row (per token):
+  ``sx = max(max_k |x[k]|, AMIN) / 127``, ``xq = trunc(v + 0.5 sign v)`` with
+  ``v = x * (127 / max(..))`` (round half away from zero, in -127..127),
+  ``y = (xq @ q.T) * sx * s + bias``: the product of two int8 operands, an
+  integer dot product (as llama.cpp's Q8_0 computes), but a different
+  function from the model with dequantised weights (the activations' rounding
+  error adds to the weights').  Its programs are validated against it
+  within a stated lossy bound, not float rounding (``measure.tolerances``),
+  and its quality against the float model is measured, never assumed.
+
 **What the compiled model equals.**  The quantised model is the model with
 each weight replaced by its dequantised values (float32: ``q * s`` per
 channel, ``q * s[n, k // group_size]`` per group).  An int8 layer computes
@@ -56,10 +67,12 @@ import torch
 
 from ..errors import InputError
 
-MODES = ("int8", "int4")  # what `quantize=` takes
+MODES = ("int8", "int4", "w8a8")  # what `quantize=` takes
+LOSSY = ("w8a8",)  # modes that also quantise activations: not the model with dequantised weights (lossy)
 GROUP_SIZES = (32, 64, 128)  # what `group_size=` takes (int4)
 DEFAULT_GROUP_SIZE = 128
 QMAX = 127  # int8 values are -QMAX..QMAX (symmetric; -128 unused)
+AMIN = 1e-12  # (w8a8) a row's largest magnitude is taken as at least this (a row of zeros quantises to zeros)
 QMAX4 = 7  # int4 scales map a group's largest magnitude to 7 (values -8..7; -8 only by rounding, never)
 
 
@@ -103,12 +116,18 @@ class QuantizedLinear(torch.nn.Module):
     * ``perm`` (int64 ``[in]``): the layer's input columns in the order its groups are stored (GPTQ's act-order);
       the layer reads ``x[..., perm]``.
 
-    ``source`` names where the integers came from (``"egraft"``, ``"torchao"``, ``"gptq"``, ``"awq"``)."""
+    ``source`` names where the integers came from (``"egraft"``, ``"torchao"``, ``"gptq"``, ``"awq"``).
+    ``activations="int8"`` (int8 weights only; the lossy ``"w8a8"`` mode): each row of the input is rounded to int8
+    first (:func:`quantize_rows`) and the layer computes ``(xq @ q.T) * sx * s + bias``."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, group_size: int = 0,
                  zero_offset: torch.Tensor | None = None, perm: torch.Tensor | None = None, source: str = "egraft",
-                 source_bytes: int | None = None):
+                 source_bytes: int | None = None, activations: str | None = None):
         super().__init__()
+        if activations not in (None, "int8") or (activations and group_size):
+            raise ValueError(f"activations={activations!r}: only int8 activations with int8 weights (one scale "
+                             "per output channel) are supported")
+        self.activations = activations
         self.group_size = group_size  # 0: int8, one scale per output channel
         self.source = source
         self.source_bytes = source_bytes  # the integers' and scales' bytes in the source's own form (None: these)
@@ -147,6 +166,9 @@ class QuantizedLinear(torch.nn.Module):
             x32 = x32.index_select(-1, self.perm)
         if self.group_size:
             y = torch.nn.functional.linear(x32, self._symmetric())
+        elif self.activations:
+            xq, sx = quantize_rows(x32)
+            y = torch.nn.functional.linear(xq.to(torch.float32), self.qweight.to(torch.float32)) * sx * self.scale
         else:
             y = torch.nn.functional.linear(x32, self.qweight.to(torch.float32)) * self.scale
         if self.zero_offset is not None:
@@ -158,9 +180,18 @@ class QuantizedLinear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         how = f"int4, groups of {self.group_size}" if self.group_size else "int8 per output channel"
+        how += ", int8 activations per row (lossy)" if self.activations else ""
         extra = (", zero points" if self.zero_offset is not None else "") + (", act-order" if self.perm is not None
                                                                              else "")
         return f"in_features={self.in_features}, out_features={self.out_features}, {how}{extra}"
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(xq, sx)``: each row (last axis) of float32 `x` as int8 values -127..127 and its float32 scale
+    ``sx = max(max |row|, AMIN) / 127`` (``x ~ xq * sx``), rounded half away from zero (the module docstring)."""
+    amax = x.abs().amax(dim=-1, keepdim=True).clamp(min=AMIN)
+    v = x * (QMAX / amax)
+    return torch.where(v < 0, v - 0.5, v + 0.5).to(torch.int8), amax / QMAX
 
 
 def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,7 +231,7 @@ def check_mode(mode, group_size=None) -> str | None:
     if mode is not None and mode not in MODES:
         raise InputError(f"quantize={mode!r} is not a quantisation egraft knows; it takes "
                          f"{', '.join(map(repr, MODES))} (weight-only: int8 per output channel, int4 in groups of "
-                         "group_size input columns) or None")
+                         "group_size input columns; w8a8: int8 weights and int8 activations per row, lossy) or None")
     if group_size is not None:
         if mode != "int4":
             raise InputError(f"group_size={group_size!r} is for quantize='int4' (int8 has one scale per output "
@@ -217,6 +248,7 @@ def quantize(model: torch.nn.Module, mode: str, group_size: int | None = None) -
     divide: InputError naming it and the group sizes that divide every layer (the model is untouched)."""
     check_mode(mode, group_size)
     group = (group_size or DEFAULT_GROUP_SIZE) if mode == "int4" else 0
+    acts = "int8" if mode == "w8a8" else None
     if group:
         _check_groups(model, group)
     keep = {id(t): t for t in list(model.parameters()) + list(model.buffers())}  # shared, not copied
@@ -229,7 +261,7 @@ def quantize(model: torch.nn.Module, mode: str, group_size: int | None = None) -
                 continue
             w, b = found
             q, s = int4_per_group(w, group) if group else int8_per_channel(w)
-            setattr(parent, name, QuantizedLinear(q, s, b, group))
+            setattr(parent, name, QuantizedLinear(q, s, b, group, activations=acts))
             layers += 1
             before += w.numel() * w.element_size()
             after += q.numel() + s.numel() * 4
@@ -238,16 +270,18 @@ def quantize(model: torch.nn.Module, mode: str, group_size: int | None = None) -
         raise InputError(f"quantize={mode!r}: {type(model).__name__} has no nn.Linear (or transformers Conv1D) "
                          "layer to quantise" + ("; it is quantised already (compile it with quantize=None)"
                                                 if already else ""))
-    return out.eval(), {"mode": mode, "scheme": scheme(group), **({"group_size": group} if group else {}),
+    return out.eval(), {"mode": mode, "scheme": scheme(group, activations=acts),
+                        **({"group_size": group} if group else {}), **({"lossy": True} if acts else {}),
                         "layers": layers, "weight_bytes_before": before, "weight_bytes_after": after}
 
 
-def scheme(group: int, zeros: bool = False) -> str:
+def scheme(group: int, zeros: bool = False, activations: str | None = None) -> str:
     """The quantisation report's words for a layer with int4 groups of `group` columns (0: int8 per channel),
-    with zero points when `zeros`."""
+    with zero points when `zeros`, and int8 `activations` (lossy w8a8)."""
     kind = "asymmetric (zero points)" if zeros else "symmetric"
+    acts = "; activations rounded to int8 per row, one scale each (lossy)" if activations else ""
     return (f"{kind} int4, one float32 scale per {group} input columns of a row, two values a byte" if group
-            else f"{kind} int8, one float32 scale per output channel")
+            else f"{kind} int8, one float32 scale per output channel{acts}")
 
 
 def _check_groups(model: torch.nn.Module, group: int) -> None:
@@ -264,5 +298,6 @@ def _check_groups(model: torch.nn.Module, group: int) -> None:
                             f"no group size of {GROUP_SIZES} divides every layer's input width: use quantize='int8'"))
 
 
-__all__ = ["BLOCK", "DEFAULT_GROUP_SIZE", "GROUP_SIZES", "MODES", "QMAX", "QMAX4", "QuantizedLinear", "check_mode",
-           "int4_per_group", "int8_per_channel", "pack_int4", "quantize", "scheme", "unpack_int4"]
+__all__ = ["AMIN", "BLOCK", "DEFAULT_GROUP_SIZE", "GROUP_SIZES", "LOSSY", "MODES", "QMAX", "QMAX4", "QuantizedLinear", "check_mode",
+           "int4_per_group", "int8_per_channel", "pack_int4", "quantize", "quantize_rows", "scheme",
+           "unpack_int4"]

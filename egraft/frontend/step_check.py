@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import EgraftError, InputError
+from ..ir import dtypes
 from .slot_cache import MASK_IMPLEMENTATIONS
 
 
@@ -128,6 +129,8 @@ def check_step(step, programs) -> None:
             x.zero_()
     scale = max(1.0, float(want.abs().max()))
     tol = _check_tolerance(getattr(torch, spec.state[0].dtype))
+    if any(getattr(m, "activations", None) for m in model.modules()):  # lossy w8a8: a rounded near-half flips
+        tol = max(tol, dtypes.LOSSY_BOUND)
     for k, logits in enumerate(got):
         diff = (logits.float() - want[:, width - 1 + k]).abs().amax(dim=-1)
         if not bool(torch.isfinite(diff).all()) or float(diff.max()) > tol * scale:

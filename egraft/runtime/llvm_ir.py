@@ -23,6 +23,7 @@ XLA calls the product through the handler ``runtime.llvm_ffi`` adds.
 from __future__ import annotations
 
 from .llvm_ffi import MAX_THREADS, module
+from .llvm_act8 import act8_product
 from .llvm_rows import rows_product
 from .llvm_spec import LAYOUTS, ROW_GROUP, TILE, VEC, WIDEN, WIDTHS, KernelSpec, group_sizes, row_groups, walk
 
@@ -67,6 +68,8 @@ exit:
 def _product(spec: KernelSpec) -> str:
     """``@panel(x, panels, out, p)``: panel `p`'s row groups against it while it is in cache; ``@product``: every
     panel in turn; ``@work(job)``: panels claimed one at a time from a shared job (``runtime.llvm_ffi.SHARED``)."""
+    if spec.act == "int8":
+        return act8_product(spec)
     if spec.layout == "rows":
         return rows_product(spec)
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]

@@ -186,7 +186,7 @@ dot_done:
     return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
 declare float @llvm.fma.f32(float, float, float)
 declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
-""" + _rows_panel(spec, 1, body, prologue) + walk(spec)
+""" + rows_panel(spec, 1, body, prologue) + walk(spec)
 
 
 def _rows_product(spec: KernelSpec) -> str:
@@ -218,10 +218,10 @@ dot_done:
 """
     return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
 declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
-""" + _rows_panel(spec, 1, body) + walk(spec)
+""" + rows_panel(spec, 1, body) + walk(spec)
 
 
-def _rows_panel(spec: KernelSpec, step: int, body: str, prologue: str = "") -> str:
+def rows_panel(spec: KernelSpec, step: int, body: str, prologue: str = "") -> str:
     """(layout "rows") ``@panel(x, w, out, s, p)``: panel `p`'s weight rows (fewer in a part-filled last panel),
     `step` at a time: `body` runs with ``%row`` the first of them and ``%wr`` its address (int4: ``%sr`` its
     scales'), from the block ``sub``, and ends in the block that goes on to the next.  A `prologue` runs first,
@@ -338,7 +338,7 @@ tiles_done:
     return f"""declare <{t} x float> @llvm.fma.v{t}f32(<{t} x float>, <{t} x float>, <{t} x float>)
 declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
 {blocks}
-""" + _rows_panel(spec, t, body) + walk(spec)
+""" + rows_panel(spec, t, body) + walk(spec)
 
 
 DOT_ROWS = 4  # (layout "rows", more than one row of x) weight rows a dot block reads together
@@ -428,7 +428,7 @@ def _dots_product(spec: KernelSpec) -> str:
 {groups}"""
     return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
 {blocks}
-""" + _rows_panel(spec, DOT_ROWS, body) + walk(spec)
+""" + rows_panel(spec, DOT_ROWS, body) + walk(spec)
 
 
 def _tiles_alias(spec: KernelSpec) -> bool:
@@ -439,4 +439,4 @@ def _tiles_alias(spec: KernelSpec) -> bool:
     return (spec.k * ITEMSIZE[spec.dtype]) % 4096 == 0
 
 
-__all__ = ["DOT_ROWS", "rows_product"]
+__all__ = ["DOT_ROWS", "rows_panel", "rows_product"]

@@ -30,6 +30,8 @@ GROUPS = (32, 64, 128)  # (int4) values of k that share one scale
 WIDTHS = (16, 32, 64, 128)
 LAYOUTS = ("panels", "rows")
 VEC = 16  # (layout "rows") k values per vector: one AVX-512 register of float32; k must be a multiple
+ACTS = ("float32", "int8")  # what x may be (int8: a quantised activation, the products summed in int32)
+ACT8_STEP = 32  # (int8 x) k values per vector step
 TILE = 16  # (layout "rows", more than one row of x) weight rows x k values transposed in registers at a time
 
 
@@ -46,6 +48,7 @@ class KernelSpec:
     layout: str = "panels"
     n: int = 0  # (layout "rows") the weight's rows, when the last panel holds fewer than width (0: all full)
     group: int = 0  # (int4) values of k per scale: the product takes the scales [weight rows, k / group] too
+    act: str = "float32"  # x's dtype: "int8" (quantised activations, ``runtime.llvm_act8``) sums in int32
 
     def __post_init__(self):
         if self.dtype not in WIDEN:
@@ -63,6 +66,10 @@ class KernelSpec:
                 self.layout != "rows" or self.group not in GROUPS or self.k % self.group)):
             raise BackendError(f"a generated product of int4 weights reads them as stored rows with a group size of "
                                f"{GROUPS} dividing k (and only int4 has groups): {self}")
+        if self.act not in ACTS or (self.act == "int8" and (
+                self.dtype != "int8" or self.layout != "rows" or self.rows != 1 or self.k % ACT8_STEP)):
+            raise BackendError(f"a generated product takes x of dtype {ACTS}; int8 x only times int8 weights read "
+                               f"as stored rows, one row of x, k a multiple of {ACT8_STEP}: {self}")
 
     @property
     def weight_rows(self) -> int:
@@ -73,6 +80,7 @@ class KernelSpec:
     def name(self) -> str:
         tail = "" if self.layout == "panels" else f"_{self.layout}" + (f"_{self.n}" if self.n else "")
         tail += f"_g{self.group}" if self.group else ""
+        tail += "_a8" if self.act == "int8" else ""
         return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}{tail}"
 
     def to_json(self) -> dict:
@@ -81,7 +89,8 @@ class KernelSpec:
     @classmethod
     def from_json(cls, d: dict) -> "KernelSpec":
         return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]),
-                   str(d.get("layout", "panels")), int(d.get("n", 0)), int(d.get("group", 0)))
+                   str(d.get("layout", "panels")), int(d.get("n", 0)), int(d.get("group", 0)),
+                   str(d.get("act", "float32")))
 
 
 def group_sizes(rows: int) -> list[int]:
@@ -137,5 +146,5 @@ done:
 """ + SHARED
 
 
-__all__ = ["GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
+__all__ = ["ACT8_STEP", "ACTS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
            "walk"]

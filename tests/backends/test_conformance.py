@@ -117,3 +117,21 @@ def test_float32_tolerances_are_derived_from_the_graph():
     f32 = [g for g in f32 if not {n.dtype for n in g.nodes} & {"float16", "bfloat16"}]  # half paths: eps of half
     worst = max(tolerance_for(g, k) for g in f32 for k, (_, dt) in enumerate(g.output_types()) if dt == "float32")
     assert worst < 1e-4, worst
+
+
+def test_a_quantiser_of_an_inexact_value_carries_the_stated_lossy_bound_and_nothing_else_does():
+    """A Cast to int8 of a computed float (w8a8's rounding of an activation) may flip a whole quantum between two
+    programs: every output after it gets LOSSY_BOUND.  Its negative controls stay exact-or-ulps: an input cast to
+    int8 (no error to flip on), and a computed float cast to int64 (positions: whole numbers)."""
+    from egraft.ir import GraphBuilder
+    from egraft.measure.tolerances import LOSSY_BOUND
+    from egraft.testing import FLOOR_ULPS, ULPS_PER_OP, eps, tolerance_for
+
+    b = GraphBuilder()
+    x = b.input("x", (3, 40), "float32")
+    quantised = (x * 3.0).cast("int8").cast("float32")
+    g = b.build([quantised * 2.0, x.cast("int8").cast("float32"), (x * 3.0).cast("int64").cast("float32")])
+    e = eps("float32")
+    assert LOSSY_BOUND <= tolerance_for(g, 0) <= LOSSY_BOUND + 4 * ULPS_PER_OP * e
+    assert tolerance_for(g, 1) == FLOOR_ULPS * e
+    assert tolerance_for(g, 2) < 1e-5

@@ -83,3 +83,25 @@ def test_a_model_quantised_with_torchao_generates_the_dequantised_models_tokens_
     assert torch.equal(cm.generate(ids, attention_mask=mask, **KW), want)
     loaded = egraft.load(cm.save(str(tmp_path / "art")))
     assert torch.equal(loaded.generate(ids, attention_mask=mask, **KW), want)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen2"])
+def test_w8a8_generation_gives_the_w8a8_models_tokens_and_records_its_quality(family, search_cache, tmp_path):
+    """The lossy mode: tokens equal the w8a8 model's own (eager PyTorch, ``cm.model``), compiled and loaded; its
+    distance from the float model is measured at compile time and saved with the artifact."""
+    import egraft
+
+    model = tiny_family(family)
+    cm = egraft.compile(model, device="cpu", backend="jax", budget="1s", max_batch=2, max_length=64, chunks=(1, 4),
+                        contexts=(), quantize="w8a8", cache=search_cache, progress=False)
+    ids, mask = left_padded([6, 3], seed=13, vocab=VOCAB)
+    want = reference(cm.model, ids, mask, **KW)
+    assert torch.equal(cm.generate(ids, attention_mask=mask, **KW), want)
+    described = cm.generation.describe()["quantization"]
+    quality = described["quality"]
+    assert described["mode"] == "w8a8" and described["lossy"] and quality["within_bound"]
+    assert quality["logit_rel_err"] > 0 and quality["weight_only"]["positions"] == quality["positions"] == 64
+    path = cm.save(str(tmp_path / "art"))
+    with open(os.path.join(path, "generation.json")) as f:
+        assert json.load(f)["compiled"]["quantization"] == described
+    assert torch.equal(egraft.load(path).generate(ids, attention_mask=mask, **KW), want)

@@ -62,6 +62,11 @@ weights), one row reads a bfloat16 weight as fast as its panels (0.97-1.09
 times their time) and a float32 one 1.0-1.4 times slower, but 4 to 64 rows
 take 1.0-1.6 times the panels' time, and the search times only the decode
 step, not the prompt's products.
+
+A one-row product of an int8 weight read in place whose left side widens an
+int8 value (a quantised activation of ``quantize="w8a8"``) reads that int8
+value instead and sums in int32 (``runtime.llvm_act8``): the same integers'
+products, exact, where the float form rounds its sum.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ from ...ir.graph import Graph
 from ...runtime import llvm_kernels
 from ...runtime.derived import derived
 from ...runtime.llvm_ir import TILE, VEC
+from ...runtime.llvm_spec import ACT8_STEP
 from ...runtime.llvm_kernels import WIDEN, KernelSpec
 from ..fold import Widened
 from .peephole import DotPlan, place_output
@@ -180,6 +186,9 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
                 weights[scales] = PanelWeight(wide.scales, width, False, "rows")
             elif rows:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols)
+                quantised = _int8_source(graph, lhs)
+                if dtype == "int8" and m == 1 and k % ACT8_STEP == 0 and quantised is not None:
+                    kernel, lhs = replace(kernel, act="int8"), quantised  # an integer dot product (w8a8)
             else:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
         elif m > MAX_ROWS or cols < 2 * width:
@@ -206,6 +215,14 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
             if found is not None:
                 add(i, p.lhs.src, found[:2], found[2], found[3], found[4], p)
     return plans, weights
+
+
+def _int8_source(graph: Graph, nid: int) -> int | None:
+    """The int8 node that node `nid` widens to float32 (a quantised activation, ``quantize="w8a8"``), or None."""
+    n = graph.nodes[nid]
+    if n.op == Op.Cast and n.dtype == "float32" and graph.nodes[n.inputs[0]].dtype == "int8":
+        return n.inputs[0]
+    return None
 
 
 def _int4_operand(graph: Graph, nid: int, flat) -> tuple[str, bool] | None:
@@ -257,7 +274,7 @@ def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn, scales=None):
     m = a.shape[0]
     if plan.kernel is not None:  # the generated CPU product (runtime.llvm_kernels): [M, J * w] float32
         ctx.stats["kernel_dots"] += 1
-        y = llvm_kernels.call(plan.kernel, a.astype(jnp.float32), panels, scales)
+        y = llvm_kernels.call(plan.kernel, a if plan.kernel.act == "int8" else a.astype(jnp.float32), panels, scales)
     else:
         ctx.stats["panel_dots"] += 1
         y = lax.dot_general(jnp.broadcast_to(a[None], (j, m, k)), panels, (((2,), (1,)), ((0,), (0,))),
