@@ -226,6 +226,20 @@ def sizes_section(raw: dict, step: str, ratios: Ratios) -> dict:
     return sec
 
 
+def modes_section(raw: dict, step: str, ratios: Ratios) -> dict:
+    """A run of egraft's quantisation modes side by side (bench/quant_modes.py): each mode's compile and
+    tokens, one process's interleaved decode of all, each concluded pair's ratio registered."""
+    sec = _header(raw, step)
+    sec["host"], sec["model"], sec["budget"] = raw.get("host", {}), raw.get("model"), raw.get("budget")
+    sec["compile"] = raw.get("compile", {})
+    timing = raw.get("timing") or {}
+    sec["timing"] = _keep(timing, ("decode_tok_s", "decode_spread", "prefill_ms"))
+    sec["vs"] = {pair: _vs(v, ratios, f"{step}/{pair}", f"decode, {raw.get('model')}, one core, one process: "
+                           + pair.replace("_over_", " over "))
+                 for pair, v in (timing.get("vs") or {}).items()}
+    return sec
+
+
 def gpu_section(raw: dict, step: str, ratios: Ratios) -> dict:
     """A lent GPU's raw record (``gpu_*.json``): its keys, each generation run's ratio over HF eager registered."""
     sec = plain_section(raw, step)
@@ -277,6 +291,8 @@ def build(raw: dict[str, dict]) -> dict:
             sections[step], vs = sizes_section(r, step, ratios), []
         elif step.startswith("gpu_"):
             sections[step], vs = gpu_section(r, step, ratios), []
+        elif step.startswith("quant_modes"):
+            sections[step], vs = modes_section(r, step, ratios), []
         else:
             sections[step], vs = plain_section(r, step), []
         verdicts += vs

@@ -259,7 +259,7 @@ def markdown(res: dict, plot_files: dict[str, str]) -> str:
         body += generation_lines(secs["generate"]) + img("decode.png", "decode tokens/s")
     if "compile_depth" in secs:
         body += depth_lines(secs["compile_depth"]) + img("compile_depth.png", "compile time against depth")
-    body += page_sizes.sizes_lines(secs) + page_sizes.gpu_lines(secs)
+    body += page_sizes.sizes_lines(secs) + page_sizes.modes_lines(secs) + page_sizes.gpu_lines(secs)
     for step, fn in (("trace", trace_lines), ("saturation", saturation_lines), ("call_overhead", overhead_lines)):
         if step in secs:
             body += fn(secs[step])

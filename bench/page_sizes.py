@@ -117,6 +117,35 @@ def sizes_lines(secs: dict) -> list[str]:
     return lines
 
 
+def modes_lines(secs: dict) -> list[str]:
+    """egraft's quantisation modes side by side (bench/quant_modes.py): one table per run."""
+    lines = []
+    for step in sorted(s for s in secs if s.startswith("quant_modes") and secs[s].get("status", "ok") == "ok"):
+        sec = secs[step]
+        host, t = sec.get("host") or {}, sec.get("timing") or {}
+        lines += [f"## Quantisation modes side by side ({step})", "",
+                  f"{sec.get('date')}, {host.get('cpu', '?')} ({host.get('cpu_id', '')}): `{sec.get('command')}`. "
+                  f"Each mode compiled in its own process (budget {sec.get('budget', '60s')}; two at a time, one "
+                  "core each), then one process "
+                  "pinned to one core loads every artifact and times decode interleaved (medians, spreads); "
+                  "the ratios compare modes in that one process (`n.c.`: not concluded).", ""]
+        rows = []
+        for mode, c in (sec.get("compile") or {}).items():
+            q = (c.get("quantization") or {}).get("quality") or {}
+            quality = (f"logit error {q['logit_rel_err']:.3f} (weight-only {q['weight_only']['logit_rel_err']:.3f}), "
+                       f"top-1 {q['top1_agreement']:.1%}" if q else "-")
+            over = "; ".join(f"over {pair.split('_over_')[1]}: {v['text']}" for pair, v in (sec.get("vs") or {}).items()
+                             if v and pair.startswith(f"{mode}_over_"))
+            rows.append([sec.get("model"), mode, _num(c.get("compile_s"), 0),
+                         {True: "equal", False: "**differ**"}.get(c.get("tokens_equal_quantised_model"), "-"),
+                         _num((t.get("decode_tok_s") or {}).get(mode)),
+                         f"{(t.get('decode_spread') or {}).get(mode, float('nan')):.1%}",
+                         _num((t.get("prefill_ms") or {}).get(mode), 0), over or "-", quality])
+        lines += table(["model", "mode", "compile s", "tokens vs its quantised model", "decode tok/s", "spread",
+                         "prefill ms", "ratio", "quality against the float model"], rows)
+    return lines
+
+
 def gpu_lines(secs: dict) -> list[str]:
     lines = []
     for step in sorted(s for s in secs if s.startswith("gpu_")):

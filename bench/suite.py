@@ -72,6 +72,8 @@ BY_HAND = {
                        "against HF eager, save and load; run where a GPU is (bench/gpu_all.sh runs it with the above)",
     "real_size.py": "models at deployed sizes (135 M, 494 M; fp32 and bf16): compile time and peak memory, artifact "
                     "size, load time and memory, decode against HF eager; about an hour, its JSON read by hand",
+    "quant_modes.py": "egraft's quantisation modes (int8, int4, w8a8) at a deployed size, each compiled apart and "
+                      "all timed in one process, interleaved: about 10 minutes, its JSON read by hand",
     "peers.py": "real_size.py's models against llama.cpp (its own venv: make llamacpp-venv) and HF eager, one core "
                 "and two, in one process per thread count; about an hour, its JSON read by hand",
     "gpu_artifacts.py": "each backend's program compiled for a GPU, saved, and loaded by a fresh process there; run "

@@ -96,7 +96,7 @@ def test_w8a8_generation_gives_the_w8a8_models_tokens_and_records_its_quality(fa
                         contexts=(), quantize="w8a8", cache=search_cache, progress=False)
     ids, mask = left_padded([6, 3], seed=13, vocab=VOCAB)
     want = reference(cm.model, ids, mask, **KW)
-    assert torch.equal(cm.generate(ids, attention_mask=mask, **KW), want)
+    _same_or_a_lossy_near_tie(cm.model, cm.generate(ids, attention_mask=mask, **KW), want, mask)
     described = cm.generation.describe()["quantization"]
     quality = described["quality"]
     assert described["mode"] == "w8a8" and described["lossy"] and quality["within_bound"]
@@ -104,4 +104,27 @@ def test_w8a8_generation_gives_the_w8a8_models_tokens_and_records_its_quality(fa
     path = cm.save(str(tmp_path / "art"))
     with open(os.path.join(path, "generation.json")) as f:
         assert json.load(f)["compiled"]["quantization"] == described
-    assert torch.equal(egraft.load(path).generate(ids, attention_mask=mask, **KW), want)
+    _same_or_a_lossy_near_tie(cm.model, egraft.load(path).generate(ids, attention_mask=mask, **KW), want, mask)
+
+
+def _same_or_a_lossy_near_tie(model, got, want, mask):
+    """`got` equals `want`, or at the first token where a row differs the w8a8 model's own logits (eager) hold the
+    two tokens within the lossy bound of each other: a near-tie that a rounding flip may decide either way (the
+    compiled model equals the w8a8 model within that bound, not to float rounding)."""
+    from egraft.ir.dtypes import LOSSY_BOUND
+
+    if torch.equal(got, want):
+        return
+    for row in range(got.shape[0]):
+        diff = (got[row] != want[row]).nonzero()
+        if not len(diff):
+            continue
+        at = int(diff[0])
+        prefix = want[row:row + 1, :at]
+        with torch.no_grad():
+            logits = model(prefix, attention_mask=torch.cat(
+                [mask[row:row + 1], torch.ones(1, at - mask.shape[1], dtype=mask.dtype)], 1)).logits[0, -1]
+        gap = float(logits[want[row, at]] - logits[got[row, at]])
+        assert gap <= LOSSY_BOUND * float(logits.abs().max()), (
+            f"row {row} differs at token {at} ({int(got[row, at])} against {int(want[row, at])}) with a logit gap "
+            f"of {gap:.3g}: not a near-tie")
