@@ -52,14 +52,14 @@ def logit_quality(reference: torch.nn.Module, quantised: torch.nn.Module, input_
 @contextlib.contextmanager
 def _weight_only(model: torch.nn.Module):
     """`model` with its layers' activation rounding switched off (the same weights, weight-only), restored after."""
-    layers = [m for m in model.modules() if getattr(m, "activations", None)]
-    for m in layers:
+    layers = [(m, m.activations) for m in model.modules() if getattr(m, "activations", None)]
+    for m, _ in layers:
         m.activations = None
     try:
         yield model
     finally:
-        for m in layers:
-            m.activations = "int8"
+        for m, acts in layers:
+            m.activations = acts
 
 
 def measure_lossy(reference: torch.nn.Module, quantised: torch.nn.Module, status=None) -> dict | None:
