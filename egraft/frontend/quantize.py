@@ -298,6 +298,6 @@ def _check_groups(model: torch.nn.Module, group: int) -> None:
                             f"no group size of {GROUP_SIZES} divides every layer's input width: use quantize='int8'"))
 
 
-__all__ = ["AMIN", "BLOCK", "DEFAULT_GROUP_SIZE", "GROUP_SIZES", "LOSSY", "MODES", "QMAX", "QMAX4", "QuantizedLinear", "check_mode",
-           "int4_per_group", "int8_per_channel", "pack_int4", "quantize", "quantize_rows", "scheme",
+__all__ = ["AMIN", "BLOCK", "DEFAULT_GROUP_SIZE", "GROUP_SIZES", "LOSSY", "MODES", "QMAX", "QMAX4", "QuantizedLinear",
+           "check_mode", "int4_per_group", "int8_per_channel", "pack_int4", "quantize", "quantize_rows", "scheme",
            "unpack_int4"]

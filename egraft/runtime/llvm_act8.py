@@ -12,7 +12,7 @@ products of neighbouring lanes added (the pattern x86 compiles to one
 the float form's eight products and a conversion), the pair sums added into
 int32 accumulators, the weight's bytes :data:`PREFETCH` ahead asked for
 (measured on one core of an AVX2-only EPYC, a 1536 x 576 weight read from
-memory: 4.3-4.5 G weights/s without, 6.2-7.3 with; the float-x int8
+memory: 4.3-4.5 G weights/s without, 5.7-7.3 with; the float-x int8
 product of ``runtime.llvm_rows`` 4.9-5.6, and in cache 10.5 against 5.5).
 |x|, |w| <= 127, so a sum of up to 133,000 products
 cannot overflow, and it is the float64 reference's sum exactly; the one
@@ -21,7 +21,7 @@ rounding is the conversion to float32 at the end.
 
 from __future__ import annotations
 
-from .llvm_rows import rows_panel
+from .llvm_rows import rows_panel, sum_chain
 from .llvm_spec import ACT8_STEP, KernelSpec, walk
 
 ROWS_AT_ONCE = 2  # weight rows a step reads (each load of x serves them all)
@@ -60,19 +60,17 @@ def act8_product(spec: KernelSpec) -> str:
   %n{t} = add nsw <{h} x i32> %a{t}, %ps{t}""")
     ends = []
     for i in range(r):
-        last = f"%n{i}_0"
-        for j in range(1, u):
-            ends.append(f"  %c{i}_{j} = add nsw <{h} x i32> {last}, %n{i}_{j}")
-            last = f"%c{i}_{j}"
+        lines, last = sum_chain([f"%n{i}_{j}" for j in range(u)], f"c{i}_", f"<{h} x i32>", "add nsw")
+        ends += [lines] if lines else []
         ends.append(f"""  %t{i} = call i32 @llvm.vector.reduce.add.v{h}i32(<{h} x i32> {last})
   %f{i} = sitofp i32 %t{i} to float
   %or{i} = add i64 %row, {i}
   %op{i} = getelementptr float, ptr %out, i64 %or{i}
   store float %f{i}, ptr %op{i}""")
     nl = "\n"
-    prefetch = "\n".join(f"  %pfo{i} = add i64 %k, {PREFETCH + i * k}\n"
-                         f"  %pfp{i} = getelementptr i8, ptr %wr, i64 %pfo{i}\n"
-                         f"  call void @llvm.prefetch.p0(ptr %pfp{i}, i32 0, i32 3, i32 1)" for i in range(r))
+    prefetch = nl.join(f"  %pfo{i} = add i64 %k, {PREFETCH + i * k}\n"
+                       f"  %pfp{i} = getelementptr i8, ptr %wr, i64 %pfo{i}\n"
+                       f"  call void @llvm.prefetch.p0(ptr %pfp{i}, i32 0, i32 3, i32 1)" for i in range(r))
     body = f"""  br label %dot
 dot:
   %k = phi i64 [0, %sub], [%k1, %dot]
@@ -85,7 +83,8 @@ dot:
 dot_done:
 {nl.join(ends)}
 """
-    return "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n" + f"declare i32 @llvm.vector.reduce.add.v{h}i32(<{h} x i32>)\n" + rows_panel(spec, r, body) + walk(spec)
+    return (f"declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
+            f"declare i32 @llvm.vector.reduce.add.v{h}i32(<{h} x i32>)\n" + rows_panel(spec, r, body) + walk(spec))
 
 
 __all__ = ["PREFETCH", "ROWS_AT_ONCE", "act8_product"]

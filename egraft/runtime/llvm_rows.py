@@ -88,11 +88,12 @@ def _x_vectors(offsets: list[int], prefix: str = "") -> str:
                      f"  %{q}x{j} = load <{VEC} x float>, ptr %{q}xp{j}, align 4" for j, off in enumerate(offsets))
 
 
-def _sum_chain(names: list[str], tag: str, ty: str) -> tuple[str, str]:
-    """IR adding the values `names` (of type `ty`) in order, as ``%<tag><j>``; the lines and the name of the sum."""
+def sum_chain(names: list[str], tag: str, ty: str, add: str = "fadd") -> tuple[str, str]:
+    """IR adding the values `names` (of type `ty`, by the instruction `add`) in order, as ``%<tag><j>``; the lines
+    and the name of the sum."""
     lines, last = [], names[0]
     for j, name in enumerate(names[1:], 1):
-        lines.append(f"  %{tag}{j} = fadd {ty} {last}, {name}")
+        lines.append(f"  %{tag}{j} = {add} {ty} {last}, {name}")
         last = f"%{tag}{j}"
     return "\n".join(lines), last
 
@@ -120,7 +121,7 @@ def _int4_row_product(spec: KernelSpec) -> str:
     shift = g.bit_length() - 1
     xs_loads = "\n".join(f"  %xq{j} = getelementptr float, ptr %xg, i64 {j * v}\n"
                           f"  %xv{j} = load <{v} x float>, ptr %xq{j}, align 4" for j in range(per_group))
-    xs_sum, xs_total = _sum_chain([f"%xv{j}" for j in range(per_group)], "xw", f"<{v} x float>")
+    xs_sum, xs_total = sum_chain([f"%xv{j}" for j in range(per_group)], "xw", f"<{v} x float>")
     prologue = f"""  %xsum = alloca float, i64 {groups}, align 64
   br label %xs
 xs:
@@ -165,8 +166,8 @@ xs:
   %c{i}n = call float @llvm.fma.f32(float %g{i}s, float %g{i}X, float %c{i})""")
     phis = "\n".join(f"  %t{i} = phi <{v} x float> [zeroinitializer, %sub], [%t{i}n, %grp]\n"
                       f"  %c{i} = phi float [0.0, %sub], [%c{i}n, %grp]" for i in range(step))
-    tsum, tlast = _sum_chain([f"%t{i}n" for i in range(step)], "tt", f"<{v} x float>")
-    rsum, rlast = _sum_chain([f"%c{i}n" for i in range(step)], "cc", "float")
+    tsum, tlast = sum_chain([f"%t{i}n" for i in range(step)], "tt", f"<{v} x float>")
+    rsum, rlast = sum_chain([f"%c{i}n" for i in range(step)], "cc", "float")
     body = f"""  br label %grp
 grp:
   %k = phi i64 [0, %sub], [%k1, %grp]
@@ -199,7 +200,7 @@ def _rows_product(spec: KernelSpec) -> str:
     ws = _widened_loads(spec, "%k", [j * v for j in range(u)])
     fmas = "\n".join(f"  %n{j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{j}, <{v} x float> %f{j}, "
                       f"<{v} x float> %a{j})" for j in range(u))
-    sums, last = _sum_chain([f"%n{j}" for j in range(u)], "c", f"<{v} x float>")
+    sums, last = sum_chain([f"%n{j}" for j in range(u)], "c", f"<{v} x float>")
     body = f"""  br label %dot
 dot:
   %k = phi i64 [0, %sub], [%k1, %dot]
@@ -439,4 +440,4 @@ def _tiles_alias(spec: KernelSpec) -> bool:
     return (spec.k * ITEMSIZE[spec.dtype]) % 4096 == 0
 
 
-__all__ = ["DOT_ROWS", "rows_panel", "rows_product"]
+__all__ = ["DOT_ROWS", "rows_panel", "rows_product", "sum_chain"]

@@ -146,5 +146,5 @@ done:
 """ + SHARED
 
 
-__all__ = ["ACT8_STEP", "ACTS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
-           "walk"]
+__all__ = ["ACT8_STEP", "ACTS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN",
+           "WIDTHS", "group_sizes", "row_groups", "walk"]

@@ -186,8 +186,8 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
                 weights[scales] = PanelWeight(wide.scales, width, False, "rows")
             elif rows:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols)
-                quantised = _int8_source(graph, lhs)
-                if dtype == "int8" and m == 1 and k % ACT8_STEP == 0 and quantised is not None:
+                quantised = _int8_source(graph, lhs) if dtype == "int8" and m == 1 and k % ACT8_STEP == 0 else None
+                if quantised is not None:
                     kernel, lhs = replace(kernel, act="int8"), quantised  # an integer dot product (w8a8)
             else:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
