@@ -16,7 +16,7 @@ time limit, and one iteration of comm/assoc can grow an e-graph 100x.  So:
 :func:`run_schedule`: safe rules to a fixed point, the explosive step, safe
 rules to a fixed point again.  Which graph a :class:`EGraphSession` saturates (the
 whole graph, or one layer template at a time) is the strategy's choice:
-:mod:`egraft.rewrites.saturate`.
+:mod:`egraft.rewrites.saturation`.
 """
 
 from __future__ import annotations

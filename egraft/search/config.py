@@ -307,9 +307,11 @@ def _hash_code(h, code) -> None:
 
 
 def _limits(limits, where: str):
+    if limits is None:  # before the import: egglog's (a second or more) is for a compile that saturates
+        return None
     from ..rewrites import Limits
 
-    if limits is None or isinstance(limits, Limits):
+    if isinstance(limits, Limits):
         return limits
     if not isinstance(limits, Mapping):
         raise InputError(f"{where}: limits must be a dict of egraft.rewrites.Limits fields, got {limits!r}")

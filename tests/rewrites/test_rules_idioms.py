@@ -13,7 +13,7 @@ from egraft.ir.evaluate import evaluate
 from egraft.ir.decompose import attention_decomposed
 from egraft.rewrites import saturate
 from egraft.rewrites.ruleset import all_rules
-from egraft.rewrites.saturate import Limits
+from egraft.rewrites import Limits
 from egraft.search.space import Space
 from egraft.testing import fresh_seed, random_inputs, rel_err
 
