@@ -8,7 +8,7 @@ random weights to fill about 300 MB (so none stays in cache), ``x [rows, K]``
 times each in turn, with the panel layout (``[N / 64, K, 64]``, a copy) and
 the rows layout (the ``[N, K]`` weight itself; at more than one row of x
 in transposed tiles, or in blocks of dots where the tiles' rows would share
-an L1 set: ``runtime.llvm_rows``, the ``form`` column), called directly (no XLA).
+an L1 set: ``runtime.llvm_tiles``, the ``form`` column), called directly (no XLA).
 One pinned core, one thread; the two layouts interleaved, ``--turns`` turns
 each, medians with their p10-p90 and the ratio of the medians.
 
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
 
     from egraft.runtime import llvm_kernels as lk
     from egraft.runtime.derived import RECIPES
-    from egraft.runtime.llvm_rows import _tiles_alias
+    from egraft.runtime.llvm_tiles import tiles_alias
 
     out_rows = []
     for rows in a.rows:
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
                             f(x.ctypes.data, arr.ctypes.data, out.ctypes.data)
                         times[name].append((time.perf_counter() - t0) / len(arrs) * 1e3)
                 med = {m: float(np.median(v)) for m, v in times.items()}
-                form = "one row" if rows == 1 else "dots" if _tiles_alias(lk.KernelSpec(dtype, rows, k, 1, WIDTH,
+                form = "one row" if rows == 1 else "dots" if tiles_alias(lk.KernelSpec(dtype, rows, k, 1, WIDTH,
                                                                                         "rows")) else "tiles"
                 row = {"rows": rows, "dtype": dtype, "n": n, "k": k, "form": form, "median_ms": med,
                        "p10_p90_ms": {m: [float(np.percentile(v, 10)), float(np.percentile(v, 90))]

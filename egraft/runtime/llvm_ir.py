@@ -15,7 +15,7 @@ in one of two layouts (:data:`LAYOUTS`):
   (output rows, contiguous), read in place: no copy.  A "panel" is then
   ``width`` consecutive weight rows (the last panel may hold fewer); its
   code (a dot per weight row for one row of x; transposed tiles or blocks
-  of dots for more) is ```runtime.llvm_rows``'.
+  of dots for more) is ``runtime.llvm_rows``' and ``runtime.llvm_tiles``'.
 
 XLA calls the product through the handler ``runtime.llvm_ffi`` adds.
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 from .llvm_ffi import MAX_THREADS, module
 from .llvm_act8 import act8_product
 from .llvm_rows import rows_product
+from .llvm_tiles import many_rows_product
 from .llvm_spec import LAYOUTS, ROW_GROUP, TILE, VEC, WIDEN, WIDTHS, KernelSpec, group_sizes, row_groups, walk
 
 
@@ -71,7 +72,7 @@ def _product(spec: KernelSpec) -> str:
     if spec.act == "int8":
         return act8_product(spec)
     if spec.layout == "rows":
-        return rows_product(spec)
+        return rows_product(spec) if spec.rows == 1 else many_rows_product(spec)
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
     groups = row_groups("block", spec.rows, k, spec.panels * w, "entry", "ptr %pp")
     blocks = "".join(_row_block(spec, r) for r in group_sizes(spec.rows))

@@ -1,42 +1,30 @@
 """The generated product's code for a weight read where it is stored (layout ``"rows"``, ``[N, K]`` as
-``nn.Linear`` keeps it): LLVM IR for one :class:`~egraft.runtime.llvm_spec.KernelSpec`.
+``nn.Linear`` keeps it), one row of x (a decode step): LLVM IR for one
+:class:`~egraft.runtime.llvm_spec.KernelSpec`, and the pieces the forms for more rows
+(``runtime.llvm_tiles``) and the integer product (``runtime.llvm_act8``) share.
 
-Three forms, by the rows of x (``runtime.llvm_spec`` holds the spec and the pieces every form shares):
-
-* one row: a dot per weight row (one sequential stream), up to four
-  accumulators of :data:`VEC` lanes, summed across lanes at the end;
-* more rows, "tiles": the weight :data:`TILE` rows by :data:`TILE` values of k at
-  a time, transposed in registers into what a column panel would hold, the
-  next block prefetched in order; the rows of x add their products into
-  their output columns;
-* more rows, "dots": :data:`DOT_ROWS` weight rows at a time (as many
-  sequential streams), each dotted with every row of x, one accumulator a
-  pair, the lane sums of a block's accumulators made together.
+One row: a dot per weight row (one sequential stream), up to four accumulators of :data:`VEC` lanes, summed
+across lanes at the end.
 
 Packed int4 weights (two values a byte in blocks of 32: a block's 16 bytes hold its first 16 values in bits
 0-3, the next 16 in bits 4-7; one float32 scale per ``group`` values of k) take the one-row form and the dots,
 32 values of k a step: each block is loaded once, its two halves sign-extended and widened, and both multiplied
-by their group's scale (dequantised in registers) before the products (:func:`_int4_loads`).
-
-Tiles are faster where their rows do not evict one another (k = 896, 4864:
-120-202 GF/s against the dots' 86-195); a tile's rows are k apart, and when
-that stride is a multiple of 4 KB all sixteen fall in one L1 set, which is
-when the dots are used (:func:`_tiles_alias`; k = 2048, 8192: tiles 42-98
-GF/s, dots 91-183; bench/rows_layout_kernels.py, an AVX-512 host).
+by their group's scale (dequantised in registers) before the products (:func:`int4_loads`).
 """
 
 from __future__ import annotations
 
 import re
 
-from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, walk
+from .llvm_spec import VEC, WIDEN, KernelSpec, walk
 
 
 def rows_product(spec: KernelSpec) -> str:
-    """``@panel`` and ``@product`` for a weight read where it is stored (the module docstring's three forms)."""
-    if spec.rows == 1:
-        return _int4_row_product(spec) if spec.group else _rows_product(spec)
-    return _dots_product(spec) if spec.group or _tiles_alias(spec) else _tile_product(spec)
+    """``@panel`` and ``@product`` for a weight read where it is stored, one row of x (more rows:
+    ``runtime.llvm_tiles.many_rows_product``)."""
+    if spec.rows != 1:
+        raise ValueError(f"{spec}: the one-row product takes one row of x")
+    return _int4_row_product(spec) if spec.group else _rows_product(spec)
 
 
 def _unroll(spec: KernelSpec) -> int:
@@ -44,7 +32,7 @@ def _unroll(spec: KernelSpec) -> int:
     return next(u for u in (4, 2, 1) if spec.k % (VEC * u) == 0)
 
 
-def _int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = True, prefix: str = "") -> str:
+def int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = True, prefix: str = "") -> str:
     """(int4) IR loading the block of 32 values at ``%wr`` + `at` + each offset (values along the weight's rows;
     16 bytes: bits 0-3 its first 16 values, bits 4-7 the next 16), dequantised with their group's scale (at
     ``%sr``, the scales of ``%wr``'s row, one per ``group`` values): ``%<prefix>f<2j>`` and ``%<prefix>f<2j+1>``,
@@ -80,7 +68,7 @@ def _int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = Tr
     return "\n".join(out)
 
 
-def _x_vectors(offsets: list[int], prefix: str = "") -> str:
+def x_vectors(offsets: list[int], prefix: str = "") -> str:
     """IR loading :data:`VEC` values of x at ``%x + %k + offset`` for each offset, as ``%<prefix>x<j>``."""
     q = prefix
     return "\n".join(f"  %{q}xo{j} = add i64 %k, {off}\n"
@@ -98,7 +86,7 @@ def sum_chain(names: list[str], tag: str, ty: str, add: str = "fadd") -> tuple[s
     return "\n".join(lines), last
 
 
-def _widened_loads(spec: KernelSpec, at: str, offsets: list[int], width: int = VEC) -> str:
+def widened_loads(spec: KernelSpec, at: str, offsets: list[int], width: int = VEC) -> str:
     """IR loading `width` weight values at ``%wr + at + offset`` for each offset, widened to float32 by the
     dtype's row of ``WIDEN`` as ``%f<j>`` (the template's value names %wo, %wp, %v, %z, %s, %f suffixed with j)."""
     elem, widen = WIDEN[spec.dtype]
@@ -139,8 +127,8 @@ xs:
 """
     lines = []
     for i in range(step):  # group i of the step: its vectors, two chains (first and second halves of blocks)
-        lines.append(_x_vectors([i * g + j * v for j in range(per_group)], f"g{i}"))
-        lines.append(_int4_loads(spec, "%k", [i * g + b * 32 for b in range(per_group // 2)], False, f"g{i}"))
+        lines.append(x_vectors([i * g + j * v for j in range(per_group)], f"g{i}"))
+        lines.append(int4_loads(spec, "%k", [i * g + b * 32 for b in range(per_group // 2)], False, f"g{i}"))
         ends = []
         for h in (0, 1):
             prev = None
@@ -196,8 +184,8 @@ def _rows_product(spec: KernelSpec) -> str:
     lanes at the end; ``@product`` and ``@work`` as for panels."""
     k, v, u = spec.k, VEC, _unroll(spec)
     acc = "\n".join(f"  %a{j} = phi <{v} x float> [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
-    xs = _x_vectors([j * v for j in range(u)])
-    ws = _widened_loads(spec, "%k", [j * v for j in range(u)])
+    xs = x_vectors([j * v for j in range(u)])
+    ws = widened_loads(spec, "%k", [j * v for j in range(u)])
     fmas = "\n".join(f"  %n{j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{j}, <{v} x float> %f{j}, "
                       f"<{v} x float> %a{j})" for j in range(u))
     sums, last = sum_chain([f"%n{j}" for j in range(u)], "c", f"<{v} x float>")
@@ -256,188 +244,4 @@ exit:
 """
 
 
-def _transpose(names: list[str], tag: str) -> tuple[str, list[str]]:
-    """IR transposing the 16 x 16 float tile held in the vectors `names` (row r in names[r]): four rounds of
-    interleaving each vector with the one eight further (a perfect shuffle); the new vectors' names."""
-    lo = ", ".join(f"i32 {x}" for i in range(8) for x in (i, 16 + i))
-    hi = ", ".join(f"i32 {x}" for i in range(8, 16) for x in (i, 16 + i))
-    lines, cur = [], list(names)
-    for rnd in range(4):
-        new = []
-        for i in range(8):
-            a, b = cur[i], cur[i + 8]
-            for half, mask in (("l", lo), ("h", hi)):
-                name = f"%{tag}{rnd}_{i}{half}"
-                lines.append(f"  {name} = shufflevector <16 x float> {a}, <16 x float> {b}, <16 x i32> <{mask}>")
-                new.append(name)
-        cur = new
-    return "\n".join(lines), cur
-
-
-def _tile_block(spec: KernelSpec, rows: int) -> str:
-    """(layout "rows", rows > 1) ``@tblock<rows>(xm, fresh, u0 .. u15, op)``: `rows` rows of x (at `xm`, k already
-    offset) add their products with the transposed tile ``u`` into their :data:`TILE` output columns at `op`
-    (running sums there; zeros first when `fresh`)."""
-    t, k, n = TILE, spec.k, spec.panels * spec.width
-    args = ", ".join(f"<{t} x float> %u{i}" for i in range(t))
-    head = "\n".join(f"  %op{g} = getelementptr float, ptr %op, i64 {g * n}\n"
-                      f"  %old{g} = load <{t} x float>, ptr %op{g}, align 4\n"
-                      f"  %a{g}_0 = select i1 %fresh, <{t} x float> zeroinitializer, <{t} x float> %old{g}"
-                      for g in range(rows))
-    fmas = "\n".join(f"  %xp{g}_{i} = getelementptr float, ptr %xm, i64 {g * k + i}\n"
-                      f"  %xs{g}_{i} = load float, ptr %xp{g}_{i}\n"
-                      f"  %xi{g}_{i} = insertelement <{t} x float> poison, float %xs{g}_{i}, i64 0\n"
-                      f"  %xb{g}_{i} = shufflevector <{t} x float> %xi{g}_{i}, <{t} x float> poison, "
-                      f"<{t} x i32> zeroinitializer\n"
-                      f"  %a{g}_{i + 1} = call <{t} x float> @llvm.fma.v{t}f32(<{t} x float> %xb{g}_{i}, "
-                      f"<{t} x float> %u{i}, <{t} x float> %a{g}_{i})" for i in range(t) for g in range(rows))
-    stores = "\n".join(f"  store <{t} x float> %a{g}_{t}, ptr %op{g}, align 4" for g in range(rows))
-    return f"""
-define internal void @tblock{rows}(ptr noalias %xm, i1 %fresh, {args}, ptr noalias %op) alwaysinline {{
-entry:
-{head}
-{fmas}
-{stores}
-  ret void
-}}"""
-
-
-def _tile_product(spec: KernelSpec) -> str:
-    """(layout "rows", rows > 1) ``@panel(x, w, out, s, p)``: the panel's weight rows :data:`TILE` at a time; for each
-    :data:`TILE` values of k their tile is loaded, widened and transposed in registers (so vector i holds the
-    block's weights at k + i, as a column panel would), then the rows of x, :data:`ROW_GROUP` at a time, add
-    their products into their :data:`TILE` output columns in ``out`` (the running sums live there; k in
-    order, as the panel product's)."""
-    w, k, elem, t = spec.width, spec.k, WIDEN[spec.dtype][0], TILE
-    n = spec.panels * w
-    loads = _widened_loads(spec, "%wk", [r * k for r in range(t)], t)
-    shuffle, cols = _transpose([f"%f{r}" for r in range(t)], "q")
-    us = ", ".join(f"<{t} x float> {c}" for c in cols)
-    groups = row_groups("tblock", spec.rows, k, n, "kt", f"i1 %fresh, {us}", "%wk")
-    blocks = "".join(_tile_block(spec, r) for r in group_sizes(spec.rows))
-    # the tile's rows are k apart (t streams): the next block of t weight rows (contiguous) is fetched ahead in
-    # order, a tile's worth (t * t values) per step, so the strided reads find it in cache
-    per_line = 64 // (4 if spec.dtype == "float32" else 2)
-    prefetch = "\n".join(f"  %pfo{j} = add i64 %pfb, {j * per_line}\n"
-                          f"  %pfp{j} = getelementptr {elem}, ptr %wr, i64 %pfo{j}\n"
-                          f"  call void @llvm.prefetch.p0(ptr %pfp{j}, i32 0, i32 3, i32 1)"
-                          for j in range(t * t // per_line))
-    prefetch = f"  %pfk = mul i64 %wk, {t}\n  %pfb = add i64 %pfk, {t * k}\n" + prefetch
-    body = f"""  %oc = getelementptr float, ptr %out, i64 %row
-  br label %kt
-kt:
-  %wk = phi i64 [0, %sub], [%wk1, %groups_done]
-  %fresh = icmp eq i64 %wk, 0
-{loads}
-{prefetch}
-{shuffle}
-{groups}  %wk1 = add i64 %wk, {t}
-  %kd = icmp eq i64 %wk1, {k}
-  br i1 %kd, label %tiles_done, label %kt
-tiles_done:
-"""
-    return f"""declare <{t} x float> @llvm.fma.v{t}f32(<{t} x float>, <{t} x float>, <{t} x float>)
-declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
-{blocks}
-""" + rows_panel(spec, t, body) + walk(spec)
-
-
-DOT_ROWS = 4  # (layout "rows", more than one row of x) weight rows a dot block reads together
-
-
-def _lane_sums(names: list[str], tag: str) -> tuple[str, str]:
-    """IR summing the lanes of each of up to :data:`VEC` float vectors: the name of one vector whose lane j is
-    the sum of ``names[j]`` (lanes past them 0).  Four rounds each add pairs of vectors, half of each lane run
-    of one vector with the other half (two shuffles and an add a pair), then one shuffle puts the sums in order."""
-    v = VEC
-    cur = list(names) + ["zeroinitializer"] * (v - len(names))
-    owner = [[j] * v for j in range(v)]  # owner[i][lane]: whose partial sum that lane of vector i holds
-    lines = []
-    for rnd in range(4):
-        b = v >> (rnd + 1)  # each owner's run of lanes is 2b long; its two halves are added
-        new, new_owner = [], []
-        for i in range(0, len(cur), 2):
-            lo = [c + h for k in range(0, v, 2 * b) for c in (k, v + k) for h in range(b)]
-            hi = [x + b for x in lo]
-            src = owner[i] + owner[i + 1]
-            for half, mask in (("l", lo), ("h", hi)):
-                lines.append(f"  %{tag}{rnd}_{i}{half} = shufflevector <{v} x float> {cur[i]}, <{v} x float> "
-                             f"{cur[i + 1]}, <{v} x i32> <{', '.join(f'i32 {x}' for x in mask)}>")
-            lines.append(f"  %{tag}{rnd}_{i} = fadd <{v} x float> %{tag}{rnd}_{i}l, %{tag}{rnd}_{i}h")
-            new.append(f"%{tag}{rnd}_{i}")
-            new_owner.append([src[x] for x in lo])
-        cur, owner = new, new_owner
-    order = [owner[0].index(j) for j in range(v)]
-    lines.append(f"  %{tag} = shufflevector <{v} x float> {cur[0]}, <{v} x float> poison, "
-                 f"<{v} x i32> <{', '.join(f'i32 {x}' for x in order)}>")
-    return "\n".join(lines), f"%{tag}"
-
-
-def _dot_block(spec: KernelSpec, rows: int) -> str:
-    """``@dblock<rows>(x, wr, sr, out)``: `rows` rows of x dotted with the :data:`DOT_ROWS` weight rows at `wr`
-    (int4: their scales at `sr`), one :data:`VEC`-wide accumulator per pair, each summed across its lanes at the
-    end into ``out`` (rows n apart).  A step reads :data:`VEC` values of k (int4: a block of 32, two vectors)."""
-    k, v, d, n = spec.k, VEC, DOT_ROWS, spec.panels * spec.width
-    h = 2 if spec.group else 1  # vectors of k a step
-    acc = "\n".join(f"  %a{m}_{r} = phi <{v} x float> [zeroinitializer, %entry], [%n{m}_{r}, %loop]"
-                    for m in range(rows) for r in range(d))
-    xs = _x_vectors([m * k + e * v for m in range(rows) for e in range(h)])  # %x<h m + e>
-    ws = (_int4_loads(spec, "%k", [r * k for r in range(d)]) if spec.group  # %f<2 r + e>
-          else _widened_loads(spec, "%k", [r * k for r in range(d)]))
-
-    def fma(m, r):
-        chain, acc_in = [], f"%a{m}_{r}"
-        for e in range(h):
-            out = f"%n{m}_{r}" if e == h - 1 else f"%t{m}_{r}_{e}"
-            chain.append(f"  {out} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{h * m + e}, "
-                         f"<{v} x float> %f{h * r + e}, <{v} x float> {acc_in})")
-            acc_in = out
-        return "\n".join(chain)
-    fmas = "\n".join(fma(m, r) for m in range(rows) for r in range(d))
-    reduce, total = _lane_sums([f"%n{m}_{r}" for m in range(rows) for r in range(d)], "rs")
-    sums = reduce + "\n" + "\n".join(
-        f"  %row{m} = shufflevector <{v} x float> {total}, <{v} x float> poison, "
-        f"<{d} x i32> <{', '.join(f'i32 {m * d + r}' for r in range(d))}>\n"
-        f"  %op{m} = getelementptr float, ptr %out, i64 {m * n}\n"
-        f"  store <{d} x float> %row{m}, ptr %op{m}, align 4" for m in range(rows))
-    return f"""
-define internal void @dblock{rows}(ptr noalias %x, ptr noalias %wr, ptr noalias %sr, ptr noalias %out) alwaysinline {{
-entry:
-  br label %loop
-loop:
-  %k = phi i64 [0, %entry], [%k1, %loop]
-{acc}
-{xs}
-{ws}
-{fmas}
-  %k1 = add i64 %k, {v * h}
-  %kd = icmp eq i64 %k1, {k}
-  br i1 %kd, label %exit, label %loop
-exit:
-{sums}
-  ret void
-}}"""
-
-
-def _dots_product(spec: KernelSpec) -> str:
-    """(layout "rows", rows > 1) ``@panel(x, w, out, s, p)``: the panel's weight rows :data:`DOT_ROWS` at a time (as
-    many sequential streams), each block dotted with every row of x, :data:`ROW_GROUP` rows at a time."""
-    v, n = VEC, spec.panels * spec.width
-    groups = row_groups("dblock", spec.rows, spec.k, n, "sub", f"ptr %wr, ptr {'%sr' if spec.group else '%s'}")
-    blocks = "".join(_dot_block(spec, r) for r in group_sizes(spec.rows))
-    body = f"""  %oc = getelementptr float, ptr %out, i64 %row
-{groups}"""
-    return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
-{blocks}
-""" + rows_panel(spec, DOT_ROWS, body) + walk(spec)
-
-
-def _tiles_alias(spec: KernelSpec) -> bool:
-    """(layout "rows") A tile's :data:`TILE` weight rows are ``k`` apart: when that stride is a multiple of 4 KB
-    they all fall in one set of an L1 data cache (64 sets of 64 bytes on x86) and evict one another.  Measured
-    (bench/rows_layout_kernels.py, AVX-512 host): k = 2048 and 8192 ran the tiles at 42-98 GF/s against the dots'
-    91-183; k = 896 and 4864 at 120-202 against 86-195."""
-    return (spec.k * ITEMSIZE[spec.dtype]) % 4096 == 0
-
-
-__all__ = ["DOT_ROWS", "rows_panel", "rows_product", "sum_chain"]
+__all__ = ["int4_loads", "rows_panel", "rows_product", "sum_chain", "widened_loads", "x_vectors"]

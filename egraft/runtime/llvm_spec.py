@@ -1,7 +1,8 @@
 """What a generated CPU product is (:class:`KernelSpec`) and the LLVM IR pieces its forms share.
 
 The forms' code: ``runtime.llvm_ir`` (column panels, and the whole module
-of one spec) and ``runtime.llvm_rows`` (a weight read where it is stored).
+of one spec), ``runtime.llvm_rows`` (a weight read where it is stored, one row of x) and
+``runtime.llvm_tiles`` (the same, more rows).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ WIDEN = {
     "float16": ("half", "  %f = fpext <{w} x half> %v to <{w} x float>"),
     "int8": ("i8", "  %f = sitofp <{w} x i8> %v to <{w} x float>"),  # a quantised weight's values (exact)
     # packed int4 (two values a byte, blocks of 32, with a float32 scale per group of k): layout "rows" only, its
-    # own loads (runtime.llvm_rows._int4_loads), no template
+    # own loads (runtime.llvm_rows.int4_loads), no template
     "int4": ("i8", None),
 }
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}  # bytes per stored value

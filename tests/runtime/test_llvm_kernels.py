@@ -275,10 +275,10 @@ def test_the_rows_product_reads_the_stored_weight_and_equals_float64_numpy(dtype
 
 
 def test_several_rows_read_tiles_unless_their_rows_share_an_l1_set():
-    from egraft.runtime.llvm_rows import _tiles_alias
+    from egraft.runtime.llvm_tiles import tiles_alias
 
     def form(dtype, k):
-        return "dots" if _tiles_alias(lk.KernelSpec(dtype, 4, k, 1, 16, "rows")) else "tiles"
+        return "dots" if tiles_alias(lk.KernelSpec(dtype, 4, k, 1, 16, "rows")) else "tiles"
 
     assert [form("float32", k) for k in (896, 1024, 2048, 4864)] == ["tiles", "dots", "dots", "tiles"]
     assert [form("bfloat16", k) for k in (896, 1024, 2048, 8192)] == ["tiles", "tiles", "dots", "dots"]
