@@ -302,3 +302,16 @@ def test_weight_copies_is_a_search_flag():
     add_search_args(p)
     assert search_config(p.parse_args([])).weight_copies is False
     assert search_config(p.parse_args(["--weight-copies"])).weight_copies is True
+
+
+def test_compile_keeps_the_executable_when_asked(factories, tmp_path, capsys):
+    """--keep-executables: the saved JAX CPU program's executable is in the artifact, and a load here reads it."""
+    from egraft.runtime import bundled, load
+
+    out = tmp_path / "kept"
+    assert main(["compile", f"{factories}:two_heads", *FAST, "--backend", "jax", "--compare", "none",
+                 "--keep-executables", "-o", str(out)]) == 0
+    assert "compiling the saved CPU programs in a new process" in capsys.readouterr().out
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["kernels"][0]["executable"]["host"] == bundled.host()
+    assert load(str(out)).runner.loaded == "the executable kept in the artifact"

@@ -205,14 +205,27 @@ class CompiledModel(torch.nn.Module):
         doc = json_report(self, progs)
         return doc if fmt == "json" else text_report(doc)
 
-    def save(self, directory: str | os.PathLike, signature: str | None = None) -> str:
+    def save(self, directory: str | os.PathLike, signature: str | None = None, *,
+             keep_executables: bool = False) -> str:
         """Write the compiled program as an artifact directory for :func:`egraft.load`; returns its path.
 
         With one signature compiled (or ``signature=`` naming one) the
         artifact is `directory` itself.  With several and no ``signature``,
         each goes to its own subdirectory ``directory/<signature>/`` (the
         name made file-safe) and `directory` is returned.
+
+        `keep_executables`: also compile each JAX CPU program (in a new process, about as long as a first
+        load's compile) and keep what XLA made in the artifact, so that the first load on a host like this
+        one reads it instead of compiling (``egraft.runtime.bundled``).
         """
+        path = self._save(directory, signature)
+        if keep_executables:
+            from ..runtime.bundled import keep
+
+            keep(path)
+        return path
+
+    def _save(self, directory, signature) -> str:
         from ..backends.artifact import save_artifact
 
         if self.generation is not None and signature is None:

@@ -105,7 +105,8 @@ def cmd_compile(args) -> int:
               f"{d['contexts']}, row buckets {d['rows']}), {d['searches']} searched, "
               f"the others reusing the decode step's choices; backends {d['backends']}; "
               f"compile seconds per program {d['compile_s']}")
-        path = cm.save(out)
+        _keeping(args)
+        path = cm.save(out, keep_executables=args.keep_executables)
         print(f"saved the generation to {path}; egraft.load({path!r}).generate(input_ids, max_new_tokens=...) runs it")
         return 0
     model, inputs = load_model(args.model, args.input, args.seed, args.int_high)
@@ -114,9 +115,16 @@ def cmd_compile(args) -> int:
     if inductor is not None:
         cm.measure(inductor=inductor)
     print(cm.report())
-    path = cm.save(out)
+    _keeping(args)
+    path = cm.save(out, keep_executables=args.keep_executables)
     print(f"saved the artifact to {path}; `egraft inspect {path}` shows it, `egraft run {path}` runs it")
     return 0
+
+
+def _keeping(args) -> None:
+    if args.keep_executables:
+        print("saving, then compiling the saved CPU programs in a new process to keep them in the artifact",
+              flush=True)
 
 
 def add_search_args(p) -> None:
@@ -153,6 +161,10 @@ def add_parsers(verb) -> None:
     add_search_args(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR",
                    help="artifact directory to write (new, empty, or an artifact to overwrite)")
+    p.add_argument("--keep-executables", action="store_true",
+                   help="also compile the saved CPU programs (in a new process, about a first load's compile time) "
+                        "and keep them in the artifact: a first egraft.load on a host like this one then reads them "
+                        "instead of compiling")
     p.add_argument("--generate", action="store_true",
                    help="compile generation for a transformers causal LM (the decode step over a KV cache and one "
                         "program per prompt chunk size) instead of one forward signature; needs --max-batch and "

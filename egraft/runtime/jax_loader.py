@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ArtifactError, BackendError
 from ..ir import dtypes
-from . import llvm_kernels
+from . import bundled, llvm_kernels
 from .device import parse
 from .jax_runner import JaxRunner, jax_device, specs_on, x64_scope
 from .manifest import read_verified, single_kernel
@@ -35,8 +35,11 @@ def _entry(manifest: dict) -> dict:
 
 
 def files(manifest: dict) -> list[str]:
-    """The files this loader reads (and checks) itself."""
-    return [_entry(manifest)["file"]]
+    """The files this loader reads (and checks) itself: the program, and the executable kept with it (read only
+    on the host that compiled it: elsewhere ``egraft.load`` checks its hash)."""
+    entry = _entry(manifest)
+    kept = entry.get("executable")
+    return [entry["file"]] + ([kept["file"]] if kept and bundled.host() == kept.get("host") else [])
 
 
 def _register_kernels(directory: str, entry: dict) -> None:
@@ -83,11 +86,16 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
         # state inputs (role "state", after the others) are donated, as the backend's executable does: the
         # new cache is written into the old one's buffer and comes back a jax array (backends.base.Executable)
         states = tuple(k + 1 for k, i in enumerate(manifest["inputs"]) if i.get("role") == "state")
-        try:
-            compiled = jax.jit(exported.call, donate_argnums=states).lower(wspecs, *specs).compile()
-        except Exception as e:
-            raise ArtifactError(f"{path} did not compile for {dev} ({type(e).__name__}: {e}); "
-                                "rebuild the artifact with `egraft compile`") from None
+        compiled, how = None, "no executable kept"
+        if entry.get("executable") and kind == "cpu":  # the program as XLA compiled it on the host that saved it
+            tree = jax.tree_util.tree_structure(((wspecs, *specs), {}))
+            compiled, how = bundled.read(directory, manifest, entry["executable"], tree, exported.out_tree)
+        if compiled is None:
+            try:
+                compiled = jax.jit(exported.call, donate_argnums=states).lower(wspecs, *specs).compile()
+            except Exception as e:
+                raise ArtifactError(f"{path} did not compile for {dev} ({type(e).__name__}: {e}); "
+                                    "rebuild the artifact with `egraft compile`") from None
     inputs = [(i["name"], tuple(i["shape"]), i["dtype"]) for i in manifest["inputs"]]
     aliased = tuple(sorted(int(a["output"]) for a in manifest.get("aliases", ())))
     runner = JaxRunner(compiled, ws, inputs, prog_dtypes, [o["dtype"] for o in manifest["outputs"]], dev, x64,
@@ -95,6 +103,8 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
     # the host arrays are kept: XLA aliases an aligned read-only array's memory on the CPU but not the array,
     # and a derived weight (runtime.derived) is shared with the other programs only while one holds it
     runner.host = tuple(weights)
+    runner.loaded = ("the executable kept in the artifact" if how == "kept"
+                     else f"compiled here ({how})")  # runtime.bundled
     return runner
 
 
