@@ -28,6 +28,7 @@ trust.  Its hash is checked against the manifest, as every file's is.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -117,14 +118,14 @@ def _keep_here(path: str) -> dict:
     from jax.experimental import serialize_executable
 
     from . import load
-    from .manifest import read_manifest, write_manifest
+    from .manifest import write_manifest
 
     here, done = host(), {}
     for art_dir in _artifacts(path):
         art = load(art_dir)
         programs = list(art.steps.values()) if hasattr(art, "steps") else [art]
         for prog in programs:
-            d, m = prog.directory, read_manifest(prog.directory)
+            d, m = prog.directory, copy.deepcopy(prog.manifest)  # checked by the load
             compiled = getattr(getattr(prog, "runner", None), "compiled", None)
             if here is None or m["target"].get("backend") != "jax" or m["target"].get("device") != "cpu" \
                     or compiled is None:

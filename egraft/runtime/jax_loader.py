@@ -35,11 +35,9 @@ def _entry(manifest: dict) -> dict:
 
 
 def files(manifest: dict) -> list[str]:
-    """The files this loader reads (and checks) itself: the program, and the executable kept with it (read only
-    on the host that compiled it: elsewhere ``egraft.load`` checks its hash)."""
-    entry = _entry(manifest)
-    kept = entry.get("executable")
-    return [entry["file"]] + ([kept["file"]] if kept and bundled.host() == kept.get("host") else [])
+    """The files this loader reads (and checks) itself: the program (an executable kept with it is checked by
+    ``egraft.load`` whether or not this host uses it, and again when read)."""
+    return [_entry(manifest)["file"]]
 
 
 def _register_kernels(directory: str, entry: dict) -> None:

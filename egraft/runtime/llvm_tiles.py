@@ -26,7 +26,7 @@ from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, row_
 def many_rows_product(spec: KernelSpec) -> str:
     """``@panel`` and ``@product`` for a weight read where it is stored, more than one row of x: the dots for
     int4 weights and where a tile's rows would share an L1 set, the tiles otherwise."""
-    return dots_product(spec) if spec.group or tiles_alias(spec) else tile_product(spec)
+    return _dots_product(spec) if spec.group or tiles_alias(spec) else _tile_product(spec)
 
 
 def _transpose(names: list[str], tag: str) -> tuple[str, list[str]]:
@@ -75,7 +75,7 @@ entry:
 }}"""
 
 
-def tile_product(spec: KernelSpec) -> str:
+def _tile_product(spec: KernelSpec) -> str:
     """(layout "rows", rows > 1) ``@panel(x, w, out, s, p)``: the panel's weight rows :data:`TILE` at a time; for each
     :data:`TILE` values of k their tile is loaded, widened and transposed in registers (so vector i holds the
     block's weights at k + i, as a column panel would), then the rows of x, :data:`ROW_GROUP` at a time, add
@@ -192,7 +192,7 @@ exit:
 }}"""
 
 
-def dots_product(spec: KernelSpec) -> str:
+def _dots_product(spec: KernelSpec) -> str:
     """(layout "rows", rows > 1) ``@panel(x, w, out, s, p)``: the panel's weight rows :data:`DOT_ROWS` at a time (as
     many sequential streams), each block dotted with every row of x, :data:`ROW_GROUP` rows at a time."""
     v, n = VEC, spec.panels * spec.width

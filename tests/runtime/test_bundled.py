@@ -78,10 +78,13 @@ def test_the_switch_compiles_here(saved, monkeypatch):
     _same_answers(art, g, ex)
 
 
-@pytest.mark.parametrize("other_host", [False, True])
-def test_a_corrupt_executable_is_refused_on_any_host(saved, other_host):
+@pytest.mark.parametrize("case", ["this host", "other host", "switched off"])
+def test_a_corrupt_executable_is_refused_on_any_host(saved, case, monkeypatch):
+    """Checked whether or not the load uses it."""
     _, _, _, _, d = saved
-    if other_host:
+    if case == "switched off":
+        monkeypatch.setenv(bundled.ENV_VAR, "0")
+    if case == "other host":
         path = os.path.join(d, "manifest.json")
         with open(path) as f:
             m = json.load(f)
