@@ -16,6 +16,14 @@ in one of two layouts (:data:`LAYOUTS`):
   ``width`` consecutive weight rows (the last panel may hold fewer); its
   code (a dot per weight row for one row of x; transposed tiles or blocks
   of dots for more) is ``runtime.llvm_rows``' and ``runtime.llvm_tiles``'.
+* ``"kn"``: a ``[k, panels * width]`` matrix read in place, its rows ``ldw``
+  values apart (a KV cache's values, ``[slots, head_dim]``): the panel code
+  of ``"panels"``, a panel being ``width`` columns of every row.
+
+A batch of products (``spec.batch`` > 1, each W ``bstride`` values after the
+last, the first ``offset`` values in) runs each form's panel code on every
+panel of every product: ``@panel`` then finds the product's x, W and output
+and calls the form's own (``@form_panel``).
 
 XLA calls the product through the handler ``runtime.llvm_ffi`` adds.
 """
@@ -25,6 +33,7 @@ from __future__ import annotations
 from .llvm_ffi import MAX_THREADS, module
 from .llvm_act8 import act8_product
 from .llvm_rows import rows_product
+from .llvm_short import short_product, takes as short_takes
 from .llvm_tiles import many_rows_product
 from .llvm_spec import LAYOUTS, ROW_GROUP, TILE, VEC, WIDEN, WIDTHS, KernelSpec, group_sizes, row_groups, walk
 
@@ -32,6 +41,7 @@ from .llvm_spec import LAYOUTS, ROW_GROUP, TILE, VEC, WIDEN, WIDTHS, KernelSpec,
 def _row_block(spec: KernelSpec, rows: int) -> str:
     """``@block<rows>(x, panel, out)``: `rows` rows of x against one panel, into their `width` output columns."""
     w, k = spec.width, spec.k
+    step = spec.ldw or w  # values between the panel's rows along k
     elem, widen = WIDEN[spec.dtype]
     acc = "\n".join(f"  %a{m} = phi <{w} x float> [zeroinitializer, %entry], [%n{m}, %loop]" for m in range(rows))
     fmas = "\n".join(
@@ -52,7 +62,7 @@ entry:
 loop:
   %k = phi i64 [0, %entry], [%k1, %loop]
 {acc}
-  %wo = mul i64 %k, {w}
+  %wo = mul i64 %k, {step}
   %wp = getelementptr {elem}, ptr %panel, i64 %wo
   %v = load <{w} x {elem}>, ptr %wp, align 2
 {widen.format(w=w)}
@@ -71,6 +81,8 @@ def _product(spec: KernelSpec) -> str:
     panel in turn; ``@work(job)``: panels claimed one at a time from a shared job (``runtime.llvm_ffi.SHARED``)."""
     if spec.act == "int8":
         return act8_product(spec)
+    if spec.layout == "rows" and short_takes(spec):
+        return short_product(spec)
     if spec.layout == "rows":
         return rows_product(spec) if spec.rows == 1 else many_rows_product(spec)
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
@@ -81,7 +93,7 @@ def _product(spec: KernelSpec) -> str:
 
 define internal void @panel(ptr noalias %x, ptr noalias %panels, ptr noalias %out, ptr noalias %s, i64 %p) {{
 entry:
-  %po = mul i64 %p, {k * w}
+  %po = mul i64 %p, {w if spec.ldw else k * w}
   %pp = getelementptr {elem}, ptr %panels, i64 %po
   %oo = mul i64 %p, {w}
   %oc = getelementptr float, ptr %out, i64 %oo
@@ -90,9 +102,36 @@ entry:
 """ + walk(spec)
 
 
+def _batched(spec: KernelSpec, text: str) -> str:
+    """`text` (a form's code) for a batch of products, or W at an offset: the form's ``@panel`` renamed
+    ``@form_panel``, and a ``@panel`` over every panel of every product that finds the product's x, W and output."""
+    if spec.batch == 1 and not spec.offset:
+        return text
+    head = "define internal void @panel("
+    if text.count(head) != 1:  # pragma: no cover - every form defines its panel code once
+        raise AssertionError(f"the product's form for {spec} does not define @panel once")
+    n, elem = spec.panels * spec.width, WIDEN[spec.dtype][0]
+    return text.replace(head, "define internal void @form_panel(") + f"""
+define internal void @panel(ptr noalias %x, ptr noalias %w, ptr noalias %out, ptr noalias %s, i64 %p) {{
+entry:
+  %b = udiv i64 %p, {spec.panels}
+  %j = urem i64 %p, {spec.panels}
+  %xo = mul i64 %b, {spec.rows * spec.k}
+  %xb = getelementptr float, ptr %x, i64 %xo
+  %wo0 = mul i64 %b, {spec.bstride}
+  %wo = add i64 %wo0, {spec.offset}
+  %wb = getelementptr {elem}, ptr %w, i64 %wo
+  %oo = mul i64 %b, {spec.rows * n}
+  %ob = getelementptr float, ptr %out, i64 %oo
+  call void @form_panel(ptr %xb, ptr %wb, ptr %ob, ptr %s, i64 %j)
+  ret void
+}}
+"""
+
+
 def module_ir(spec: KernelSpec) -> str:
     """The whole LLVM module for `spec`: the product and its XLA FFI handler (``runtime.llvm_ffi``)."""
-    return module(_product(spec), spec.panels, scales=bool(spec.group))
+    return module(_batched(spec, _product(spec)), spec.jobs, scales=bool(spec.group))
 
 
 __all__ = ["KernelSpec", "LAYOUTS", "MAX_THREADS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "module_ir"]

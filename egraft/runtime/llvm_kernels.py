@@ -187,13 +187,13 @@ def ensure(spec: KernelSpec) -> str:
 
 def call(spec: KernelSpec, x, panels, scales=None):
     """Inside a traced JAX function: ``x [rows, k] float32`` times `panels` ``[panels, k, width]`` of the spec's
-    dtype (int4: the packed rows, and their `scales`), as ``[rows, panels * width]`` float32 through the
-    registered kernel."""
+    dtype (int4: the packed rows, and their `scales`; other layouts: the operand W is read from), as ``[rows,
+    panels * width]`` float32 through the registered kernel (a batch: x and the result ``[batch * rows, ..]``)."""
     import jax
     import jax.numpy as jnp
 
     name = ensure(spec)
-    out = jax.ShapeDtypeStruct((spec.rows, spec.panels * spec.width), jnp.float32)
+    out = jax.ShapeDtypeStruct((spec.batch * spec.rows, spec.panels * spec.width), jnp.float32)
     return jax.ffi.ffi_call(name, out)(x, panels, *(() if scales is None else (scales,)))
 
 

@@ -26,10 +26,11 @@ WIDEN = {
     # own loads (runtime.llvm_rows.int4_loads), no template
     "int4": ("i8", None),
 }
+FLOATS = ("float32", "bfloat16", "float16")  # the float dtypes of W (a batch of products, or one at an offset)
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}  # bytes per stored value
 GROUPS = (32, 64, 128)  # (int4) values of k that share one scale
 WIDTHS = (16, 32, 64, 128)
-LAYOUTS = ("panels", "rows")
+LAYOUTS = ("panels", "rows", "kn")
 VEC = 16  # (layout "rows") k values per vector: one AVX-512 register of float32; k must be a multiple
 ACTS = ("float32", "int8")  # what x may be (int8: a quantised activation, the products summed in int32)
 ACT8_STEP = 32  # (int8 x) k values per vector step
@@ -39,7 +40,13 @@ TILE = 16  # (layout "rows", more than one row of x) weight rows x k values tran
 @dataclass(frozen=True)
 class KernelSpec:
     """One generated product: ``[rows, k] float32 @ W -> [rows, panels * width]``, W of `dtype` held as panels
-    ``[panels, k, width]`` (`layout` ``"panels"``) or as stored rows ``[panels * width, k]`` (``"rows"``)."""
+    ``[panels, k, width]`` (`layout` ``"panels"``), as stored rows ``[panels * width, k]`` (``"rows"``) or as a
+    ``[k, panels * width]`` matrix whose rows are `ldw` values apart (``"kn"``).
+
+    With `batch` > 1 it is `batch` such products at once: x ``[batch, rows, k]`` and the output ``[batch, rows,
+    panels * width]`` contiguous, product b's W starting `bstride` values after product b - 1's; W's first value
+    is `offset` values into the operand.  So W can be a view read where it lies, as a KV cache's first slots
+    are (``backends.jax.view_dots``)."""
 
     dtype: str
     rows: int
@@ -50,6 +57,10 @@ class KernelSpec:
     n: int = 0  # (layout "rows") the weight's rows, when the last panel holds fewer than width (0: all full)
     group: int = 0  # (int4) values of k per scale: the product takes the scales [weight rows, k / group] too
     act: str = "float32"  # x's dtype: "int8" (quantised activations, ``runtime.llvm_act8``) sums in int32
+    batch: int = 1  # products at once (x, W and the output each advance per product)
+    bstride: int = 0  # values of the W operand between one product's W and the next's
+    offset: int = 0  # values of the W operand before the first product's W
+    ldw: int = 0  # (layout "kn") values between W's rows along k
 
     def __post_init__(self):
         if self.dtype not in WIDEN:
@@ -71,6 +82,14 @@ class KernelSpec:
                 self.dtype != "int8" or self.layout != "rows" or self.rows != 1 or self.k % ACT8_STEP)):
             raise BackendError(f"a generated product takes x of dtype {ACTS}; int8 x only times int8 weights read "
                                f"as stored rows, one row of x, k a multiple of {ACT8_STEP}: {self}")
+        if (self.layout == "kn") != bool(self.ldw) or self.ldw and self.ldw < self.panels * self.width:
+            raise BackendError(f"a generated product reading a [k, n] matrix (layout 'kn', only it) needs the "
+                               f"distance of its rows, ldw >= its columns: {self}")
+        viewed = self.batch != 1 or self.bstride or self.offset
+        if self.batch < 1 or min(self.bstride, self.offset) < 0 or viewed and (
+                self.dtype not in FLOATS or self.act != "float32"):
+            raise BackendError(f"a batch of generated products, or one reading W at an offset, takes float weights "
+                               f"({', '.join(FLOATS)}) and float32 x, batch >= 1, offsets >= 0: {self}")
 
     @property
     def weight_rows(self) -> int:
@@ -78,10 +97,18 @@ class KernelSpec:
         return self.n or self.panels * self.width
 
     @property
+    def jobs(self) -> int:
+        """The units of work the product is shared out in: every panel of every product of the batch."""
+        return self.batch * self.panels
+
+    @property
     def name(self) -> str:
         tail = "" if self.layout == "panels" else f"_{self.layout}" + (f"_{self.n}" if self.n else "")
         tail += f"_g{self.group}" if self.group else ""
         tail += "_a8" if self.act == "int8" else ""
+        tail += f"_ld{self.ldw}" if self.ldw else ""
+        tail += f"_b{self.batch}x{self.bstride}" if self.batch != 1 else ""
+        tail += f"_o{self.offset}" if self.offset else ""
         return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}{tail}"
 
     def to_json(self) -> dict:
@@ -91,7 +118,8 @@ class KernelSpec:
     def from_json(cls, d: dict) -> "KernelSpec":
         return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]),
                    str(d.get("layout", "panels")), int(d.get("n", 0)), int(d.get("group", 0)),
-                   str(d.get("act", "float32")))
+                   str(d.get("act", "float32")), int(d.get("batch", 1)), int(d.get("bstride", 0)),
+                   int(d.get("offset", 0)), int(d.get("ldw", 0)))
 
 
 def group_sizes(rows: int) -> list[int]:
@@ -129,8 +157,8 @@ def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_a
 
 
 def walk(spec: KernelSpec) -> str:
-    """``@product(x, panels, out, scales)``: every panel in turn (whatever its layout; `scales`: int4's, null
-    otherwise), then the shared job's code (``runtime.llvm_ffi.SHARED``)."""
+    """``@product(x, panels, out, scales)``: every panel (of every product of a batch) in turn (whatever its
+    layout; `scales`: int4's, null otherwise), then the shared job's code (``runtime.llvm_ffi.SHARED``)."""
     return f"""
 define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out, ptr noalias %s) {{
 entry:
@@ -139,7 +167,7 @@ loop:
   %p = phi i64 [0, %entry], [%p1, %loop]
   call void @panel(ptr %x, ptr %panels, ptr %out, ptr %s, i64 %p)
   %p1 = add i64 %p, 1
-  %pd = icmp eq i64 %p1, {spec.panels}
+  %pd = icmp eq i64 %p1, {spec.jobs}
   br i1 %pd, label %done, label %loop
 done:
   ret void
@@ -147,5 +175,5 @@ done:
 """ + SHARED
 
 
-__all__ = ["ACT8_STEP", "ACTS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN",
+__all__ = ["ACT8_STEP", "ACTS", "FLOATS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN",
            "WIDTHS", "group_sizes", "row_groups", "walk"]

@@ -283,7 +283,7 @@ def test_several_rows_read_tiles_unless_their_rows_share_an_l1_set():
     assert [form("float32", k) for k in (896, 1024, 2048, 4864)] == ["tiles", "dots", "dots", "tiles"]
     assert [form("bfloat16", k) for k in (896, 1024, 2048, 8192)] == ["tiles", "tiles", "dots", "dots"]
     assert [form("int8", k) for k in (896, 2048, 4096, 8192)] == ["tiles", "tiles", "dots", "dots"]
-    for k, want in ((64, "@tblock4"), (2048, "@dblock4")):  # the module holds the form's block
+    for k, want in ((512, "@tblock4"), (2048, "@dblock4")):  # the module holds the form's block
         assert want in lk.module_ir(lk.KernelSpec("bfloat16", 4, k, 1, 16, "rows"))
 
 

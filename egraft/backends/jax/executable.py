@@ -69,11 +69,15 @@ KNOBS = {
     # (under stream="llvm") a [N, K] weight read as column panels made once ("panels": a second copy of the
     # weight) or where it is stored ("rows": no copy; panels.py); "rows" is what weight_copies=False asks for
     "stream_layout": ["panels", "rows"],
+    # (on the CPU) a product whose operand is a view of a larger value (attention over a KV cache's first slots):
+    # XLA's dot of the view (XLA copies the slots first), or a generated product reading it in place (view_dots.py)
+    "view_dots": ["llvm", "xla"],
     # a weight-only value larger than the weights it is computed from (a quantised weight dequantised to float32:
     # four times its int8 values) folded once, or computed where it is read; False is what weight_copies=False
     # asks for (the search then takes the form that moves the scale out of the product: rewrites.reductions)
     "fold_growing": [True, False],
 }
+GENERATED = ("stream", "view_dots")  # knobs whose value "llvm" asks for generated CPU products (runtime.llvm_kernels)
 # the knob values under which no product keeps a relaid copy of a weight (CompileConfig.weight_copies=False; the
 # generated products widen a bfloat16 weight in registers, so no float32 copy is folded either)
 COPY_FREE = {"stream": "llvm", "stream_layout": "rows", "panels": 0, "fold_growing": False}
@@ -94,7 +98,7 @@ def knobs(graph: Graph) -> dict[str, list]:
     if _weights_too_large(graph.weights.values()):
         out["weights"] = ["arguments"]
     if not llvm_kernels.available():
-        out["stream"] = ["xla"]
+        out.update({knob: ["xla"] for knob in GENERATED})
     return out
 
 
@@ -115,8 +119,9 @@ class JaxExecutable(Executable):
         device_kind(self.device)  # an unknown device string is refused first
         self._dev = jax_device(self.device, BackendError)
         knobs = dict(self.knobs)
-        if knobs.get("stream") == "llvm" and (device_kind(self.device) != "cpu" or not llvm_kernels.available()):
-            knobs["stream"] = "xla"  # the generated products are CPU code
+        for knob in GENERATED:  # the generated products are CPU code
+            if knobs.get(knob) == "llvm" and (device_kind(self.device) != "cpu" or not llvm_kernels.available()):
+                knobs[knob] = "xla"
         # weight-only values are folded once; a float32 copy that only widens a stored weight is made only if the
         # program reads it (the generated product reads the stored weight itself)
         fold = fold_plan(self.graph, grow=knobs.get("fold_growing", True))

@@ -26,7 +26,7 @@ from ...ir.decompose import decompose
 from ...ir.grouped import split_grouped_products
 from ...ir.graph import Graph
 from ...ir.ops import TensorValue
-from . import panels, peephole, windows
+from . import panels, peephole, view_dots, windows
 from .rules import RULES, STAT_ZERO, LowerCtx, realise_view
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -87,7 +87,7 @@ class JaxProgram:
     def kernels(self) -> list:
         """The generated CPU products (``runtime.llvm_kernels.KernelSpec``) the program calls, once each."""
         return list(dict.fromkeys(p.kernel for p in self.plans.values()
-                                  if isinstance(p, panels.PanelPlan) and p.kernel is not None))
+                                  if isinstance(p, (panels.PanelPlan, view_dots.ViewDotPlan)) and p.kernel is not None))
 
     def host_weights(self) -> list[np.ndarray]:
         """Bound weight values converted to the dtypes the program holds them in (panel forms made here)."""
@@ -130,7 +130,9 @@ def plan(graph: Graph, knobs: dict, widened: dict | None = None) -> tuple[Graph,
     op: the peepholes (knob ``peephole``) and products read through a
     weight's panels (knob ``panels``, :mod:`.panels`; under ``stream="llvm"`` through the generated CPU
     product, panels of ``stream_width`` columns, reading the stored weight that a `widened` folded value
-    copies).  Under ``peephole`` a
+    copies), and under ``view_dots="llvm"`` products whose right side is a view of a larger value (attention's
+    KV cache slots) through a generated CPU product that reads it in place (:mod:`.view_dots`).  Under
+    ``peephole`` a
     product over a repeated operand (grouped-query attention's keys and
     values) is first split so the repeat stays a broadcast the dot reads as
     it is (:mod:`egraft.ir.grouped`), not a copy.
@@ -145,6 +147,8 @@ def plan(graph: Graph, knobs: dict, widened: dict | None = None) -> tuple[Graph,
     panel_plans, panel_weights = panels.find(graph, width, plans, stream, widened,
                                              knobs.get("stream_layout", "panels"))
     plans.update(panel_plans)
+    if knobs.get("view_dots", "xla") == "llvm":  # products reading a view of a value in place (.view_dots)
+        plans.update(view_dots.find(graph, plans))
     return graph, plans, panel_weights
 
 
@@ -187,6 +191,7 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict |
 # plan type -> emitter(ctx, plan, *values of plan.deps(), view_fn)
 EMITTERS = {
     peephole.DotPlan: peephole.emit_dot,
+    view_dots.ViewDotPlan: view_dots.emit,
     peephole.TakePlan: peephole.emit_take,
     peephole.PutPlan: peephole.emit_put,
     peephole.SlicesPlan: lambda ctx, p, x, view: peephole.emit_slices(ctx, p, x),

@@ -23,7 +23,8 @@ from ...ir.ops import TensorValue
 from .views import StackPlan, apply_view, plan_view
 
 STAT_ZERO = {"view_gathers": 0, "view_stacks": 0, "peephole_dots": 0, "peephole_takes": 0, "peephole_slices": 0,
-             "peephole_puts": 0, "peephole_convs": 0, "peephole_pools": 0, "panel_dots": 0, "kernel_dots": 0}
+             "peephole_puts": 0, "peephole_convs": 0, "peephole_pools": 0, "panel_dots": 0, "kernel_dots": 0,
+             "view_dots": 0}
 
 
 @dataclass
