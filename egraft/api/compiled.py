@@ -215,8 +215,9 @@ class CompiledModel(torch.nn.Module):
         name made file-safe) and `directory` is returned.
 
         `keep_executables`: also compile each JAX CPU program (in a new process, about as long as a first
-        load's compile) and keep what XLA made in the artifact, so that the first load on a host like this
-        one reads it instead of compiling (``egraft.runtime.bundled``).
+        load's compile) and keep what XLA made, and the generated CPU kernels' machine code, in the artifact,
+        so that the first load on a host like this one reads them instead of compiling
+        (``egraft.runtime.bundled``).
         """
         path = self._save(directory, signature)
         if keep_executables:

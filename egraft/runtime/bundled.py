@@ -22,8 +22,16 @@ program from that cache, or compiled it before, lacks some of its functions
 found``), so nothing the compiling process made is serialised.  So keeping
 costs a save about one cold load's compile time.
 
-The file is machine code: like any compiled library, load artifacts you
-trust.  Its hash is checked against the manifest, as every file's is.
+The generated CPU products a program calls (``runtime.llvm_kernels``) are
+compiled by LLVM at load, before XLA reads the program: about 8 s of the
+same model's first load.  Their machine code is kept too
+(:data:`OBJECTS_DIR`, one file per kernel, each under the key that names its
+IR, the CPU and LLVM's version): ``egraft.load`` offers them to
+``llvm_kernels`` (:func:`offer_objects`), which uses one only for a kernel
+of the same key, so another host's code is never run.
+
+The files are machine code: like any compiled library, load artifacts you
+trust.  Their hashes are checked against the manifest, as every file's is.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import sys
 from ..errors import ArtifactError
 
 EXECUTABLE_FILE = "program.xla"
+OBJECTS_DIR = "objects"  # the generated CPU products' machine code, <kernel name>.o
 ENV_VAR = "EGRAFT_LOAD_COMPILED"  # "0": never use a kept executable
 
 
@@ -88,6 +97,35 @@ def read(directory: str, manifest: dict, entry: dict, in_tree, out_tree):
         return None, f"not read back ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
 
 
+def offer_objects(directory: str, manifest: dict, entry: dict) -> int:
+    """Offer the kernels' machine code kept with the program to ``llvm_kernels`` (used only for a kernel of the same
+    key: this CPU, the same IR and LLVM); the number offered.  Nothing with ``EGRAFT_LOAD_COMPILED=0``."""
+    kept = (entry.get("executable") or {}).get("objects") or ()
+    if os.environ.get(ENV_VAR, "1") == "0" or not kept:
+        return 0
+    from . import llvm_kernels
+    from .manifest import read_verified
+
+    for obj in kept:
+        llvm_kernels.offer(str(obj["key"]), bytes(read_verified(directory, manifest, obj["file"])))
+    return len(kept)
+
+
+def _keep_objects(directory: str, entry: dict) -> list[dict]:
+    """Write the machine code of the kernels the program calls (compiled by this process's load) beside it."""
+    from . import llvm_kernels
+
+    out = []
+    for d in entry.get("cpu_kernels", ()):
+        spec = llvm_kernels.KernelSpec.from_json(d)
+        rel = f"{OBJECTS_DIR}/{spec.name}.o"
+        os.makedirs(os.path.join(directory, OBJECTS_DIR), exist_ok=True)
+        with open(os.path.join(directory, rel), "wb") as f:
+            f.write(llvm_kernels.object_code(spec))
+        out.append({"file": rel, "key": llvm_kernels.object_key(spec)})
+    return out
+
+
 def keep(path: str) -> dict:
     """Compile the JAX CPU programs saved at `path` (an artifact, a saved generation, or a directory of artifacts)
     in a new process, as ``egraft.load`` would, and keep each executable in its artifact (the module docstring).
@@ -134,9 +172,11 @@ def _keep_here(path: str) -> dict:
             blob, _, _ = serialize_executable.serialize(compiled)
             with open(os.path.join(d, EXECUTABLE_FILE), "wb") as f:
                 f.write(blob)
-            m["kernels"][0]["executable"] = {"file": EXECUTABLE_FILE, "host": here}
+            objects = _keep_objects(d, m["kernels"][0])
+            m["kernels"][0]["executable"] = {"file": EXECUTABLE_FILE, "host": here,
+                                             **({"objects": objects} if objects else {})}
             write_manifest(d, {k: v for k, v in m.items() if k != "files"})
-            done[d] = f"kept ({len(blob) / 2 ** 20:.1f} MiB)"
+            done[d] = f"kept ({len(blob) / 2 ** 20:.1f} MiB" + (f", {len(objects)} kernels" if objects else "") + ")"
     return done
 
 
@@ -144,4 +184,4 @@ if __name__ == "__main__":
     print(json.dumps(_keep_here(sys.argv[1])))
 
 
-__all__ = ["ENV_VAR", "EXECUTABLE_FILE", "host", "keep", "read"]
+__all__ = ["ENV_VAR", "EXECUTABLE_FILE", "OBJECTS_DIR", "host", "keep", "offer_objects", "read"]

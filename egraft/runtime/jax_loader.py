@@ -64,6 +64,8 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
         raise ArtifactError(f"{directory!r} was exported for {entry['platforms']}, not for {platform}; "
                             f"save it again with platforms including {platform!r}")
     blob = read_verified(directory, manifest, entry["file"])
+    if kind == "cpu":
+        bundled.offer_objects(directory, manifest, entry)  # the kernels' machine code, kept at save (if any)
     _register_kernels(directory, entry)
     enable_xla_cache()  # a program compiled once on this machine is read back next time (runtime.xla_cache)
     x64 = bool(entry["x64"])

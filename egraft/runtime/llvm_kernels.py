@@ -18,7 +18,8 @@ order of summation.
 The code is LLVM IR written here as text and compiled by LLVM through
 ``llvmlite`` (numba's JIT layer, a compiled wheel) for the host CPU's own
 instruction set, once per shape and dtype (about 50 ms each); the object code is kept in egraft's cache directory
-(``<cache root>/llvm``, keyed by the IR, the CPU and the LLVM version) so a later process reads it back.  XLA
+(``<cache root>/llvm``, keyed by the IR, the CPU and the LLVM version) so a later process reads it back, and an
+artifact saved with its executables keeps it too (``runtime.bundled``: :func:`offer`).  XLA
 calls it through a typed FFI handler (``jax.ffi``): the handler reads the
 two operand buffers and the result buffer from XLA's call frame (the layout
 of ``xla/ffi/api/c_api.h``, shipped with jaxlib) and answers XLA's metadata
@@ -96,19 +97,46 @@ def _target_machine():
                                         opt=3, codemodel="jitdefault")
 
 
-def _object_path(ir: str) -> str | None:
-    """Where the machine code of `ir` for this CPU is kept between processes (None: no cache)."""
+_OBJECTS: dict[str, bytes] = {}  # object code this process compiled or read back, by object_key (for artifacts)
+_OFFERED: dict[str, bytes] = {}  # object code an artifact keeps (runtime.bundled), by key: used instead of compiling
+STATS = {"compiled": 0, "cached": 0, "kept": 0}  # where this process's kernels' machine code came from
+
+
+def _key(ir: str) -> str:
+    """What the machine code of `ir` depends on: the IR, this CPU (name and features) and LLVM's version."""
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    return hashlib.sha256("\0".join([ir, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+                                      llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info))])
+                          .encode()).hexdigest()
+
+
+def object_key(spec: KernelSpec) -> str:
+    """The key under which `spec`'s machine code for this CPU is kept (the cache's file name, an artifact's entry)."""
+    return _key(module_ir(spec))
+
+
+def _object_path(key: str) -> str | None:
+    """Where the machine code of key `key` is kept between processes (None: no cache)."""
     from .xla_cache import cache_root, caching
 
     if not caching():
         return None
-    import llvmlite
-    import llvmlite.binding as llvm
-
-    key = hashlib.sha256("\0".join([ir, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
-                                     llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info))])
-                         .encode()).hexdigest()
     return str(cache_root() / "llvm" / f"{key}.o")
+
+
+def object_code(spec: KernelSpec) -> bytes:
+    """`spec`'s machine code for this CPU, as this process compiled or read it (compiled here if not yet)."""
+    _made(spec)
+    return _OBJECTS[object_key(spec)]
+
+
+def offer(key: str, obj: bytes) -> None:
+    """Machine code an artifact keeps for the kernel of key `key` (``object_key``): a kernel of that key is made
+    from it instead of compiled.  The key names the IR, the CPU and LLVM, so other hosts' code is never used."""
+    if obj:
+        _OFFERED[key] = bytes(obj)
 
 
 def _read_object(path: str | None) -> bytes | None:
@@ -145,14 +173,27 @@ def _compile(spec: KernelSpec):
     ir = module_ir(spec)
     mod = llvm.parse_assembly(ir)
     mod.verify()
-    path = _object_path(ir)
-    kept = _read_object(path)
+    key = _key(ir)
+    path = _object_path(key)
+    kept = _OFFERED.get(key)
+    source = "kept" if kept is not None else "cached"
     if kept is None:
+        kept = _read_object(path)
+    if kept is None:
+        source = "compiled"
         pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
         pb.getModulePassManager().run(mod, pb)
+    else:
+        _OBJECTS[key] = kept
+
+    def notify(_m, obj, key=key, path=path):
+        _OBJECTS[key] = bytes(obj)
+        _keep_object(path, _OBJECTS[key])
+
     engine = llvm.create_mcjit_compiler(mod, tm)
-    engine.set_object_cache(lambda _m, obj: _keep_object(path, bytes(obj)), lambda _m: kept)
+    engine.set_object_cache(notify, lambda _m: kept)
     engine.finalize_object()
+    STATS[source] += 1
     return engine, mod
 
 
@@ -197,4 +238,5 @@ def call(spec: KernelSpec, x, panels, scales=None):
     return jax.ffi.ffi_call(name, out)(x, panels, *(() if scales is None else (scales,)))
 
 
-__all__ = ["KernelSpec", "WIDEN", "WIDTHS", "available", "call", "compiled", "ensure", "module_ir"]
+__all__ = ["KernelSpec", "STATS", "WIDEN", "WIDTHS", "available", "call", "compiled", "ensure", "module_ir",
+           "object_code", "object_key", "offer"]

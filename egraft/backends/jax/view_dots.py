@@ -33,8 +33,8 @@ from ...runtime import llvm_kernels
 from ...runtime.llvm_spec import FLOATS, TILE, VEC, KernelSpec
 from .peephole import DotPlan, place_output
 
-MAX_ROWS = 64  # rows of x (queries of one key-value head) past which the dot keeps the product: a prompt chunk's
-#                attention is a matrix product XLA's dot computes faster than these row-at-a-time forms
+MAX_ROWS = 64  # rows of x (queries of one key-value head) past which the dot keeps the product: these forms were
+#                built and measured for a decode step's few rows; a long prompt chunk's attention is a matrix product
 KN_WIDTHS = (32, 16)  # (values) columns a panel of the [slots, head_dim] matrix holds, the first that divides it
 
 
