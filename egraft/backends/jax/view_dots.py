@@ -126,7 +126,7 @@ def _plan(graph: Graph, p: DotPlan) -> ViewDotPlan | None:
     products, bstride, repeats = found
     (k, sk), (n, sn) = walk[r][0], walk[n_axis][0]
     rows = repeats * math.prod(p.mul_shape[d] for d in free)
-    if sk is None or sn is None or min(sk, sn, bstride) < 0 or rows > MAX_ROWS:
+    if sk is None or sn is None or min(sk, sn, bstride, offset) < 0 or rows > MAX_ROWS:
         return None
     common = dict(dtype=src.dtype, rows=rows, k=k, batch=products, bstride=bstride, offset=offset)
     if sk == 1 and sn == k and k % VEC == 0 and n % TILE == 0:  # keys: [slots, head_dim] rows
