@@ -118,11 +118,12 @@ def _keep_objects(directory: str, entry: dict) -> list[dict]:
     out = []
     for d in entry.get("cpu_kernels", ()):
         spec = llvm_kernels.KernelSpec.from_json(d)
+        key, obj = llvm_kernels.object_code(spec)
         rel = f"{OBJECTS_DIR}/{spec.name}.o"
         os.makedirs(os.path.join(directory, OBJECTS_DIR), exist_ok=True)
         with open(os.path.join(directory, rel), "wb") as f:
-            f.write(llvm_kernels.object_code(spec))
-        out.append({"file": rel, "key": llvm_kernels.object_key(spec)})
+            f.write(obj)
+        out.append({"file": rel, "key": key})
     return out
 
 

@@ -126,10 +126,12 @@ def _object_path(key: str) -> str | None:
     return str(cache_root() / "llvm" / f"{key}.o")
 
 
-def object_code(spec: KernelSpec) -> bytes:
-    """`spec`'s machine code for this CPU, as this process compiled or read it (compiled here if not yet)."""
+def object_code(spec: KernelSpec) -> tuple[str, bytes]:
+    """(:func:`object_key`, machine code) of `spec` for this CPU, as this process compiled or read it (compiled
+    here if not yet)."""
     _made(spec)
-    return _OBJECTS[object_key(spec)]
+    key = object_key(spec)
+    return key, _OBJECTS[key]
 
 
 def offer(key: str, obj: bytes) -> None:
@@ -175,10 +177,9 @@ def _compile(spec: KernelSpec):
     mod.verify()
     key = _key(ir)
     path = _object_path(key)
-    kept = _OFFERED.get(key)
-    source = "kept" if kept is not None else "cached"
+    kept, source = _OFFERED.get(key), "kept"
     if kept is None:
-        kept = _read_object(path)
+        kept, source = _read_object(path), "cached"
     if kept is None:
         source = "compiled"
         pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))

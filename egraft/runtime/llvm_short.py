@@ -8,17 +8,16 @@ rows of x against 3 x 256 slots of 64 values: 72-111 us a call where reading the
 
 Here :data:`LANES` weight rows are dotted at a time with one row of x, each in :data:`LANES`-value vectors
 (one accumulator per weight row, all of k), and the eight accumulators are summed across lanes together (three
-rounds of pairwise shuffles and adds give one vector whose lane i is weight row i's dot product), stored as
-eight consecutive output columns.  The rows of x run over the same eight weight rows, which stay in cache.
-The sums are float32 dot products over ``k``, in another order than the other forms'.
+rounds of pairwise shuffles and adds, ``runtime.llvm_tiles.lane_sums``, give one vector whose lane i is weight
+row i's dot product), stored as eight consecutive output columns.  The rows of x run over the same eight
+weight rows, which stay in cache.  The sums are float32 dot products over ``k``, in another order than the other forms'.
 """
 
 from __future__ import annotations
 
-import re
-
-from .llvm_rows import rows_panel
-from .llvm_spec import FLOATS, ITEMSIZE, WIDEN, KernelSpec, walk
+from .llvm_rows import rows_panel, widened_loads
+from .llvm_spec import FLOATS, WIDEN, KernelSpec, walk
+from .llvm_tiles import lane_sums
 
 SHORT_K = 256  # longest weight row (values) this form takes: a block's 8 rows x k stay in L1 with room to spare
 PREFETCH = 2  # blocks of weight rows ahead that a block fetches into cache (Zen 1 host, 3 x 256 slots of 64 values
@@ -32,67 +31,20 @@ def takes(spec: KernelSpec) -> bool:
             and spec.k <= SHORT_K and spec.k % LANES == 0 and spec.weight_rows % LANES == 0)
 
 
-def _lane_sums(names: list[str]) -> tuple[str, str]:
-    """IR summing the lanes of each of :data:`LANES` vectors: the name of one vector whose lane i is the sum of
-    ``names[i]``.  Each round adds pairs of vectors, their lanes interleaved so that the runs of one vector's
-    partial sums halve (8 lanes: runs of 4, 2, 1)."""
-    cur, lines = list(names), []
-    run = LANES
-    rnd = 0
-    while len(cur) > 1:
-        half = run // 2
-        lo, hi = [], []
-        for start in range(0, LANES, run):  # lanes of each run: the first half from a, the second from b
-            lo += [start + j for j in range(half)] + [LANES + start + j for j in range(half)]
-            hi += [start + half + j for j in range(half)] + [LANES + start + half + j for j in range(half)]
-        new = []
-        for i in range(0, len(cur), 2):
-            a, b, tag = cur[i], cur[i + 1], f"%ls{rnd}_{i}"
-            for name, mask in (("l", lo), ("h", hi)):
-                lines.append(f"  {tag}{name} = shufflevector <{LANES} x float> {a}, <{LANES} x float> {b}, "
-                             f"<{LANES} x i32> <{', '.join(f'i32 {x}' for x in mask)}>")
-            lines.append(f"  {tag} = fadd <{LANES} x float> {tag}l, {tag}h")
-            new.append(tag)
-        cur, run, rnd = new, half, rnd + 1
-    return "\n".join(lines), cur[0]
-
-
-def _order() -> list[int]:
-    """Which weight row's sum :func:`_lane_sums` leaves in each lane (lane -> row), by following the shuffles."""
-    owner = [[i] * LANES for i in range(LANES)]
-    run = LANES
-    while len(owner) > 1:
-        half = run // 2
-        lo, hi = [], []
-        for start in range(0, LANES, run):
-            lo += [start + j for j in range(half)] + [LANES + start + j for j in range(half)]
-            hi += [start + half + j for j in range(half)] + [LANES + start + half + j for j in range(half)]
-        owner = [[(owner[i] + owner[i + 1])[x] for x in lo] for i in range(0, len(owner), 2)]
-        run = half
-    return owner[0]
-
-
 def short_product(spec: KernelSpec) -> str:
     """``@panel`` and ``@product`` for short stored rows (:func:`takes`)."""
     if not takes(spec):
         raise ValueError(f"{spec}: the short-rows product takes float weights read as stored rows, k <= {SHORT_K}")
     v, k, n = LANES, spec.k, spec.panels * spec.width
-    elem, widen = WIDEN[spec.dtype]
+    elem = WIDEN[spec.dtype][0]
     acc = "\n".join(f"  %a{i} = phi <{v} x float> [zeroinitializer, %rows], [%n{i}, %kl]" for i in range(v))
-    loads = []
-    for i in range(v):
-        text = (f"  %wo = add i64 %kk, {i * k}\n  %wp = getelementptr {elem}, ptr %wr, i64 %wo\n"
-                f"  %v = load <{v} x {elem}>, ptr %wp, align 2\n" + widen.format(w=v) +
-                f"\n  %n = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %xv, <{v} x float> %f, "
-                f"<{v} x float> %a{i})")
-        loads.append(re.sub(r"%(wo|wp|[vzsfn])\b", lambda mt, i=i: f"%{mt.group(1)}{i}", text))
-    per_line = 64 // int(ITEMSIZE[spec.dtype])
+    loads = widened_loads(spec, "%kk", [i * k for i in range(v)], v)  # %f<i>: weight row i at k values %kk..
+    fmas = "\n".join(f"  %n{i} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %xv, <{v} x float> %f{i}, "
+                     f"<{v} x float> %a{i})" for i in range(v))
     prefetch = "\n".join(f"  %pfo{i} = add i64 %kk, {PREFETCH * v * k + i * k}\n"
                          f"  %pfp{i} = getelementptr {elem}, ptr %wr, i64 %pfo{i}\n"
                          f"  call void @llvm.prefetch.p0(ptr %pfp{i}, i32 0, i32 3, i32 1)" for i in range(v))
-    sums, total = _lane_sums([f"%n{i}" for i in range(v)])
-    order = _order()
-    back = [order.index(i) for i in range(v)]  # lane i of the stored vector: weight row i's sum
+    sums, total = lane_sums([f"%n{i}" for i in range(v)], "ls", v)  # lane i: weight row i's dot product
     body = f"""  br label %rows
 rows:
   %m = phi i64 [0, %sub], [%m1, %red]
@@ -104,18 +56,18 @@ kl:
 {acc}
   %xp = getelementptr float, ptr %xr, i64 %kk
   %xv = load <{v} x float>, ptr %xp, align 4
-{chr(10).join(loads)}
+{loads}
+{fmas}
 {prefetch}
   %kk1 = add i64 %kk, {v}
   %kd = icmp eq i64 %kk1, {k}
   br i1 %kd, label %red, label %kl
 red:
 {sums}
-  %sum = shufflevector <{v} x float> {total}, <{v} x float> poison, <{v} x i32> <{', '.join(f'i32 {x}' for x in back)}>
   %oro = mul i64 %m, {n}
   %oo = add i64 %oro, %row
   %op = getelementptr float, ptr %out, i64 %oo
-  store <{v} x float> %sum, ptr %op, align 4
+  store <{v} x float> {total}, ptr %op, align 4
   %m1 = add i64 %m, 1
   %md = icmp eq i64 %m1, {spec.rows}
   br i1 %md, label %rows_done, label %rows

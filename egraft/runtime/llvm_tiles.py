@@ -118,15 +118,15 @@ declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
 DOT_ROWS = 4  # (layout "rows", more than one row of x) weight rows a dot block reads together
 
 
-def _lane_sums(names: list[str], tag: str) -> tuple[str, str]:
-    """IR summing the lanes of each of up to :data:`VEC` float vectors: the name of one vector whose lane j is
-    the sum of ``names[j]`` (lanes past them 0).  Four rounds each add pairs of vectors, half of each lane run
-    of one vector with the other half (two shuffles and an add a pair), then one shuffle puts the sums in order."""
-    v = VEC
+def lane_sums(names: list[str], tag: str, v: int = VEC) -> tuple[str, str]:
+    """IR summing the lanes of each of up to `v` float vectors of `v` lanes (a power of two): the name of one
+    vector whose lane j is the sum of ``names[j]`` (lanes past them 0).  log2(v) rounds each add pairs of
+    vectors, half of each lane run of one vector with the other half (two shuffles and an add a pair), then one
+    shuffle puts the sums in order."""
     cur = list(names) + ["zeroinitializer"] * (v - len(names))
     owner = [[j] * v for j in range(v)]  # owner[i][lane]: whose partial sum that lane of vector i holds
     lines = []
-    for rnd in range(4):
+    for rnd in range(v.bit_length() - 1):
         b = v >> (rnd + 1)  # each owner's run of lanes is 2b long; its two halves are added
         new, new_owner = [], []
         for i in range(0, len(cur), 2):
@@ -167,7 +167,7 @@ def _dot_block(spec: KernelSpec, rows: int) -> str:
             acc_in = out
         return "\n".join(chain)
     fmas = "\n".join(fma(m, r) for m in range(rows) for r in range(d))
-    reduce, total = _lane_sums([f"%n{m}_{r}" for m in range(rows) for r in range(d)], "rs")
+    reduce, total = lane_sums([f"%n{m}_{r}" for m in range(rows) for r in range(d)], "rs")
     sums = reduce + "\n" + "\n".join(
         f"  %row{m} = shufflevector <{v} x float> {total}, <{v} x float> poison, "
         f"<{d} x i32> <{', '.join(f'i32 {m * d + r}' for r in range(d))}>\n"
@@ -213,4 +213,4 @@ def tiles_alias(spec: KernelSpec) -> bool:
     return (spec.k * ITEMSIZE[spec.dtype]) % 4096 == 0
 
 
-__all__ = ["DOT_ROWS", "many_rows_product", "tiles_alias"]
+__all__ = ["DOT_ROWS", "lane_sums", "many_rows_product", "tiles_alias"]

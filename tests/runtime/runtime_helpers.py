@@ -86,3 +86,29 @@ def random_args(graph, rng) -> list[np.ndarray]:
 def flat(obj) -> list:
     """The tensors of a model output in trace order (torch's pytree leaves; None is no leaf)."""
     return [t for t in torch.utils._pytree.tree_leaves(obj) if t is not None]
+
+
+def kernel_on_cores(spec, arrays, cores: int, tmp_path) -> np.ndarray:
+    """The generated CPU product `spec` (runtime.llvm_kernels) of `arrays` through XLA's FFI, in a new process
+    pinned to its first `cores` cores: on one XLA's pool has one thread and the caller computes every panel, on
+    two the panels are shared with the pool."""
+    import sys
+
+    import ml_dtypes
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "generation"))
+    from compiled_helpers import run_python
+
+    loads = []
+    for k, a in enumerate(arrays):
+        half = a.dtype == ml_dtypes.bfloat16  # (np.save keeps no bfloat16: saved as its bits)
+        np.save(tmp_path / f"a{k}.npy", a.view(np.uint16) if half else a)
+        loads.append(f"np.load({str(tmp_path / f'a{k}.npy')!r})" + (".view(ml_dtypes.bfloat16)" if half else ""))
+    code = ("import os, json, numpy as np, ml_dtypes; os.sched_setaffinity(0, list(sorted(os.sched_getaffinity(0)))"
+            f"[:{cores}]); import jax; from egraft.runtime import llvm_kernels as lk; "
+            f"s = lk.KernelSpec.from_json({spec.to_json()!r}); "
+            f"y = jax.jit(lambda *a: lk.call(s, *a))({', '.join(loads)}); "
+            f"np.save({str(tmp_path / 'y.npy')!r}, np.asarray(y)); "
+            "print(json.dumps({}))")
+    run_python(code)
+    return np.load(tmp_path / "y.npy")

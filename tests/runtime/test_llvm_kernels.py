@@ -20,6 +20,7 @@ from egraft.testing import fresh_seed
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "backends"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "generation"))
 from compiled_helpers import run_python  # noqa: E402
+from runtime_helpers import kernel_on_cores  # noqa: E402
 from jax_helpers import check_graph  # noqa: E402
 
 NUMPY = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
@@ -98,16 +99,7 @@ def test_one_core_or_two_the_same_values(cores, tmp_path):
     shared: the values are the same either way (each panel's sums are computed by one thread, in one order)."""
     seed = fresh_seed()
     x, w, panels, spec = _case("bfloat16", 3, 96, 1024, 16, seed)
-    np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "p.npy", panels.view(np.uint16))
-    code = ("import os, json, numpy as np, ml_dtypes; os.sched_setaffinity(0, list(sorted(os.sched_getaffinity(0)))"
-            f"[:{cores}]); import jax; from egraft.runtime import llvm_kernels as lk; "
-            f"s = lk.KernelSpec.from_json({spec.to_json()!r}); x = np.load({str(tmp_path / 'x.npy')!r}); "
-            f"p = np.load({str(tmp_path / 'p.npy')!r}).view(ml_dtypes.bfloat16); "
-            f"np.save({str(tmp_path / 'y.npy')!r}, np.asarray(jax.jit(lambda a, b: lk.call(s, a, b))(x, p))); "
-            "print(json.dumps({}))")
-    run_python(code)
-    got = np.load(tmp_path / "y.npy")
+    got = kernel_on_cores(spec, [x, panels], cores, tmp_path)
     one = np.empty_like(got)
     lk.compiled(spec)(x.ctypes.data, panels.ctypes.data, one.ctypes.data)
     np.testing.assert_array_equal(got, one)
@@ -366,16 +358,7 @@ def test_an_int4_product_shared_with_xla_pool_gives_the_same_values(cores, tmp_p
     seed = fresh_seed()
     x, packed, scales, w = _int4_case(2, 128, 1024, 32, seed)
     spec = lk.KernelSpec("int4", 2, 128, 16, 64, "rows", 0, 32)
-    for name, a in (("x", x), ("p", packed), ("s", scales)):
-        np.save(tmp_path / f"{name}.npy", a)
-    load = ", ".join(f"np.load({str(tmp_path / f'{n}.npy')!r})" for n in "xps")
-    code = ("import os, json, numpy as np; os.sched_setaffinity(0, list(sorted(os.sched_getaffinity(0)))"
-            f"[:{cores}]); import jax; from egraft.runtime import llvm_kernels as lk; "
-            f"s = lk.KernelSpec.from_json({spec.to_json()!r}); "
-            f"np.save({str(tmp_path / 'y.npy')!r}, np.asarray(jax.jit(lambda a, b, c: lk.call(s, a, b, c))({load}))); "
-            "print(json.dumps({}))")
-    run_python(code)
-    got = np.load(tmp_path / "y.npy")
+    got = kernel_on_cores(spec, [x, packed, scales], cores, tmp_path)
     _check(got, x, w, f"{spec} on {cores} cores seed={seed}")
     one = np.empty_like(got)
     lk.compiled(spec)(x.ctypes.data, packed.ctypes.data, one.ctypes.data, scales.ctypes.data)

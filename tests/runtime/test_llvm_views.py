@@ -18,7 +18,7 @@ from egraft.runtime.llvm_short import takes as short_takes
 from egraft.testing import fresh_seed
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "generation"))
-from compiled_helpers import run_python  # noqa: E402
+from runtime_helpers import kernel_on_cores  # noqa: E402
 
 FLOATS = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
@@ -125,17 +125,8 @@ def test_a_batch_shared_with_xla_pool_gives_the_same_values(cores, tmp_path):
     cache = _cache(rng, "bfloat16", 2, 3, 80, 64)
     q = rng.standard_normal((6 * 3, 64)).astype(np.float32)
     spec = lk.KernelSpec("bfloat16", 3, 64, 1, 64, "rows", batch=6, bstride=80 * 64)
-    np.save(tmp_path / "q.npy", q)
-    np.save(tmp_path / "c.npy", cache.view(np.uint16))
-    code = ("import os, json, numpy as np, ml_dtypes; os.sched_setaffinity(0, list(sorted(os.sched_getaffinity(0)))"
-            f"[:{cores}]); import jax; from egraft.runtime import llvm_kernels as lk; "
-            f"s = lk.KernelSpec.from_json({spec.to_json()!r}); q = np.load({str(tmp_path / 'q.npy')!r}); "
-            f"c = np.load({str(tmp_path / 'c.npy')!r}).view(ml_dtypes.bfloat16); "
-            f"np.save({str(tmp_path / 'y.npy')!r}, np.asarray(jax.jit(lambda a, b: lk.call(s, a, b))(q, c))); "
-            "print(json.dumps({}))")
-    run_python(code)
     alone, _ = _run(spec, q, cache)
-    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), alone)
+    np.testing.assert_array_equal(kernel_on_cores(spec, [q, cache], cores, tmp_path), alone)
 
 
 def test_view_specs_are_refused_with_what_is_wrong_and_keep_their_fields_in_json():
