@@ -212,17 +212,18 @@ def sizes_section(raw: dict, step: str, ratios: Ratios) -> dict:
         for peer in ("hf_eager", "hf_static_inductor"):
             load[f"vs_{peer}"] = _vs((r.get("load") or {}).get(f"egraft_vs_{peer}"), ratios, f"{base}/{peer}",
                                      f"decode, {r['model']} {prec}, one core: egraft over {GEN_LABELS[peer]}")
-        runs = []
-        for run in r.get("runs", []):
-            t = run["threads"]
-            vs = {peer: _vs(v, ratios, f"{base}/{t}t/{peer}", f"decode, {r['model']} {prec}, {t} thread(s): "
-                            f"egraft over {peer}") for peer, v in (run.get("egraft_vs") or {}).items()}
-            runs.append({**_keep(run, ("threads", "decode_tok_s", "decode_spread", "prefill_ms", "decode_bound",
-                                       "tokens_equal_transformers")), "vs": vs})
+        runs = {"runs": [], "vllm_runs": []}  # llama.cpp's measuring processes; vLLM's (peers.py --vllm)
+        for key, into in runs.items():
+            for run in (run for run in r.get(key, []) if "error" not in run):  # (a failed child: in the raw file)
+                t, where = run["threads"], "" if key == "runs" else "vllm-process/"
+                vs = {peer: _vs(v, ratios, f"{base}/{t}t/{where}{peer}", f"decode, {r['model']} {prec}, {t} "
+                                f"thread(s): egraft over {peer}") for peer, v in (run.get("egraft_vs") or {}).items()}
+                into.append({**_keep(run, ("threads", "decode_tok_s", "decode_spread", "prefill_ms", "decode_bound",
+                                           "tokens_equal_transformers")), "vs": vs})
         compiled = _keep(r.get("compile"), ("compile_s", "stages_s", "peak_rss", "peak_over_weights", "weights_bytes",
                                              "artifact_over_weights", "tokens_equal"))
         sec["rows"].append({"model": r["model"], "dtype": r["dtype"], "precision": prec, "budget": r.get("budget"),
-                            "threads": r.get("threads"), "compile": compiled, "load": load, "runs": runs})
+                            "threads": r.get("threads"), "compile": compiled, "load": load, **runs})
     return sec
 
 

@@ -41,6 +41,15 @@ def _llama(run: dict) -> list[str]:
     return sorted(names, key=lambda k: k.endswith("BF16"))
 
 
+def _peers(run: dict) -> list[str]:
+    """A peers run's peer systems: vLLM in a ``--vllm`` run's own processes, llama.cpp's otherwise."""
+    return ["vllm"] if "vllm" in run["decode_tok_s"] else _llama(run)
+
+
+def _short(name: str) -> str:
+    return "vLLM" if name == "vllm" else name.removeprefix("llama.cpp ")
+
+
 def compile_rows(step: str, sec: dict) -> list[list]:
     rows = []
     for r in sec["rows"]:
@@ -63,14 +72,14 @@ def compile_rows(step: str, sec: dict) -> list[list]:
 def peer_rows(step: str, sec: dict) -> list[list]:
     rows = []
     for r in sec["rows"]:
-        for run in r["runs"]:
+        for run in r.get("runs", []) + r.get("vllm_runs", []):
             dec, share = run["decode_tok_s"], (run.get("decode_bound") or {}).get("share") or {}
-            llama = _llama(run)
+            llama = _peers(run)
             bound = run.get("decode_bound") or {}
             rows.append([step, r["model"], r["precision"], run["threads"], _num(dec.get("egraft")),
-                         ", ".join(f"{k.removeprefix('llama.cpp ')} {_num(dec[k])}" for k in llama) or "-",
+                         ", ".join(f"{_short(k)} {_num(dec[k])}" for k in llama) or "-",
                          _num(dec.get("hf_eager")),
-                         "; ".join(f"{k.removeprefix('llama.cpp ')}: {run['vs'][k]['text']}" for k in llama
+                         "; ".join(f"{_short(k)}: {run['vs'][k]['text']}" for k in llama
                                    if run["vs"].get(k)) or "-",
                          (f"{_num(bound.get('tok_s'), 0)} ({share['egraft']:.0%} / "
                           f"{share.get(llama[0], float('nan')):.0%})" if bound.get("tok_s") and llama
@@ -108,12 +117,13 @@ def sizes_lines(secs: dict) -> list[str]:
                      "tokens"], [row for s in steps for row in compile_rows(s, secs[s])])
     peers = [row for s in steps for row in peer_rows(s, secs[s])]
     if peers:
-        lines += ["Against llama.cpp (decode tokens/s; the bound is the bytes one step reads over the read "
-                  "bandwidth measured in the same process, with egraft's and llama.cpp's share of it, a share above "
-                  "100 % saying that process read the bandwidth low; prefill ms of egraft / llama.cpp; `n.c.`: not "
-                  "concluded, the 95 % intervals of the medians overlap or a spread is above 50 %):", ""]
-        lines += table(["run", "model", "precision", "threads", "egraft", "llama.cpp", "HF eager",
-                         "egraft over llama.cpp", "bound tok/s (shares)", "prefill ms"], peers)
+        lines += ["Against llama.cpp, and vLLM's CPU build in a `--vllm` run's own processes (decode tokens/s; the "
+                  "bound is the bytes one step reads over the read bandwidth measured in the same process, with "
+                  "egraft's and the peer's share of it, a share above 100 % saying that process read the bandwidth "
+                  "low; prefill ms of egraft / the peer; `n.c.`: not concluded, the 95 % intervals of the medians "
+                  "overlap or a spread is above 50 %):", ""]
+        lines += table(["run", "model", "precision", "threads", "egraft", "peer", "HF eager",
+                         "egraft over the peer", "bound tok/s (shares)", "prefill ms"], peers)
     return lines
 
 

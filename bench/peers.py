@@ -32,9 +32,18 @@ puts the three side by side at deployed sizes (the models of
 llama.cpp's environment: ``make llamacpp-venv`` (builds llama.cpp from the
 package registry's source distribution, about 6 minutes on 2 cores).
 
+With ``--vllm``, a second ``measure`` process per thread count runs in
+vLLM's environment (``make vllm-venv``; ``$EGRAFT_VLLM_VENV`` names another):
+egraft's artifact and HF eager again, beside vLLM's CPU build on the same
+weights at the same dtype (saved with ``save_pretrained`` by that process,
+vLLM's engine in the process, no prefix cache, its threads bound to the same
+cores), interleaved the same way; each ratio is to the egraft run of the same
+process.  Unquantised models only (vLLM's CPU quantised layers are other
+functions and formats).
+
     python3 bench/peers.py [--models llama-135m qwen2-0.5b] [--dtypes float32 bfloat16] [--threads 1 2]
                            [--budget 60s] [--rounds 5] [--new 32] [--out docs/results/raw/peers.json]
-                           [--quantize int8|int4|w8a8 [--group-size 64]]
+                           [--quantize int8|int4|w8a8 [--group-size 64]] [--vllm]
 
 With ``--quantize``, egraft's weight-only int8 / int4 model runs against
 llama.cpp's Q8_0 / Q4_0 of the same float weights (whose dot products also
@@ -60,15 +69,17 @@ sys.path.insert(0, ROOT)
 from bench import generate_worker, real_size  # noqa: E402  (the read bandwidth; the models, prompt, compile child)
 
 VENV = os.environ.get("EGRAFT_LLAMACPP_VENV", os.path.join(ROOT, ".venv-llamacpp"))
+VLLM_VENV = os.environ.get("EGRAFT_VLLM_VENV", os.path.join(ROOT, ".venv-vllm"))
 GGUF_TYPES = {"float32": ("f32",), "bfloat16": ("f16", "bf16"), "float16": ("f16",)}
 QUANTISED = {"int8": "q8_0", "int4": "q4_0", "w8a8": "q8_0"}  # egraft's mode -> llama.cpp's type of the same bits
 
 
-def _venv_python() -> str:
-    py = os.path.join(VENV, "bin", "python")
-    if not os.path.exists(os.path.join(VENV, ".built")):
-        raise SystemExit(f"llama.cpp's environment is not built at {VENV}: run `make llamacpp-venv` first "
-                         "(or set EGRAFT_LLAMACPP_VENV to one built elsewhere)")
+def _venv_python(venv: str = VENV, what: str = "llama.cpp", target: str = "llamacpp-venv",
+                 variable: str = "EGRAFT_LLAMACPP_VENV") -> str:
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(os.path.join(venv, ".built")):
+        raise SystemExit(f"{what}'s environment is not built at {venv}: run `make {target}` first "
+                         f"(or set {variable} to one built elsewhere)")
     return py
 
 
@@ -129,29 +140,11 @@ def child_gguf(a) -> dict:
     return out
 
 
-def child_measure(a) -> dict:
+def _llama_cpp(a, prompt: list[int]) -> dict:
+    """llama.cpp's systems, one per GGUF file: ``run(n)`` evaluates the prompt and samples `n` greedy tokens."""
     import llama_cpp
-    import torch
 
-    import egraft
-    from egraft.measure import compare
-
-    ggufs = json.loads(a.ggufs)
-    art = egraft.load(a.dir)
-    model = real_size.build(a.model, a.dtype)
-    ids = real_size._prompt(real_size.MODELS[a.model]["vocab"])
-    prompt = ids[0].tolist()
-    cpp = {t: llama_cpp.Llama(model_path=p, n_ctx=512, n_threads=a.threads[0], n_threads_batch=a.threads[0],
-                              verbose=False) for t, p in ggufs.items()}
-
-    def hf(n):
-        with torch.no_grad():
-            return model.generate(ids, max_new_tokens=n, do_sample=False)[0, ids.shape[1]:].tolist()
-
-    def eg(n):
-        return art.generate(ids, max_new_tokens=n, do_sample=False)[0, ids.shape[1]:].tolist()
-
-    def llama(llm):
+    def system(llm):
         def run(n):
             llm.reset()
             llm.eval(prompt)
@@ -164,7 +157,55 @@ def child_measure(a) -> dict:
             return toks
         return run
 
-    systems = {"egraft": eg, "hf_eager": hf, **{f"llama.cpp {t.upper()}": llama(m) for t, m in cpp.items()}}
+    return {f"llama.cpp {t.upper()}": system(llama_cpp.Llama(model_path=p, n_ctx=512, n_threads=a.threads[0],
+                                                             n_threads_batch=a.threads[0], verbose=False))
+            for t, p in json.loads(a.ggufs).items()}
+
+
+def _vllm(a, model, prompt: list[int]) -> dict:
+    """vLLM's CPU build on `model`'s weights (saved into ``a.dir``'s sibling ``hf-vllm``), its engine in this
+    process with its threads bound to this process's cores: ``{"vllm": run}``, ``run(n)`` `n` greedy tokens."""
+    cores = sorted(os.sched_getaffinity(0))
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, its least: far above 1 x 256 positions
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process, on these cores
+    hf = os.path.join(os.path.dirname(os.path.abspath(a.dir)), "hf-vllm")
+    model.save_pretrained(hf)
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=hf, dtype=a.dtype, max_model_len=256, max_num_seqs=1, enable_prefix_caching=False,
+              skip_tokenizer_init=True, seed=0)
+
+    def run(n):
+        sp = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, detokenize=False)
+        out = llm.generate([{"prompt_token_ids": prompt}], sp, use_tqdm=False)
+        return list(out[0].outputs[0].token_ids)
+
+    return {"vllm": run}
+
+
+def child_measure(a) -> dict:
+    import torch
+
+    import egraft
+    from egraft.measure import compare
+
+    model = real_size.build(a.model, a.dtype)
+    ids = real_size._prompt(real_size.MODELS[a.model]["vocab"])
+    prompt = ids[0].tolist()
+    # the peer first: vLLM's worker start scans every loaded module's globals and trips on llvmlite's (which
+    # egraft's generated kernels import when the artifact loads)
+    peers = _vllm(a, model, prompt) if a.peer == "vllm" else _llama_cpp(a, prompt)
+    art = egraft.load(a.dir)
+
+    def hf(n):
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=n, do_sample=False)[0, ids.shape[1]:].tolist()
+
+    def eg(n):
+        return art.generate(ids, max_new_tokens=n, do_sample=False)[0, ids.shape[1]:].tolist()
+
+    systems = {"egraft": eg, "hf_eager": hf, **peers}
     tokens = {name: f(a.new) for name, f in systems.items()}  # (also the warm-up)
     want = tokens["hf_eager"]
     equal = {name: got == want for name, got in tokens.items() if name != "hf_eager"}
@@ -176,7 +217,7 @@ def child_measure(a) -> dict:
         with torch.no_grad():
             quantised = reference.generate(ids, max_new_tokens=a.new, do_sample=False)[0, ids.shape[1]:].tolist()
         equal = {"egraft_vs_quantised_model": tokens["egraft"] == quantised,
-                 **{f"{n}_vs_quantised_model": t == quantised for n, t in tokens.items() if n.startswith("llama")},
+                 **{f"{n}_vs_quantised_model": t == quantised for n, t in tokens.items() if n in peers},
                  **{f"{n}_vs_float_model": t == want for n, t in tokens.items() if n != "hf_eager"}}
     steps, timed = real_size.time_decode(systems, a.rounds, a.new)
     bw = generate_worker.bandwidth(argparse.Namespace(threads=a.threads[0], repeats=9))  # same pinned cores
@@ -184,7 +225,7 @@ def child_measure(a) -> dict:
     per_step = real_size.step_bytes(reference, real_size.PROMPT + a.new / 2)  # (quantised: egraft's bytes)
     bound = {"bandwidth": rate, "reader": bw["reader"], "step_bytes": per_step, "tok_s": rate / per_step,
              "share": {n: t / (rate / per_step) for n, t in timed["decode_tok_s"].items()}}
-    return {"threads": a.threads[0], **timed, "decode_bound": bound,
+    return {"threads": a.threads[0], "peer": a.peer, **timed, "decode_bound": bound,
             "tokens_equal_transformers": equal,
             "egraft_vs": {n: compare(steps["egraft"], steps[n]) for n in systems if n != "egraft"}}
 
@@ -212,7 +253,11 @@ def main(argv=None) -> int:
                         "w8a8: Q8_0, int4: Q4_0); egraft's tokens are checked against the quantised model's")
     p.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None,
                    help="(--quantize int4) input columns per scale")
+    p.add_argument("--vllm", action="store_true",
+                   help="also time vLLM's CPU build (its environment: `make vllm-venv`, or $EGRAFT_VLLM_VENV) beside "
+                        "egraft and HF eager, per thread count; unquantised models only")
     p.add_argument("--child", choices=["gguf", "measure"], help=argparse.SUPPRESS)
+    p.add_argument("--peer", choices=["llama.cpp", "vllm"], default="llama.cpp", help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     p.add_argument("--ggufs", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -226,6 +271,9 @@ def main(argv=None) -> int:
         return 0
     py = _venv_python()
     _converter()
+    if a.vllm and a.quantize != "none":
+        raise SystemExit("--vllm times unquantised models only: vLLM's CPU quantised layers are other functions")
+    vllm_py = _venv_python(VLLM_VENV, "vLLM", "vllm-venv", "EGRAFT_VLLM_VENV") if a.vllm else None
 
     def extend(row, directory, art):
         row["gguf"] = _run(py, "gguf", a, ["--dir", directory])
@@ -233,6 +281,9 @@ def main(argv=None) -> int:
             ggufs = json.dumps(row["gguf"])
             row["runs"] = [_run(py, "measure", a, ["--dir", art, "--threads", str(t), "--ggufs", ggufs])
                            for t in a.threads]
+        if vllm_py:
+            row["vllm_runs"] = [_run(vllm_py, "measure", a, ["--dir", art, "--threads", str(t), "--peer", "vllm"])
+                                for t in a.threads]
 
     real_size.measure_rows(a, "bench/peers.py", argv, extend)
     return 0

@@ -85,7 +85,14 @@ def _raw(rng) -> dict:
                                  "decode_bound": {"tok_s": b, "share": {"egraft": e / b, "llama.cpp F32": f / b}},
                                  "egraft_vs": {"llama.cpp F32": vs if t == 2 else {**vs, "conclusive": False,
                                                                                      "why_not": "overlap"}}}
-                                for t, e, f, b in ((1, 61.5, 57.0, 116.0), (2, 70.0, 87.5, 60.0))]}]}
+                                for t, e, f, b in ((1, 61.5, 57.0, 116.0), (2, 70.0, 87.5, 60.0))],
+                       # (peers.py --vllm: vLLM in processes of its own, egraft and HF again beside it; one failed)
+                       "vllm_runs": [{"threads": 1, "peer": "vllm",
+                                      "decode_tok_s": {"egraft": 62.0, "hf_eager": 24.0, "vllm": 50.0},
+                                      "prefill_ms": {"egraft": 35.0, "vllm": 30.0},
+                                      "decode_bound": {"tok_s": 116.0, "share": {"egraft": 0.53, "vllm": 0.43}},
+                                      "egraft_vs": {"vllm": {**vs, "speedup": 1.24, "interval": [1.2, 1.28]}}},
+                                     {"error": "vLLM's engine did not start"}]}]}
     return {"machine": machine, "search-1t": search, "generate": generate, "peers_bound": peers}
 
 
@@ -127,6 +134,9 @@ def test_page_states_only_concluded_ratios(tmp_path):
     assert "| peers_bound | llama-135m | float32 | 2 | 70.0 | F32 87.5 | 25.0 | F32: 0.80x |" in md
     assert res["ratios"]["peers_bound/llama-135m/float32/2t/llama.cpp F32"]["text"] == "0.80x"
     assert "peers_bound/llama-135m/float32/1t/llama.cpp F32" not in res["ratios"]  # not concluded: no ratio
+    assert "| peers_bound | llama-135m | float32 | 1 | 62.0 | vLLM 50.0 | 24.0 | vLLM: 1.24x | 116 (53% / 43%) | 35 / 30 |" in md
+    assert res["ratios"]["peers_bound/llama-135m/float32/1t/vllm-process/vllm"]["text"] == "1.24x"
+    assert "peers_bound/llama-135m/float32/1t/vllm-process/hf_eager" not in res["ratios"]  # (none measured)
 
     text = readme.read_text()
     assert "9.99x" not in text and text.endswith("\n\ntail\n") and page.BEGIN in text and page.END in text
