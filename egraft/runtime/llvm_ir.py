@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from .llvm_ffi import MAX_THREADS, module
 from .llvm_act8 import act8_product
+from .llvm_bf16 import bf16_product
 from .llvm_rows import rows_product
 from .llvm_short import short_product, takes as short_takes
 from .llvm_tiles import many_rows_product
@@ -81,6 +82,8 @@ def _product(spec: KernelSpec) -> str:
     panel in turn; ``@work(job)``: panels claimed one at a time from a shared job (``runtime.llvm_ffi.SHARED``)."""
     if spec.act == "int8":
         return act8_product(spec)
+    if spec.act == "bfloat16":
+        return bf16_product(spec)
     if spec.layout == "rows" and short_takes(spec):
         return short_product(spec)
     if spec.layout == "rows":

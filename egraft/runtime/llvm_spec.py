@@ -32,8 +32,10 @@ GROUPS = (32, 64, 128)  # (int4) values of k that share one scale
 WIDTHS = (16, 32, 64, 128)
 LAYOUTS = ("panels", "rows", "kn")
 VEC = 16  # (layout "rows") k values per vector: one AVX-512 register of float32; k must be a multiple
-ACTS = ("float32", "int8")  # what x may be (int8: a quantised activation, the products summed in int32)
+ACTS = ("float32", "int8", "bfloat16")  # what x may be (int8: a quantised activation, the products summed in
+#                                        int32; bfloat16: a bfloat16 model's input to a bfloat16 weight, not widened)
 ACT8_STEP = 32  # (int8 x) k values per vector step
+ACT16_STEP = 32  # (bfloat16 x) k values per vector step
 TILE = 16  # (layout "rows", more than one row of x) weight rows x k values transposed in registers at a time
 
 
@@ -78,10 +80,12 @@ class KernelSpec:
                 self.layout != "rows" or self.group not in GROUPS or self.k % self.group)):
             raise BackendError(f"a generated product of int4 weights reads them as stored rows with a group size of "
                                f"{GROUPS} dividing k (and only int4 has groups): {self}")
-        if self.act not in ACTS or (self.act == "int8" and (
-                self.dtype != "int8" or self.layout != "rows" or self.rows != 1 or self.k % ACT8_STEP)):
-            raise BackendError(f"a generated product takes x of dtype {ACTS}; int8 x only times int8 weights read "
-                               f"as stored rows, one row of x, k a multiple of {ACT8_STEP}: {self}")
+        if self.act not in ACTS or (self.act != "float32" and (
+                self.dtype != self.act or self.layout != "rows" or self.rows != 1 or self.batch != 1
+                or self.k % (ACT8_STEP if self.act == "int8" else ACT16_STEP))):
+            raise BackendError(f"a generated product takes x of dtype {ACTS}; int8 or bfloat16 x only times weights "
+                               f"of its own dtype read as stored rows, one row of x, k a multiple of {ACT8_STEP}: "
+                               f"{self}")
         if (self.layout == "kn") != bool(self.ldw) or self.ldw and self.ldw < self.panels * self.width:
             raise BackendError(f"a generated product reading a [k, n] matrix (layout 'kn', only it) needs the "
                                f"distance of its rows, ldw >= its columns: {self}")
@@ -105,7 +109,7 @@ class KernelSpec:
     def name(self) -> str:
         tail = "" if self.layout == "panels" else f"_{self.layout}" + (f"_{self.n}" if self.n else "")
         tail += f"_g{self.group}" if self.group else ""
-        tail += "_a8" if self.act == "int8" else ""
+        tail += {"int8": "_a8", "bfloat16": "_a16"}.get(self.act, "")
         tail += f"_ld{self.ldw}" if self.ldw else ""
         tail += f"_b{self.batch}x{self.bstride}" if self.batch != 1 else ""
         tail += f"_o{self.offset}" if self.offset else ""
@@ -175,5 +179,5 @@ done:
 """ + SHARED
 
 
-__all__ = ["ACT8_STEP", "ACTS", "FLOATS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN",
+__all__ = ["ACT16_STEP", "ACT8_STEP", "ACTS", "FLOATS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN",
            "WIDTHS", "group_sizes", "row_groups", "walk"]

@@ -64,7 +64,7 @@ def test_xla_calls_the_integer_product_through_its_ffi():
 
 
 def test_an_int8_x_spec_is_refused_where_it_has_no_product_and_keeps_its_act_in_json():
-    with pytest.raises(BackendError, match="int8 x only times int8 weights"):
+    with pytest.raises(BackendError, match="int8 or bfloat16 x only times weights of its own dtype"):
         lk.KernelSpec("float32", 1, 64, 2, 16, "rows", act="int8")
     with pytest.raises(BackendError, match="one row of x"):
         lk.KernelSpec("int8", 2, 64, 2, 16, "rows", act="int8")

@@ -81,7 +81,7 @@ from ...ir.graph import Graph
 from ...runtime import llvm_kernels
 from ...runtime.derived import derived
 from ...runtime.llvm_ir import TILE, VEC
-from ...runtime.llvm_spec import ACT8_STEP
+from ...runtime.llvm_spec import ACT16_STEP, ACT8_STEP
 from ...runtime.llvm_kernels import WIDEN, KernelSpec
 from ..fold import Widened
 from .peephole import DotPlan, place_output
@@ -186,9 +186,10 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
                 weights[scales] = PanelWeight(wide.scales, width, False, "rows")
             elif rows:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols)
-                quantised = _int8_source(graph, lhs) if dtype == "int8" and m == 1 and k % ACT8_STEP == 0 else None
-                if quantised is not None:
-                    kernel, lhs = replace(kernel, act="int8"), quantised  # an integer dot product (w8a8)
+                narrow = _narrow_source(graph, lhs, dtype) if dtype in ("int8", "bfloat16") and m == 1 and (
+                    k % (ACT8_STEP if dtype == "int8" else ACT16_STEP) == 0) else None
+                if narrow is not None:  # x as it was before its widening: an integer dot product (w8a8), or a
+                    kernel, lhs = replace(kernel, act=dtype), narrow  # bfloat16 one (runtime.llvm_bf16)
             else:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
         elif m > MAX_ROWS or cols < 2 * width:
@@ -217,10 +218,11 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
     return plans, weights
 
 
-def _int8_source(graph: Graph, nid: int) -> int | None:
-    """The int8 node that node `nid` widens to float32 (a quantised activation, ``quantize="w8a8"``), or None."""
+def _narrow_source(graph: Graph, nid: int, dtype: str) -> int | None:
+    """The node of `dtype` that node `nid` widens to float32 (int8: a quantised activation, ``quantize="w8a8"``;
+    bfloat16: a bfloat16 model's activation), or None."""
     n = graph.nodes[nid]
-    if n.op == Op.Cast and n.dtype == "float32" and graph.nodes[n.inputs[0]].dtype == "int8":
+    if n.op == Op.Cast and n.dtype == "float32" and graph.nodes[n.inputs[0]].dtype == dtype:
         return n.inputs[0]
     return None
 
@@ -274,7 +276,7 @@ def emit_panel_dot(ctx, plan: PanelPlan, a, panels, view_fn, scales=None):
     m = a.shape[0]
     if plan.kernel is not None:  # the generated CPU product (runtime.llvm_kernels): [M, J * w] float32
         ctx.stats["kernel_dots"] += 1
-        y = llvm_kernels.call(plan.kernel, a if plan.kernel.act == "int8" else a.astype(jnp.float32), panels, scales)
+        y = llvm_kernels.call(plan.kernel, a if plan.kernel.act != "float32" else a.astype(jnp.float32), panels, scales)
     else:
         ctx.stats["panel_dots"] += 1
         y = lax.dot_general(jnp.broadcast_to(a[None], (j, m, k)), panels, (((2,), (1,)), ((0,), (0,))),

@@ -1,0 +1,105 @@
+"""The generated product of a bfloat16 activation and bfloat16 weights: ``x [1, k] bfloat16 @ W [N, k]
+bfloat16``, summed in float32 (``KernelSpec(act="bfloat16")``).
+
+A bfloat16 model's linear layer multiplies a bfloat16 input by a bfloat16
+weight and sums in float32; egraft's IR says so as a cast of each to float32
+and a float32 product, and the float32 form (``runtime.llvm_rows``) widens
+every weight value in registers before its multiply-add: a zero extension
+and a shift per 16 values, three instructions per 32 bytes read, where a
+float32 weight needs one per 64.  Given the input as it is (bfloat16, not
+widened) the product can use the CPU's own bfloat16 dot product
+(AVX512-BF16's ``vdpbf16ps``: 32 pairs of bfloat16 values multiplied, each
+product exact in float32, and added in pairs into 16 float32 sums, one
+rounding an addition, subnormals flushed to zero): one instruction per 64
+bytes of weight, the input's 32 values loaded beside it.  The same float32
+sums as the widened form's, up to their order and to subnormals.
+
+On a CPU without those instructions the same spec compiles to the widened
+form (each 32 values of x and W widened in halves and multiplied-added in
+float32), so a saved program runs anywhere; which one a host gets is
+:func:`dot_instruction` (``EGRAFT_LLVM_BF16_DOT=0`` forces the widened one).
+
+Where it is read: layout ``"rows"`` (``W`` as ``nn.Linear`` stores it), one
+row of x (a decode step), :data:`ACT16_STEP` values of k a vector step, up
+to four independent accumulators; each weight row is one sequential stream.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from .llvm_rows import rows_panel, sum_chain
+from .llvm_spec import ACT16_STEP, KernelSpec, walk
+
+
+@functools.lru_cache(maxsize=1)
+def _host_has_dot() -> bool:
+    import llvmlite.binding as llvm
+
+    return "+avx512bf16" in llvm.get_host_cpu_features().flatten().split(",")
+
+
+def dot_instruction() -> bool:
+    """Whether this host's bfloat16-input products use the CPU's bfloat16 dot instruction (else widened)."""
+    return os.environ.get("EGRAFT_LLVM_BF16_DOT", "1") != "0" and _host_has_dot()
+
+
+def _unroll(k: int) -> int:
+    return next(u for u in (4, 2, 1) if k % (ACT16_STEP * u) == 0)
+
+
+def _step(j: int, dot: bool) -> tuple[str, str]:
+    """IR of vector step `j`: x's and the weight row's :data:`ACT16_STEP` values at ``%k + j * step`` into the
+    accumulator ``%a<j>`` as ``%n<j>``; and the accumulator's type."""
+    s, h = ACT16_STEP, ACT16_STEP // 2
+    loads = f"""  %o{j} = add i64 %k, {j * s}
+  %xp{j} = getelementptr i16, ptr %x, i64 %o{j}
+  %wp{j} = getelementptr i16, ptr %wr, i64 %o{j}"""
+    if dot:
+        return loads + f"""
+  %xv{j} = load <{s} x bfloat>, ptr %xp{j}, align 2
+  %wv{j} = load <{s} x bfloat>, ptr %wp{j}, align 2
+  %n{j} = call <{h} x float> @llvm.x86.avx512bf16.dpbf16ps.512(<{h} x float> %a{j}, <{s} x bfloat> %xv{j}, \
+<{s} x bfloat> %wv{j})""", f"<{h} x float>"
+    lines = [loads]
+    for name in ("x", "w"):  # both widened exactly: the 16 bits become a float32's high half
+        lines.append(f"""  %{name}v{j} = load <{s} x i16>, ptr %{name}p{j}, align 2
+  %{name}z{j} = zext <{s} x i16> %{name}v{j} to <{s} x i32>
+  %{name}s{j} = shl <{s} x i32> %{name}z{j}, splat (i32 16)
+  %{name}f{j} = bitcast <{s} x i32> %{name}s{j} to <{s} x float>""")
+    lines.append(f"  %n{j} = call <{s} x float> @llvm.fma.v{s}f32(<{s} x float> %xf{j}, <{s} x float> %wf{j}, "
+                 f"<{s} x float> %a{j})")
+    return "\n".join(lines), f"<{s} x float>"
+
+
+def bf16_product(spec: KernelSpec) -> str:
+    """``@panel`` and ``@product`` of a bfloat16-x, bfloat16-weight product, one row of x (the module docstring)."""
+    k, u, dot = spec.k, _unroll(spec.k), dot_instruction()
+    steps = [_step(j, dot) for j in range(u)]
+    ty = steps[0][1]
+    acc = "\n".join(f"  %a{j} = phi {ty} [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
+    sums, last = sum_chain([f"%n{j}" for j in range(u)], "c", ty)
+    lanes = ty[1:ty.index(" ")]
+    body = f"""  br label %dot
+dot:
+  %k = phi i64 [0, %sub], [%k1, %dot]
+{acc}
+{chr(10).join(text for text, _ in steps)}
+  %k1 = add i64 %k, {ACT16_STEP * u}
+  %kd = icmp eq i64 %k1, {k}
+  br i1 %kd, label %dot_done, label %dot
+dot_done:
+{sums}
+  %t = call reassoc float @llvm.vector.reduce.fadd.v{lanes}f32(float 0.0, {ty} {last})
+  %op = getelementptr float, ptr %out, i64 %row
+  store float %t, ptr %op
+"""
+    declare = ("declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)"
+               if dot else f"declare <{ACT16_STEP} x float> @llvm.fma.v{ACT16_STEP}f32(<{ACT16_STEP} x float>, "
+                           f"<{ACT16_STEP} x float>, <{ACT16_STEP} x float>)")
+    return (f"{declare}\ndeclare float @llvm.vector.reduce.fadd.v{lanes}f32(float, {ty})\n"
+            + rows_panel(spec, 1, body) + walk(spec))
+
+
+__all__ = ["bf16_product", "dot_instruction"]
