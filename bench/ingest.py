@@ -219,7 +219,7 @@ def sizes_section(raw: dict, step: str, ratios: Ratios) -> dict:
                 vs = {peer: _vs(v, ratios, f"{base}/{t}t/{where}{peer}", f"decode, {r['model']} {prec}, {t} "
                                 f"thread(s): egraft over {peer}") for peer, v in (run.get("egraft_vs") or {}).items()}
                 into.append({**_keep(run, ("threads", "decode_tok_s", "decode_spread", "prefill_ms", "decode_bound",
-                                           "tokens_equal_transformers")), "vs": vs})
+                                           "tokens_equal_transformers", "llama_cpp_extra_bufts")), "vs": vs})
         compiled = _keep(r.get("compile"), ("compile_s", "stages_s", "peak_rss", "peak_over_weights", "weights_bytes",
                                              "artifact_over_weights", "tokens_equal"))
         sec["rows"].append({"model": r["model"], "dtype": r["dtype"], "precision": prec, "budget": r.get("budget"),

@@ -77,7 +77,9 @@ def peer_rows(step: str, sec: dict) -> list[list]:
             llama = _peers(run)
             bound = run.get("decode_bound") or {}
             rows.append([step, r["model"], r["precision"], run["threads"], _num(dec.get("egraft")),
-                         ", ".join(f"{_short(k)} {_num(dec[k])}" for k in llama) or "-",
+                         (", ".join(f"{_short(k)} {_num(dec[k])}" for k in llama) or "-")
+                         + (" (its extra buffer types off: they crashed)" if run.get("llama_cpp_extra_bufts") is False
+                            else ""),
                          _num(dec.get("hf_eager")),
                          "; ".join(f"{_short(k)}: {run['vs'][k]['text']}" for k in llama
                                    if run["vs"].get(k)) or "-",

@@ -141,8 +141,20 @@ def child_gguf(a) -> dict:
 
 
 def _llama_cpp(a, prompt: list[int]) -> dict:
-    """llama.cpp's systems, one per GGUF file: ``run(n)`` evaluates the prompt and samples `n` greedy tokens."""
+    """llama.cpp's systems, one per GGUF file: ``run(n)`` evaluates the prompt and samples `n` greedy tokens.
+    ``--no-extra-bufts``: its models loaded without its extra buffer types (AMX, repacked weights)."""
     import llama_cpp
+    import llama_cpp.llama
+
+    if a.no_extra_bufts:  # (the Llama class takes no such argument: its default model parameters, changed)
+        default = llama_cpp.llama_model_default_params
+
+        def params():
+            p = default()
+            p.use_extra_bufts = False
+            return p
+
+        llama_cpp.llama.llama_cpp.llama_model_default_params = params
 
     def system(llm):
         def run(n):
@@ -225,7 +237,8 @@ def child_measure(a) -> dict:
     per_step = real_size.step_bytes(reference, real_size.PROMPT + a.new / 2)  # (quantised: egraft's bytes)
     bound = {"bandwidth": rate, "reader": bw["reader"], "step_bytes": per_step, "tok_s": rate / per_step,
              "share": {n: t / (rate / per_step) for n, t in timed["decode_tok_s"].items()}}
-    return {"threads": a.threads[0], "peer": a.peer, **timed, "decode_bound": bound,
+    extra = {"llama_cpp_extra_bufts": not a.no_extra_bufts} if a.peer == "llama.cpp" else {}
+    return {"threads": a.threads[0], "peer": a.peer, **extra, **timed, "decode_bound": bound,
             "tokens_equal_transformers": equal,
             "egraft_vs": {n: compare(steps["egraft"], steps[n]) for n in systems if n != "egraft"}}
 
@@ -237,6 +250,16 @@ def _run(python: str, kind: str, a, extra: list[str]) -> dict:
     quant = ["--quantize", a.quantize] + (["--group-size", str(a.group_size)] if a.group_size else [])
     return real_size.run_script(python, __file__, ["--child", kind, "--models", a.model, "--dtypes", a.dtype,
                                                    "--rounds", str(a.rounds), "--new", str(a.new)] + quant + extra)
+
+
+def _llama_run(py: str, a, extra: list[str]) -> dict:
+    """A llama.cpp measuring process; where it crashes (seen: llama.cpp 0.3.36's Q8_0 decode on an Intel Xeon with
+    AMX, in its extra buffer types), once more with those buffer types off, the run saying so."""
+    run = _run(py, "measure", a, extra)
+    if "signal" in run.get("error", "")[:40]:
+        again = _run(py, "measure", a, extra + ["--no-extra-bufts"])
+        run = {**again, "crashed_with_extra_bufts": run["error"][:600]} if "error" not in again else run
+    return run
 
 
 def main(argv=None) -> int:
@@ -258,6 +281,7 @@ def main(argv=None) -> int:
                         "egraft and HF eager, per thread count; unquantised models only")
     p.add_argument("--child", choices=["gguf", "measure"], help=argparse.SUPPRESS)
     p.add_argument("--peer", choices=["llama.cpp", "vllm"], default="llama.cpp", help=argparse.SUPPRESS)
+    p.add_argument("--no-extra-bufts", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     p.add_argument("--ggufs", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -279,8 +303,7 @@ def main(argv=None) -> int:
         row["gguf"] = _run(py, "gguf", a, ["--dir", directory])
         if "error" not in row["gguf"]:
             ggufs = json.dumps(row["gguf"])
-            row["runs"] = [_run(py, "measure", a, ["--dir", art, "--threads", str(t), "--ggufs", ggufs])
-                           for t in a.threads]
+            row["runs"] = [_llama_run(py, a, ["--dir", art, "--threads", str(t), "--ggufs", ggufs]) for t in a.threads]
         if vllm_py:
             row["vllm_runs"] = [_run(vllm_py, "measure", a, ["--dir", art, "--threads", str(t), "--peer", "vllm"])
                                 for t in a.threads]

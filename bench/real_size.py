@@ -309,11 +309,13 @@ def run_child(kind: str, a, directory: str) -> dict:
 
 def run_script(python: str, script: str, args: list[str]) -> dict:
     """`script` run by `python` in a fresh process with this checkout first on its path: the JSON of its last
-    line, or ``{"error": its stderr's end}``."""
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    line, or ``{"error": its stderr's end}`` (with Python's fault handler on, so a crash in native code says
+    where, and the exit status or signal named)."""
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONFAULTHANDLER": "1"}
     out = subprocess.run([python, os.path.abspath(script), *args], capture_output=True, text=True, env=env)
     if out.returncode != 0:
-        return {"error": out.stderr[-3000:]}
+        how = f"killed by signal {-out.returncode}" if out.returncode < 0 else f"exit status {out.returncode}"
+        return {"error": f"{how}: {out.stderr[-3000:]}"}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

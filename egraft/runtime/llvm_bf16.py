@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import os
 
-from .llvm_rows import rows_panel, sum_chain
+from .llvm_rows import rows_panel, sum_chain, widened_loads
 from .llvm_spec import ACT16_STEP, KernelSpec, walk
 
 
@@ -49,35 +49,29 @@ def _unroll(k: int) -> int:
     return next(u for u in (4, 2, 1) if k % (ACT16_STEP * u) == 0)
 
 
-def _step(j: int, dot: bool) -> tuple[str, str]:
-    """IR of vector step `j`: x's and the weight row's :data:`ACT16_STEP` values at ``%k + j * step`` into the
-    accumulator ``%a<j>`` as ``%n<j>``; and the accumulator's type."""
-    s, h = ACT16_STEP, ACT16_STEP // 2
-    loads = f"""  %o{j} = add i64 %k, {j * s}
+def _steps(spec: KernelSpec, u: int, dot: bool) -> tuple[str, str]:
+    """IR of `u` vector steps: step j adds x's and the weight row's :data:`ACT16_STEP` values at ``%k + j * step``
+    into the accumulator ``%a<j>`` as ``%n<j>``; and the accumulators' type."""
+    s, h, offsets = ACT16_STEP, ACT16_STEP // 2, [j * ACT16_STEP for j in range(u)]
+    if not dot:  # both operands widened exactly (a bfloat16's 16 bits are a float32's high half)
+        loads = (widened_loads(spec, "%k", offsets, s, base="%x", tag="x") + "\n"
+                 + widened_loads(spec, "%k", offsets, s, tag="w"))
+        return loads + "\n" + "\n".join(
+            f"  %n{j} = call <{s} x float> @llvm.fma.v{s}f32(<{s} x float> %xf{j}, <{s} x float> %wf{j}, "
+            f"<{s} x float> %a{j})" for j in range(u)), f"<{s} x float>"
+    return "\n".join(f"""  %o{j} = add i64 %k, {off}
   %xp{j} = getelementptr i16, ptr %x, i64 %o{j}
-  %wp{j} = getelementptr i16, ptr %wr, i64 %o{j}"""
-    if dot:
-        return loads + f"""
+  %wp{j} = getelementptr i16, ptr %wr, i64 %o{j}
   %xv{j} = load <{s} x bfloat>, ptr %xp{j}, align 2
   %wv{j} = load <{s} x bfloat>, ptr %wp{j}, align 2
   %n{j} = call <{h} x float> @llvm.x86.avx512bf16.dpbf16ps.512(<{h} x float> %a{j}, <{s} x bfloat> %xv{j}, \
-<{s} x bfloat> %wv{j})""", f"<{h} x float>"
-    lines = [loads]
-    for name in ("x", "w"):  # both widened exactly: the 16 bits become a float32's high half
-        lines.append(f"""  %{name}v{j} = load <{s} x i16>, ptr %{name}p{j}, align 2
-  %{name}z{j} = zext <{s} x i16> %{name}v{j} to <{s} x i32>
-  %{name}s{j} = shl <{s} x i32> %{name}z{j}, splat (i32 16)
-  %{name}f{j} = bitcast <{s} x i32> %{name}s{j} to <{s} x float>""")
-    lines.append(f"  %n{j} = call <{s} x float> @llvm.fma.v{s}f32(<{s} x float> %xf{j}, <{s} x float> %wf{j}, "
-                 f"<{s} x float> %a{j})")
-    return "\n".join(lines), f"<{s} x float>"
+<{s} x bfloat> %wv{j})""" for j, off in enumerate(offsets)), f"<{h} x float>"
 
 
 def bf16_product(spec: KernelSpec) -> str:
     """``@panel`` and ``@product`` of a bfloat16-x, bfloat16-weight product, one row of x (the module docstring)."""
     k, u, dot = spec.k, _unroll(spec.k), dot_instruction()
-    steps = [_step(j, dot) for j in range(u)]
-    ty = steps[0][1]
+    steps, ty = _steps(spec, u, dot)
     acc = "\n".join(f"  %a{j} = phi {ty} [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
     sums, last = sum_chain([f"%n{j}" for j in range(u)], "c", ty)
     lanes = ty[1:ty.index(" ")]
@@ -85,7 +79,7 @@ def bf16_product(spec: KernelSpec) -> str:
 dot:
   %k = phi i64 [0, %sub], [%k1, %dot]
 {acc}
-{chr(10).join(text for text, _ in steps)}
+{steps}
   %k1 = add i64 %k, {ACT16_STEP * u}
   %kd = icmp eq i64 %k1, {k}
   br i1 %kd, label %dot_done, label %dot

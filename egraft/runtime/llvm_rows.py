@@ -86,15 +86,17 @@ def sum_chain(names: list[str], tag: str, ty: str, add: str = "fadd") -> tuple[s
     return "\n".join(lines), last
 
 
-def widened_loads(spec: KernelSpec, at: str, offsets: list[int], width: int = VEC) -> str:
-    """IR loading `width` weight values at ``%wr + at + offset`` for each offset, widened to float32 by the
-    dtype's row of ``WIDEN`` as ``%f<j>`` (the template's value names %wo, %wp, %v, %z, %s, %f suffixed with j)."""
+def widened_loads(spec: KernelSpec, at: str, offsets: list[int], width: int = VEC, base: str = "%wr",
+                  tag: str = "") -> str:
+    """IR loading `width` values of the weight's dtype at ``base + at + offset`` (the weight row ``%wr`` unless
+    told) for each offset, widened to float32 by the dtype's row of ``WIDEN`` as ``%<tag>f<j>`` (the template's
+    value names %wo, %wp, %v, %z, %s, %f prefixed with `tag` and suffixed with j)."""
     elem, widen = WIDEN[spec.dtype]
     out = []
     for j, off in enumerate(offsets):
-        text = (f"  %wo = add i64 {at}, {off}\n  %wp = getelementptr {elem}, ptr %wr, i64 %wo\n"
+        text = (f"  %wo = add i64 {at}, {off}\n  %wp = getelementptr {elem}, ptr {base}, i64 %wo\n"
                 f"  %v = load <{width} x {elem}>, ptr %wp, align 2\n" + widen.format(w=width))
-        out.append(re.sub(r"%(wo|wp|[vzsf])\b", lambda mt: f"%{mt.group(1)}{j}", text))
+        out.append(re.sub(r"%(wo|wp|[vzsf])\b", lambda mt: f"%{tag}{mt.group(1)}{j}", text))
     return "\n".join(out)
 
 

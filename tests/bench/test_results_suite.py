@@ -81,6 +81,7 @@ def _raw(rng) -> dict:
                        "load": {"load_s": 2.7, "cold_load_s": 11.0, "decode_tok_s": {"egraft": 60.0, "hf_eager": 25.0},
                                 "prefill_ms": {"egraft": 34.0, "hf_eager": 80.0}},
                        "runs": [{"threads": t, "decode_tok_s": {"egraft": e, "hf_eager": 25.0, "llama.cpp F32": f},
+                                 **({"llama_cpp_extra_bufts": False} if t == 1 else {}),
                                  "prefill_ms": {"egraft": 34.0, "llama.cpp F32": 50.0},
                                  "decode_bound": {"tok_s": b, "share": {"egraft": e / b, "llama.cpp F32": f / b}},
                                  "egraft_vs": {"llama.cpp F32": vs if t == 2 else {**vs, "conclusive": False,
@@ -136,6 +137,7 @@ def test_page_states_only_concluded_ratios(tmp_path):
     assert "peers_bound/llama-135m/float32/1t/llama.cpp F32" not in res["ratios"]  # not concluded: no ratio
     assert "| peers_bound | llama-135m | float32 | 1 | 62.0 | vLLM 50.0 | 24.0 | vLLM: 1.24x | 116 (53% / 43%) | 35 / 30 |" in md
     assert res["ratios"]["peers_bound/llama-135m/float32/1t/vllm-process/vllm"]["text"] == "1.24x"
+    assert "| 1 | 61.5 | F32 57.0 (its extra buffer types off: they crashed) | 25.0 |" in md  # (a rerun without them)
     assert "peers_bound/llama-135m/float32/1t/vllm-process/hf_eager" not in res["ratios"]  # (none measured)
 
     text = readme.read_text()
