@@ -22,6 +22,9 @@ float32), so a saved program runs anywhere; which one a host gets is
 Where it is read: layout ``"rows"`` (``W`` as ``nn.Linear`` stores it), one
 row of x (a decode step), :data:`ACT16_STEP` values of k a vector step, up
 to four independent accumulators; each weight row is one sequential stream.
+Two to :data:`~egraft.runtime.llvm_spec.ACT16_ROWS` rows (a batch's decode
+step, a short chunk) take ``runtime.llvm_tiles``' tiles with each lane holding
+a pair of weights (the same instruction, or the pair widened in turn).
 """
 
 from __future__ import annotations

@@ -82,8 +82,8 @@ def _product(spec: KernelSpec) -> str:
     panel in turn; ``@work(job)``: panels claimed one at a time from a shared job (``runtime.llvm_ffi.SHARED``)."""
     if spec.act == "int8":
         return act8_product(spec)
-    if spec.act == "bfloat16":
-        return bf16_product(spec)
+    if spec.act == "bfloat16" and spec.rows == 1:
+        return bf16_product(spec)  # (more rows: the tiles, in pairs)
     if spec.layout == "rows" and short_takes(spec):
         return short_product(spec)
     if spec.layout == "rows":

@@ -36,6 +36,9 @@ ACTS = ("float32", "int8", "bfloat16")  # what x may be (int8: a quantised activ
 #                                        int32; bfloat16: a bfloat16 model's input to a bfloat16 weight, not widened)
 ACT8_STEP = 32  # (int8 x) k values per vector step
 ACT16_STEP = 32  # (bfloat16 x) k values per vector step
+# (bfloat16 x) the most rows of x a product reads the input as bfloat16 at (in tiles of weight pairs, more than
+# one): measured on an Intel Xeon with AVX512-BF16, 1.1-2.5 times the float32-x tiles at 2-8 rows, 0.77-0.91 at 16
+ACT16_ROWS = 8
 TILE = 16  # (layout "rows", more than one row of x) weight rows x k values transposed in registers at a time
 
 
@@ -81,11 +84,12 @@ class KernelSpec:
             raise BackendError(f"a generated product of int4 weights reads them as stored rows with a group size of "
                                f"{GROUPS} dividing k (and only int4 has groups): {self}")
         if self.act not in ACTS or (self.act != "float32" and (
-                self.dtype != self.act or self.layout != "rows" or self.rows != 1 or self.batch != 1
-                or self.k % (ACT8_STEP if self.act == "int8" else ACT16_STEP))):
+                self.dtype != self.act or self.layout != "rows" or self.batch != 1
+                or self.k % (ACT8_STEP if self.act == "int8" else ACT16_STEP)
+                or self.rows != 1 and (self.act == "int8" or (self.k * 2) % 4096 == 0))):
             raise BackendError(f"a generated product takes x of dtype {ACTS}; int8 or bfloat16 x only times weights "
-                               f"of its own dtype read as stored rows, one row of x, k a multiple of {ACT8_STEP}: "
-                               f"{self}")
+                               f"of its own dtype read as stored rows, k a multiple of {ACT8_STEP}, one row of x "
+                               f"(bfloat16: or more, where a weight row is not a multiple of 4 KB): {self}")
         if (self.layout == "kn") != bool(self.ldw) or self.ldw and self.ldw < self.panels * self.width:
             raise BackendError(f"a generated product reading a [k, n] matrix (layout 'kn', only it) needs the "
                                f"distance of its rows, ldw >= its columns: {self}")
@@ -132,10 +136,12 @@ def group_sizes(rows: int) -> list[int]:
     return sorted({ROW_GROUP if full else 0, rest} - {0})
 
 
-def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_at: str = "0") -> str:
+def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_at: str = "0",
+               x_elem: str = "float") -> str:
     """IR calling ``@<block><G>(x rows, args, out rows)`` on each full group of :data:`ROW_GROUP` rows of x (at
-    ``%x``, `k_at` values along k) and of their output rows (at ``%oc``, `n` columns apart), then once on the rest;
-    entered from label `start`, it ends in the block ``groups_done`` (the product's code goes on there)."""
+    ``%x``, `k_at` values along k, values of type `x_elem`) and of their output rows (at ``%oc``, `n` columns
+    apart), then once on the rest; entered from label `start`, it ends in the block ``groups_done`` (the
+    product's code goes on there)."""
     full, rest = divmod(rows, ROW_GROUP)
     text = "  br label %group\n" if full else "  br label %groups_done\n"
     if full:
@@ -143,7 +149,7 @@ def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_a
   %g = phi i64 [0, %{start}], [%g1, %group]
   %gxr = mul i64 %g, {ROW_GROUP * k}
   %gxo = add i64 %gxr, {k_at}
-  %gx = getelementptr float, ptr %x, i64 %gxo
+  %gx = getelementptr {x_elem}, ptr %x, i64 %gxo
   %goo = mul i64 %g, {ROW_GROUP * n}
   %go = getelementptr float, ptr %oc, i64 %goo
   call void @{block}{ROW_GROUP}(ptr %gx, {args}, ptr %go)
@@ -154,7 +160,7 @@ def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_a
     text += "groups_done:\n"
     if rest:
         text += (f"  %rxo = add i64 {k_at}, {full * ROW_GROUP * k}\n"
-                 f"  %rx = getelementptr float, ptr %x, i64 %rxo\n"
+                 f"  %rx = getelementptr {x_elem}, ptr %x, i64 %rxo\n"
                  f"  %ro = getelementptr float, ptr %oc, i64 {full * ROW_GROUP * n}\n"
                  f"  call void @{block}{rest}(ptr %rx, {args}, ptr %ro)\n")
     return text
@@ -179,5 +185,5 @@ done:
 """ + SHARED
 
 
-__all__ = ["ACT16_STEP", "ACT8_STEP", "ACTS", "FLOATS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN",
+__all__ = ["ACT16_ROWS", "ACT16_STEP", "ACT8_STEP", "ACTS", "FLOATS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN",
            "WIDTHS", "group_sizes", "row_groups", "walk"]

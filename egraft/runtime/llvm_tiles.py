@@ -10,6 +10,11 @@ Two forms:
   x, one accumulator a pair, the lane sums of a block's accumulators made together (packed int4 weights take
   this form, dequantised in registers by ``runtime.llvm_rows.int4_loads``).
 
+A bfloat16 x (``KernelSpec(act="bfloat16")``, ``runtime.llvm_bf16``) takes the tiles with 32 values of k a tile,
+each lane a pair of neighbouring weights, multiplied with x's pair by AVX512-BF16's dot instruction (or widened);
+measured on an Intel Xeon with it, 1.1-2.5 times the float32-x tiles at 2-8 rows of x, 0.77-0.91 at 16 (so the
+planner passes bfloat16 x up to ``ACT16_ROWS`` rows).
+
 Tiles are faster where their rows do not evict one another (k = 896, 4864:
 120-202 GF/s against the dots' 86-195); a tile's rows are k apart, and when
 that stride is a multiple of 4 KB all sixteen fall in one L1 set, which is
@@ -19,6 +24,7 @@ GF/s, dots 91-183; bench/rows_layout_kernels.py, an AVX-512 host).
 
 from __future__ import annotations
 
+from .llvm_bf16 import dot_instruction
 from .llvm_rows import int4_loads, rows_panel, widened_loads, x_vectors
 from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, walk
 
@@ -47,23 +53,54 @@ def _transpose(names: list[str], tag: str) -> tuple[str, list[str]]:
     return "\n".join(lines), cur
 
 
+def _x_terms(spec: KernelSpec, g: int, i: int) -> str:
+    """(a tile block) IR adding row `g` of x's share of transposed vector ``%u<i>`` into ``%a<g>_<i>`` as
+    ``%a<g>_<i+1>``.  float32 x: x[g, i] broadcast times the vector (TILE values of k a step).  bfloat16 x
+    (``runtime.llvm_bf16``): the vector holds pairs of bfloat16 weights (k = 2i, 2i + 1), x's pair at the same k
+    is broadcast as one 32-bit lane and the CPU's bfloat16 dot adds both products, or, without it, both are
+    widened and multiplied-added in turn."""
+    t, k, q = TILE, spec.k, f"{g}_{i}"
+    if spec.act == "float32":
+        return (f"  %xp{q} = getelementptr float, ptr %xm, i64 {g * k + i}\n"
+                f"  %xs{q} = load float, ptr %xp{q}\n"
+                f"  %xi{q} = insertelement <{t} x float> poison, float %xs{q}, i64 0\n"
+                f"  %xb{q} = shufflevector <{t} x float> %xi{q}, <{t} x float> poison, <{t} x i32> zeroinitializer\n"
+                f"  %a{g}_{i + 1} = call <{t} x float> @llvm.fma.v{t}f32(<{t} x float> %xb{q}, "
+                f"<{t} x float> %u{i}, <{t} x float> %a{g}_{i})")
+    pair = (f"  %xp{q} = getelementptr i16, ptr %xm, i64 {g * k + 2 * i}\n"
+            f"  %xs{q} = load i32, ptr %xp{q}, align 2\n"
+            f"  %xi{q} = insertelement <{t} x i32> poison, i32 %xs{q}, i64 0\n"
+            f"  %xb{q} = shufflevector <{t} x i32> %xi{q}, <{t} x i32> poison, <{t} x i32> zeroinitializer\n")
+    if dot_instruction():
+        return pair + (f"  %xd{q} = bitcast <{t} x i32> %xb{q} to <{2 * t} x bfloat>\n"
+                       f"  %ud{q} = bitcast <{t} x float> %u{i} to <{2 * t} x bfloat>\n"
+                       f"  %a{g}_{i + 1} = call <{t} x float> @llvm.x86.avx512bf16.dpbf16ps.512(<{t} x float> "
+                       f"%a{g}_{i}, <{2 * t} x bfloat> %ud{q}, <{2 * t} x bfloat> %xd{q})")
+    lines = [pair, f"  %ui{q} = bitcast <{t} x float> %u{i} to <{t} x i32>"]
+    acc = f"%a{g}_{i}"
+    for half, (op, mask) in enumerate((("shl", "16"), ("and", "-65536"))):  # the pair's first value, then its second
+        out = f"%a{g}_{i + 1}" if half else f"%ah{q}"
+        lines.append(f"""  %uh{q}_{half} = {op} <{t} x i32> %ui{q}, splat (i32 {mask})
+  %uf{q}_{half} = bitcast <{t} x i32> %uh{q}_{half} to <{t} x float>
+  %xh{q}_{half} = {op} <{t} x i32> %xb{q}, splat (i32 {mask})
+  %xf{q}_{half} = bitcast <{t} x i32> %xh{q}_{half} to <{t} x float>
+  {out} = call <{t} x float> @llvm.fma.v{t}f32(<{t} x float> %xf{q}_{half}, <{t} x float> %uf{q}_{half}, \
+<{t} x float> {acc})""")
+        acc = out
+    return "\n".join(lines)
+
+
 def _tile_block(spec: KernelSpec, rows: int) -> str:
     """(layout "rows", rows > 1) ``@tblock<rows>(xm, fresh, u0 .. u15, op)``: `rows` rows of x (at `xm`, k already
     offset) add their products with the transposed tile ``u`` into their :data:`TILE` output columns at `op`
     (running sums there; zeros first when `fresh`)."""
-    t, k, n = TILE, spec.k, spec.panels * spec.width
+    t, n = TILE, spec.panels * spec.width
     args = ", ".join(f"<{t} x float> %u{i}" for i in range(t))
     head = "\n".join(f"  %op{g} = getelementptr float, ptr %op, i64 {g * n}\n"
                       f"  %old{g} = load <{t} x float>, ptr %op{g}, align 4\n"
                       f"  %a{g}_0 = select i1 %fresh, <{t} x float> zeroinitializer, <{t} x float> %old{g}"
                       for g in range(rows))
-    fmas = "\n".join(f"  %xp{g}_{i} = getelementptr float, ptr %xm, i64 {g * k + i}\n"
-                      f"  %xs{g}_{i} = load float, ptr %xp{g}_{i}\n"
-                      f"  %xi{g}_{i} = insertelement <{t} x float> poison, float %xs{g}_{i}, i64 0\n"
-                      f"  %xb{g}_{i} = shufflevector <{t} x float> %xi{g}_{i}, <{t} x float> poison, "
-                      f"<{t} x i32> zeroinitializer\n"
-                      f"  %a{g}_{i + 1} = call <{t} x float> @llvm.fma.v{t}f32(<{t} x float> %xb{g}_{i}, "
-                      f"<{t} x float> %u{i}, <{t} x float> %a{g}_{i})" for i in range(t) for g in range(rows))
+    fmas = "\n".join(_x_terms(spec, g, i) for i in range(t) for g in range(rows))
     stores = "\n".join(f"  store <{t} x float> %a{g}_{t}, ptr %op{g}, align 4" for g in range(rows))
     return f"""
 define internal void @tblock{rows}(ptr noalias %xm, i1 %fresh, {args}, ptr noalias %op) alwaysinline {{
@@ -82,11 +119,16 @@ def _tile_product(spec: KernelSpec) -> str:
     their products into their :data:`TILE` output columns in ``out`` (the running sums live there; k in
     order, as the panel product's)."""
     w, k, elem, t = spec.width, spec.k, WIDEN[spec.dtype][0], TILE
-    n = spec.panels * w
-    loads = widened_loads(spec, "%wk", [r * k for r in range(t)], t)
+    n, pairs = spec.panels * w, spec.act == "bfloat16"
+    step = 2 * t if pairs else t  # values of k a tile holds (bfloat16 x: pairs of weights as 32-bit lanes)
+    if pairs:  # the 16 weight rows' 32 values each, as they are: transposed as 16 x 16 lanes of two values
+        loads = "\n".join(f"  %wo{r} = add i64 %wk, {r * k}\n  %wp{r} = getelementptr i16, ptr %wr, i64 %wo{r}\n"
+                           f"  %f{r} = load <{t} x float>, ptr %wp{r}, align 2" for r in range(t))
+    else:
+        loads = widened_loads(spec, "%wk", [r * k for r in range(t)], t)
     shuffle, cols = _transpose([f"%f{r}" for r in range(t)], "q")
     us = ", ".join(f"<{t} x float> {c}" for c in cols)
-    groups = row_groups("tblock", spec.rows, k, n, "kt", f"i1 %fresh, {us}", "%wk")
+    groups = row_groups("tblock", spec.rows, k, n, "kt", f"i1 %fresh, {us}", "%wk", "i16" if pairs else "float")
     blocks = "".join(_tile_block(spec, r) for r in group_sizes(spec.rows))
     # the tile's rows are k apart (t streams): the next block of t weight rows (contiguous) is fetched ahead in
     # order, a tile's worth (t * t values) per step, so the strided reads find it in cache
@@ -94,7 +136,7 @@ def _tile_product(spec: KernelSpec) -> str:
     prefetch = "\n".join(f"  %pfo{j} = add i64 %pfb, {j * per_line}\n"
                           f"  %pfp{j} = getelementptr {elem}, ptr %wr, i64 %pfo{j}\n"
                           f"  call void @llvm.prefetch.p0(ptr %pfp{j}, i32 0, i32 3, i32 1)"
-                          for j in range(t * t // per_line))
+                          for j in range(step * t // per_line))
     prefetch = f"  %pfk = mul i64 %wk, {t}\n  %pfb = add i64 %pfk, {t * k}\n" + prefetch
     body = f"""  %oc = getelementptr float, ptr %out, i64 %row
   br label %kt
@@ -104,14 +146,16 @@ kt:
 {loads}
 {prefetch}
 {shuffle}
-{groups}  %wk1 = add i64 %wk, {t}
+{groups}  %wk1 = add i64 %wk, {step}
   %kd = icmp eq i64 %wk1, {k}
   br i1 %kd, label %tiles_done, label %kt
 tiles_done:
 """
+    dot = ("declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)\n"
+           if pairs and dot_instruction() else "")
     return f"""declare <{t} x float> @llvm.fma.v{t}f32(<{t} x float>, <{t} x float>, <{t} x float>)
 declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
-{blocks}
+{dot}{blocks}
 """ + rows_panel(spec, t, body) + walk(spec)
 
 
