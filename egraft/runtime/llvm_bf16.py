@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import os
 
-from .llvm_rows import rows_panel, sum_chain, widened_loads
+from .llvm_rows import row_dot, rows_panel, widened_loads
 from .llvm_spec import ACT16_STEP, KernelSpec, walk
 
 
@@ -73,25 +73,10 @@ def _steps(spec: KernelSpec, u: int, dot: bool) -> tuple[str, str]:
 
 def bf16_product(spec: KernelSpec) -> str:
     """``@panel`` and ``@product`` of a bfloat16-x, bfloat16-weight product, one row of x (the module docstring)."""
-    k, u, dot = spec.k, _unroll(spec.k), dot_instruction()
+    u, dot = _unroll(spec.k), dot_instruction()
     steps, ty = _steps(spec, u, dot)
-    acc = "\n".join(f"  %a{j} = phi {ty} [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
-    sums, last = sum_chain([f"%n{j}" for j in range(u)], "c", ty)
+    body = row_dot(steps, u, ty, ACT16_STEP * u, spec.k)
     lanes = ty[1:ty.index(" ")]
-    body = f"""  br label %dot
-dot:
-  %k = phi i64 [0, %sub], [%k1, %dot]
-{acc}
-{steps}
-  %k1 = add i64 %k, {ACT16_STEP * u}
-  %kd = icmp eq i64 %k1, {k}
-  br i1 %kd, label %dot_done, label %dot
-dot_done:
-{sums}
-  %t = call reassoc float @llvm.vector.reduce.fadd.v{lanes}f32(float 0.0, {ty} {last})
-  %op = getelementptr float, ptr %out, i64 %row
-  store float %t, ptr %op
-"""
     declare = ("declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)"
                if dot else f"declare <{ACT16_STEP} x float> @llvm.fma.v{ACT16_STEP}f32(<{ACT16_STEP} x float>, "
                            f"<{ACT16_STEP} x float>, <{ACT16_STEP} x float>)")

@@ -185,31 +185,37 @@ def _rows_product(spec: KernelSpec) -> str:
     sequential stream) dotted with x, :func:`_unroll` vectors of k per step, each accumulator summed across its
     lanes at the end; ``@product`` and ``@work`` as for panels."""
     k, v, u = spec.k, VEC, _unroll(spec)
-    acc = "\n".join(f"  %a{j} = phi <{v} x float> [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
     xs = x_vectors([j * v for j in range(u)])
     ws = widened_loads(spec, "%k", [j * v for j in range(u)])
     fmas = "\n".join(f"  %n{j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{j}, <{v} x float> %f{j}, "
                       f"<{v} x float> %a{j})" for j in range(u))
-    sums, last = sum_chain([f"%n{j}" for j in range(u)], "c", f"<{v} x float>")
-    body = f"""  br label %dot
+    body = row_dot(f"{xs}\n{ws}\n{fmas}", u, f"<{v} x float>", v * u, k)
+    return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
+declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
+""" + rows_panel(spec, 1, body) + walk(spec)
+
+
+def row_dot(steps: str, u: int, ty: str, advance: int, k: int) -> str:
+    """(layout "rows", one row of x) the body of :func:`rows_panel` that dots the weight row ``%wr`` with x: a loop
+    over k, `advance` values a pass, whose `steps` add into the `u` accumulators ``%a<j>`` (of type `ty`) as
+    ``%n<j>``; then the accumulators added, their lanes summed and the sum stored as the row's output."""
+    acc = "\n".join(f"  %a{j} = phi {ty} [zeroinitializer, %sub], [%n{j}, %dot]" for j in range(u))
+    sums, last = sum_chain([f"%n{j}" for j in range(u)], "c", ty)
+    lanes = ty[1:ty.index(" ")]
+    return f"""  br label %dot
 dot:
   %k = phi i64 [0, %sub], [%k1, %dot]
 {acc}
-{xs}
-{ws}
-{fmas}
-  %k1 = add i64 %k, {v * u}
+{steps}
+  %k1 = add i64 %k, {advance}
   %kd = icmp eq i64 %k1, {k}
   br i1 %kd, label %dot_done, label %dot
 dot_done:
 {sums}
-  %t = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, <{v} x float> {last})
+  %t = call reassoc float @llvm.vector.reduce.fadd.v{lanes}f32(float 0.0, {ty} {last})
   %op = getelementptr float, ptr %out, i64 %row
   store float %t, ptr %op
 """
-    return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
-declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
-""" + rows_panel(spec, 1, body) + walk(spec)
 
 
 def rows_panel(spec: KernelSpec, step: int, body: str, prologue: str = "") -> str:
@@ -246,4 +252,4 @@ exit:
 """
 
 
-__all__ = ["int4_loads", "rows_panel", "rows_product", "sum_chain", "widened_loads", "x_vectors"]
+__all__ = ["int4_loads", "row_dot", "rows_panel", "rows_product", "sum_chain", "widened_loads", "x_vectors"]

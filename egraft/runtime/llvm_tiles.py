@@ -18,7 +18,7 @@ planner passes bfloat16 x up to ``ACT16_ROWS`` rows).
 Tiles are faster where their rows do not evict one another (k = 896, 4864:
 120-202 GF/s against the dots' 86-195); a tile's rows are k apart, and when
 that stride is a multiple of 4 KB all sixteen fall in one L1 set, which is
-when the dots are used (:func:`tiles_alias`; k = 2048, 8192: tiles 42-98
+when the dots are used (``llvm_spec.tiles_alias``; k = 2048, 8192: tiles 42-98
 GF/s, dots 91-183; bench/rows_layout_kernels.py, an AVX-512 host).
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .llvm_bf16 import dot_instruction
 from .llvm_rows import int4_loads, rows_panel, widened_loads, x_vectors
-from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, walk
+from .llvm_spec import TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, tiles_alias, walk
 
 
 def many_rows_product(spec: KernelSpec) -> str:
@@ -247,14 +247,6 @@ def _dots_product(spec: KernelSpec) -> str:
     return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
 {blocks}
 """ + rows_panel(spec, DOT_ROWS, body) + walk(spec)
-
-
-def tiles_alias(spec: KernelSpec) -> bool:
-    """(layout "rows") A tile's :data:`TILE` weight rows are ``k`` apart: when that stride is a multiple of 4 KB
-    they all fall in one set of an L1 data cache (64 sets of 64 bytes on x86) and evict one another.  Measured
-    (bench/rows_layout_kernels.py, AVX-512 host): k = 2048 and 8192 ran the tiles at 42-98 GF/s against the dots'
-    91-183; k = 896 and 4864 at 120-202 against 86-195."""
-    return (spec.k * ITEMSIZE[spec.dtype]) % 4096 == 0
 
 
 __all__ = ["DOT_ROWS", "lane_sums", "many_rows_product", "tiles_alias"]

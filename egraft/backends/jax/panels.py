@@ -81,7 +81,7 @@ from ...ir.graph import Graph
 from ...runtime import llvm_kernels
 from ...runtime.derived import derived
 from ...runtime.llvm_ir import TILE, VEC
-from ...runtime.llvm_spec import ACT16_ROWS, ACT16_STEP, ACT8_STEP
+from ...runtime.llvm_spec import ACT16_ROWS, ACT16_STEP, ACT8_STEP, tiles_alias
 from ...runtime.llvm_kernels import WIDEN, KernelSpec
 from ..fold import Widened
 from .peephole import DotPlan, place_output
@@ -188,7 +188,8 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width, "rows", cols % width and cols)
                 narrow = _narrow_source(graph, lhs, dtype) if (
                     dtype == "int8" and m == 1 and k % ACT8_STEP == 0
-                    or dtype == "bfloat16" and k % ACT16_STEP == 0 and (m == 1 or m <= ACT16_ROWS and 2 * k % 4096)
+                    or dtype == "bfloat16" and k % ACT16_STEP == 0 and (m == 1 or m <= ACT16_ROWS
+                                                                        and not tiles_alias(kernel))
                 ) else None
                 if narrow is not None:  # x as it was before its widening: an integer dot product (w8a8), or a
                     kernel, lhs = replace(kernel, act=dtype), narrow  # bfloat16 one (runtime.llvm_bf16)
