@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import Op, dtypes
+from ..ir import Op, dtypes, strided
 from ..ir.analysis import weight_only, weight_operand
 from ..ir.graph import Attrs, Graph, Node
 from ..errors import InputError
@@ -45,6 +45,7 @@ def plan(graph: Graph, widen: bool = True, grow: bool = True) -> FoldPlan:
     widens it where it reads it, so no float32 copy of the weight is held (``CompileConfig.weight_copies``).
     ``grow=False``: nor is any other value larger than the stored weights it is computed from (a quantised
     weight dequantised to float32 would be four times its int8 values): it is computed where it is read."""
+    graph = _broadcasts_after_casts(graph)
     wo = weight_only(graph)
     foldable: list[bool] = []  # no value of a dtype that must not fold on the way to this node
     for n in graph.nodes:
@@ -98,6 +99,51 @@ def plan(graph: Graph, widen: bool = True, grow: bool = True) -> FoldPlan:
         remap[i] = len(nodes) - 1
     main = graph.rebuilt(nodes, [remap[o] for o in graph.outputs], [remap[i] for i in graph.input_ids]).pruned()
     return FoldPlan(main, fold, names)
+
+
+def _broadcasts_after_casts(graph: Graph) -> Graph:
+    """`graph` with each weight-only ``Cast(View(x))`` whose view repeats values (a stride-0 axis of size > 1)
+    written ``View(Cast(compact View(x)))``: the same values (a cast is elementwise), but the folded value is the
+    cast of the compact view (a widened weight, which a product may read as stored, ``widened``) and the repeat
+    stays a view of it, not copies.  A batch of rows times a weight is lowered so (the weight broadcast along the
+    rows, then widened): folded as it was, a 135 M model's tied output layer of four rows became 453 MB of
+    float32 copies a prefill call made."""
+    wo = weight_only(graph)
+
+    def repeats(n: Node) -> bool:
+        return n.op == Op.View and any(s == 0 and d > 1 for d, s in zip(n.shape, n.attrs["strides"]))
+
+    hits = [i for i, n in enumerate(graph.nodes) if n.op == Op.Cast and wo[i] and repeats(graph.nodes[n.inputs[0]])]
+    if not hits:
+        return graph
+    nodes: list[Node] = []
+    remap: dict[int, int] = {}
+    made: dict[int, tuple] = {}  # a repeating view made here -> (its cast, the cast's shape, the view)
+    for i, n in enumerate(graph.nodes):
+        if i in hits:
+            v = graph.nodes[n.inputs[0]]
+            keep = [k for k, (d, st) in enumerate(zip(v.shape, v.attrs["strides"])) if not (st == 0 and d > 1)]
+            shape = tuple(v.shape[k] for k in keep)
+            compact = Node(Op.View, (remap[v.inputs[0]],), Attrs(dict(
+                shape=shape, strides=tuple(v.attrs["strides"][k] for k in keep), offset=v.attrs["offset"])),
+                shape, v.dtype)
+            nodes.append(compact)
+            nodes.append(Node(Op.Cast, (len(nodes) - 1,), n.attrs, shape, n.dtype))
+            inner = dict(zip(keep, contiguous_strides(shape)))
+            strides = tuple(inner.get(k, 0) for k in range(len(v.shape)))
+            nodes.append(Node(Op.View, (len(nodes) - 1,), Attrs(dict(shape=tuple(v.shape), strides=strides,
+                                                                          offset=0)), tuple(v.shape), n.dtype))
+            made[len(nodes) - 1] = (len(nodes) - 2, shape, (tuple(v.shape), strides, 0))
+        elif n.op == Op.View and remap[n.inputs[0]] in made:  # a view of the repeat: one view of the cast
+            cast, shape, view = made[remap[n.inputs[0]]]
+            comp = strided.compose_views(shape, view, (n.attrs["shape"], n.attrs["strides"], n.attrs["offset"]))
+            src = remap[n.inputs[0]] if comp is None else cast
+            attrs = n.attrs if comp is None else Attrs(dict(shape=comp[0], strides=comp[1], offset=comp[2]))
+            nodes.append(Node(n.op, (src,), attrs, n.shape, n.dtype))
+        else:
+            nodes.append(Node(n.op, tuple(remap[j] for j in n.inputs), n.attrs, n.shape, n.dtype))
+        remap[i] = len(nodes) - 1
+    return graph.rebuilt(nodes, [remap[o] for o in graph.outputs], [remap[i] for i in graph.input_ids]).pruned()
 
 
 def _grows(graph: Graph, i: int) -> bool:

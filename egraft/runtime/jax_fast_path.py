@@ -56,16 +56,19 @@ _CONVERT_ERRORS = (RuntimeError, TypeError, ValueError)
 
 
 def numpy_casts(runner) -> tuple:
-    """Per output: the numpy dtype to cast the program's output to, None where it already is."""
+    """Per output: the numpy dtype to cast the program's output to, None where it already is (a half-type
+    state's bits: "bits", read as the float values they hold)."""
     avals = jax.tree_util.tree_leaves(runner.compiled.out_info)
-    return tuple(None if np.dtype(a.dtype) == w else w for a, w in zip(avals, runner.out_np))
+    return tuple("bits" if b else None if np.dtype(a.dtype) == w else w
+                 for a, w, b in zip(avals, runner.out_np, runner.out_bits))
 
 
 def numpy_dtypes(runner):
-    """The inputs' numpy dtypes; None when the program holds some input in another dtype (int64 as int32)."""
+    """The inputs' numpy dtypes (a half-type state's: its bits, int16); None when the program holds some input in
+    another dtype (int64 as int32)."""
     if any(runner.narrow):
         return None
-    return tuple(dtypes.to_numpy(d) for d in runner.in_dtypes)
+    return tuple(p if b else dtypes.to_numpy(d) for d, p, b in zip(runner.in_dtypes, runner.program_dtypes, runner.bits))
 
 
 def layout(runner):
@@ -120,6 +123,7 @@ def fast_call(runner):
     """The runner's per-call closure (see the module docstring); it holds no reference to the runner."""
     np_dts = numpy_dtypes(runner)
     casts = numpy_casts(runner)
+    runner_np = tuple(runner.out_np)
     dev = runner.dev
     on_cpu = dev.platform == "cpu"
     prefix = runner.prefix
@@ -135,8 +139,9 @@ def fast_call(runner):
     plain_np = not any(c is not None for c in casts) and not states
 
     def np_out(outs):
-        return [o if k in states and c is None else asarray(o) if c is None else asarray(o).astype(c)
-                for k, (o, c) in enumerate(zip(outs, casts))]
+        return [o if k in states and c is None else asarray(o) if c is None else
+                asarray(o).view(want) if c == "bits" else asarray(o).astype(c)
+                for k, (o, c, want) in enumerate(zip(outs, casts, runner_np))]
 
     def first(*args):  # the first call makes the C++ fast call; later calls go straight to it
         nonlocal call

@@ -5,7 +5,8 @@ is ``fn(weights, *inputs)``: the weights are arguments, put on the device
 once here.  It is compiled at load, so the first call is as fast as the
 others.  Without JAX's x64 mode the program holds int64 values as int32
 (``input_program_dtypes`` in the kernel entry): such inputs are
-range-checked and narrowed per call, and outputs come back in the dtypes the
+range-checked and narrowed per call, a half-type state (a bfloat16 cache) is
+held as its bits (``int16``), and outputs come back in the dtypes the
 manifest records.  Calls go through :class:`~egraft.runtime.jax_runner.JaxRunner`,
 the same runner (fast path included) the JAX backend's executable uses.
 
@@ -20,10 +21,9 @@ import jax
 import numpy as np
 
 from ..errors import ArtifactError, BackendError
-from ..ir import dtypes
 from . import bundled, llvm_kernels
 from .device import parse
-from .jax_runner import JaxRunner, jax_device, specs_on, x64_scope
+from .jax_runner import JaxRunner, jax_device, program_dtype_of, specs_on, x64_scope
 from .manifest import read_verified, single_kernel
 from .xla_cache import enable_xla_cache
 
@@ -78,7 +78,7 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
                             f"jax {manifest['backend_versions'].get('jax')}, this is jax {jax.__version__}: "
                             "rebuild it with `egraft compile`") from None
     dev = jax_device(device, ArtifactError, f"load {directory!r} with")
-    prog_dtypes = [np.dtype(dtypes.to_numpy(d)) for d in entry["input_program_dtypes"]]
+    prog_dtypes = [program_dtype_of(d) for d in entry["input_program_dtypes"]]
     with x64_scope(x64):
         ws = tuple(jax.device_put(w, dev) for w in weights)
         wspecs = tuple(specs_on(dev, [(w.shape, w.dtype) for w in ws]))

@@ -38,6 +38,36 @@ from .jax_fast_path import fast_call
 from ..ir.tensors import to_numpy, torch_dtype, torch_module, view_numpy, view_torch
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# A half-type state (a bfloat16 or float16 KV cache) is held by the program as its bit pattern, int16
+# (``backends.jax.function.program_dtype`` says why): a call passes and gets back the same bytes, reinterpreted.
+STATE_BITS = np.dtype(np.int16)
+
+
+def program_dtype_name(dt) -> str:
+    """How a manifest names the numpy dtype a program takes an input in (``int16``: a half-type state's bits)."""
+    return "int16" if np.dtype(dt) == STATE_BITS else dtypes.from_numpy(dt)
+
+
+def program_dtype_of(name: str) -> np.dtype:
+    """:func:`program_dtype_name` read back."""
+    return STATE_BITS if name == "int16" else np.dtype(dtypes.to_numpy(name))
+
+
+def held_as_bits(ir_dtype: str, program_dt) -> bool:
+    """Whether a value of IR dtype `ir_dtype` that the program holds as `program_dt` crosses as its bits."""
+    return dtypes.is_half(ir_dtype) and np.dtype(program_dt) == STATE_BITS
+
+
+def as_bits(a):
+    """A half-type numpy or jax array as its int16 bits (numpy: a view of the same memory; jax: a copy)."""
+    if isinstance(a, jax.Array):
+        return jax.lax.bitcast_convert_type(a, STATE_BITS)
+    return np.asarray(a).view(STATE_BITS)
+
+
+def from_bits(a, ir_dtype: str):
+    """int16 bits as the half-type numpy array they hold (the same memory)."""
+    return np.asarray(a).view(dtypes.to_numpy(ir_dtype))
 
 
 def x64_scope(x64: bool):
@@ -92,9 +122,13 @@ class JaxRunner:
         self.in_types = [(tuple(s), d) for _, s, d in inputs]  # (shape, IR dtype name)
         self.in_dtypes = [d for _, _, d in inputs]
         self.program_dtypes = [np.dtype(p) for p in program_dtypes]
-        self.narrow = [np.dtype(dtypes.to_numpy(d)) != p for d, p in zip(self.in_dtypes, self.program_dtypes)]
+        self.bits = [held_as_bits(d, p) for d, p in zip(self.in_dtypes, self.program_dtypes)]
+        self.narrow = [np.dtype(dtypes.to_numpy(d)) != p and not b
+                       for d, p, b in zip(self.in_dtypes, self.program_dtypes, self.bits)]
         self.out_dtypes = list(out_dtypes)
         self.out_np = [dtypes.to_numpy(d) for d in self.out_dtypes]
+        avals = jax.tree_util.tree_leaves(compiled.out_info)
+        self.out_bits = [held_as_bits(d, a.dtype) for d, a in zip(self.out_dtypes, avals)]
         self.dev = dev
         self.on_cpu = dev.platform == "cpu"
         self.x64 = bool(x64)
@@ -108,10 +142,15 @@ class JaxRunner:
     # -- the checking path, after the caller's checks --------------------------------------------
     def run_numpy(self, xs) -> list[np.ndarray]:
         args = []
-        for name, a, narrow, p in zip(self.names, xs, self.narrow, self.program_dtypes):
+        for name, a, narrow, bits, p in zip(self.names, xs, self.narrow, self.bits, self.program_dtypes):
             if isinstance(a, jax.Array) and a.dtype == p:  # a state kept on the device between calls
                 args.append(a)
                 continue
+            if bits:  # a half-type state: its bits
+                a = as_bits(a)
+                if isinstance(a, jax.Array):
+                    args.append(a)
+                    continue
             a = np.asarray(a)
             if narrow:  # int64 held as int32
                 if a.size and (int(a.min()) < INT32_MIN or int(a.max()) > INT32_MAX):
@@ -120,11 +159,11 @@ class JaxRunner:
             args.append(a if self.on_cpu else jax.device_put(a, self.dev))  # on the CPU XLA takes numpy directly
         outs = self.call(args)
         res = []
-        for k, (o, want) in enumerate(zip(outs, self.out_np)):
+        for k, (o, want, bits) in enumerate(zip(outs, self.out_np, self.out_bits)):
             if k in self.state_outputs and o.dtype == want:  # the new state stays a jax array
                 res.append(o)
                 continue
-            a = np.asarray(o)
+            a = from_bits(o, self.out_dtypes[k]) if bits else np.asarray(o)
             res.append(a if a.dtype == want else a.astype(want))
         return res
 
@@ -133,15 +172,17 @@ class JaxRunner:
         torch = torch_module()
         out_dev = xs[0].device if xs else torch.device("cpu")
         args = []
-        for name, x, narrow in zip(self.names, xs, self.narrow):
+        for name, x, narrow, bits in zip(self.names, xs, self.narrow, self.bits):
             x = x.detach()
             if narrow:
                 if x.numel() and (int(x.min()) < INT32_MIN or int(x.max()) > INT32_MAX):
                     raise _range_error(name)
                 x = x.to(torch.int32)
+            if bits:
+                x = x.contiguous().view(torch.int16)
             args.append(_from_torch(x.contiguous(), self.dev))
         outs = self.call(args)
-        return [_to_torch(o, d, out_dev) for o, d in zip(outs, self.out_dtypes)]
+        return [_to_torch(o, d, out_dev, bits) for o, d, bits in zip(outs, self.out_dtypes, self.out_bits)]
 
 
 def _from_torch(t, dev):
@@ -166,16 +207,19 @@ def _from_torch(t, dev):
     return jax.device_put(to_numpy(t), dev)
 
 
-def _to_torch(o, dt: str, dev):
+def _to_torch(o, dt: str, dev, bits: bool = False):
     torch = torch_module()
     try:
         t = torch.from_dlpack(o)
     except Exception:
         t = view_torch(np.array(o))  # its own copy; bfloat16 through an int16 view
     want = torch_dtype(dt)
-    if t.dtype != want:
+    if bits:  # a half-type state's bits
+        t = t.view(want)
+    elif t.dtype != want:
         t = t.to(want)
     return t.to(dev) if t.device != dev else t
 
 
-__all__ = ["INT32_MAX", "INT32_MIN", "JAX_PLATFORMS", "JaxRunner", "jax_device", "specs_on", "x64_scope"]
+__all__ = ["INT32_MAX", "INT32_MIN", "JAX_PLATFORMS", "STATE_BITS", "JaxRunner", "as_bits", "from_bits", "held_as_bits",
+           "jax_device", "program_dtype_name", "program_dtype_of", "specs_on", "x64_scope"]

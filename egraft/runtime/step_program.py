@@ -75,7 +75,8 @@ def jax_step_program(runner, order: list[int], logit: int) -> StepProgram:
     torch caches (fresh ones) go in once (on the CPU as zero-copy numpy
     views, which the call copies into its own buffers; elsewhere copied to
     the device); the jax arrays it returns are the caches from then on (the
-    Engine keeps them).  Tokens below the vocabulary and positions below the
+    Engine keeps them).  A bfloat16 or float16 cache is held as its bits
+    (``int16`` jax arrays: ``backends.jax.function.program_dtype`` says why).  Tokens below the vocabulary and positions below the
     cache length fit int32 when the program takes int64 as int32.  The
     logits come back as a torch tensor on the program's device (on a GPU the
     XLA buffer itself, through DLPack), so sampling runs where they are and
@@ -86,15 +87,20 @@ def jax_step_program(runner, order: list[int], logit: int) -> StepProgram:
     import torch
 
     from ..ir.tensors import view_numpy, view_torch
+    from .jax_runner import STATE_BITS
 
     ids_dt, pos_dt, mask_dt = runner.program_dtypes[:3]
     on_cpu, dev = runner.on_cpu, runner.dev
+    state_dts = runner.program_dtypes[3:]  # a half-type cache: its bits, int16 (jax_runner.STATE_BITS)
 
     def put(a: np.ndarray):
         return a if on_cpu else jax.device_put(a, dev)
 
-    def as_input(x):
-        return x if isinstance(x, jax.Array) else put(view_numpy(x.detach().cpu()))
+    def as_input(x, dt):
+        if isinstance(x, jax.Array):  # a cache a call returned; reinterpreted if another program's (rare)
+            return x if x.dtype == dt else jax.lax.bitcast_convert_type(x, dt)
+        x = x.detach().cpu()
+        return put(x.view(torch.int16).numpy() if dt == STATE_BITS else view_numpy(x))
 
     def small(x, dt):
         return put(np.asarray(x.cpu().numpy() if isinstance(x, torch.Tensor) else x).astype(dt, copy=False))
@@ -104,7 +110,7 @@ def jax_step_program(runner, order: list[int], logit: int) -> StepProgram:
 
     def program(input_ids, position_ids, slot_mask, *state):
         outs = runner.call([small(input_ids, ids_dt), small(position_ids, pos_dt), small(slot_mask, mask_dt),
-                            *map(as_input, state)])
+                            *map(as_input, state, state_dts)])
         return logits_of(outs[logit]), [outs[k] for k in order]
 
     return program

@@ -61,6 +61,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 import torch
 
 from ..errors import InputError
+from ..ir import dtypes
 from .sampling import Sampling
 
 StepProgram = Callable[..., tuple]
@@ -193,7 +194,10 @@ def check_state(spec: StepSpec, state: Sequence[torch.Tensor], device=None) -> N
         if is_jax_array(x) and x.is_deleted():
             raise InputError(f"state {s.name!r} is a jax array that a call consumed (donated) and no new value "
                              "replaced: make fresh caches with new_state(spec)")
-        if tuple(x.shape) != s.shape or str(x.dtype).removeprefix("torch.") != s.dtype:
+        held = str(x.dtype).removeprefix("torch.")
+        if is_jax_array(x) and held == "int16" and dtypes.is_half(s.dtype):  # a JAX step's half-type cache: its bits
+            held = s.dtype
+        if tuple(x.shape) != s.shape or held != s.dtype:
             raise InputError(f"state {s.name!r} is {list(x.shape)}:{str(x.dtype).removeprefix('torch.')}, but the "
                              f"step was built for {list(s.shape)}:{s.dtype}: make it with new_state(spec) or "
                              "rebuild the step for this size")

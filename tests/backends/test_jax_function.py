@@ -9,6 +9,7 @@ from jax_helpers import check_graph, jaxpr_primitives
 from egraft.backends import get_backend, lower
 from egraft.backends.jax import KNOBS
 from egraft.errors import InputError
+from egraft.runtime import llvm_kernels
 from egraft.ir import GraphBuilder, evaluate
 from egraft.testing import assert_close, fresh_seed
 
@@ -71,6 +72,28 @@ def test_weight_only_subgraph_runs_once_at_build():
     assert ex.program.graph.weight_names() == ["__folded_0"]
     # the folded value is what the reference computes
     np.testing.assert_allclose(ex.folded["__folded_0"], evaluate(b.build([merged]), [np.zeros((4, 8), np.float32)])[0], rtol=1e-6)
+
+
+def test_a_weight_broadcast_along_rows_then_widened_is_folded_once_and_read_as_stored():
+    """Rows times a bfloat16 weight lowered as the weight broadcast along the rows, then widened (a batch's output
+    layer): the fold keeps the repeat a view of one widened value (not rows copies), which the generated product
+    reads as the stored bfloat16 weight; the result is the reference's."""
+    import ml_dtypes
+
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    rows, k, n = 4, 32, 256
+    b = GraphBuilder()
+    x = b.input("x", (rows, 1, k), "float32")
+    w = b.weight("w", rng.standard_normal((n, k)).astype(ml_dtypes.bfloat16))
+    wide = b.view(w, (rows, k, n), (0, 1, k)).cast("float32")  # [rows, K, N]: W^T repeated per row, widened
+    prod = b.view(x, (rows, 1, k, 1), (k, k, 1, 0)) * b.view(wide, (rows, 1, k, n), (k * n, 0, n, 1))
+    g = b.build([prod.sum(2)])
+    ex = check_graph(g, seed, knobs={"stream": "llvm", "stream_layout": "rows"}, what="broadcast weight")
+    assert all(v.shape == (k, n) for v in ex.folded.values())  # never the [rows, K, N] repeat
+    assert f"f32[{rows},{k},{n}]" not in ex.hlo_text()
+    if llvm_kernels.available():
+        assert [p.kernel.dtype for p in ex.program.plans.values() if getattr(p, "kernel", None)] == ["bfloat16"]
 
 
 def test_weights_stay_on_device_between_calls():

@@ -117,7 +117,16 @@ def test_a_bfloat16_model_generates_transformers_tokens_compiled_saved_and_loade
     d = cm.save(tmp_path / "bf16")
     art = egraft.load(d)
     assert art.spec.state[0].dtype == "bfloat16"  # the caches keep the model's dtype
+    # held by the programs as their bits (int16: XLA's CPU backend updates a bfloat16 array through float32)
+    for a in art.steps.values():
+        roles = [i.get("role") for i in a.manifest["inputs"]]
+        held = a.manifest["kernels"][0]["input_program_dtypes"]
+        assert {h for h, r in zip(held, roles) if r == "state"} == {"int16"}
+        assert all(" scatter(" not in line or "bf16[" not in line.split("=")[1].split(" scatter(")[0]
+                   for line in a.runner.compiled.as_text().splitlines())
     assert art.generate(ids, attention_mask=mask, **GREEDY).tolist() == want
+    assert {str(x.dtype) for x in art.state} == {"int16"}  # the caches as the calls left them: jax arrays of bits
+    assert art.generate(ids, attention_mask=mask, **GREEDY).tolist() == want  # and they serve the next call
     _assert_shared(art)  # panels of an upcast weight included: the upcast made once, kept while its panels live
     assert os.path.getsize(os.path.join(d, WEIGHTS_FILE)) <= 1.05 * _model_bytes(model) + 4096
 

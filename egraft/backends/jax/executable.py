@@ -144,14 +144,15 @@ class JaxExecutable(Executable):
             # other executables only while some executable holds the array itself
             self._host = tuple(host)
             self.weights = tuple(jax.device_put(w, self._dev) for w in host)
-            self._in_types = [(s, program_dtype(d, self._x64)) for s, d in main.input_types()]
+            # the state inputs (the last of the inputs) are donated: their buffers hold the new state
+            states = range(len(main.input_ids) - len(main.state_ids), len(main.input_ids))
+            self._in_types = [(s, program_dtype(d, self._x64, k in states))
+                              for k, (s, d) in enumerate(main.input_types())]
             specs = specs_on(self._dev, self._in_types)  # compiled for this device, not JAX's default one
             # (a graph whose weights are large takes them as arguments whatever the knob: a per-layer search may
             # have picked constants for one layer's weights; the whole model's would be copied into the program)
             as_arguments = bool(self.weights) and (self.knobs.get("weights", "arguments") != "constants"
                                                    or _weights_too_large(host))
-            # the state inputs (the last of the inputs) are donated: their buffers hold the new state
-            states = range(len(main.input_ids) - len(main.state_ids), len(main.input_ids))
             if not as_arguments:
                 # (no weights: the same program either way, and a call passes no empty weight tuple)
                 ws, prog = self.weights, self.program

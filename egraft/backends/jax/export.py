@@ -24,7 +24,7 @@ from typing import Sequence
 import jax
 
 from ...errors import BackendError
-from ...ir import dtypes
+from ...runtime.jax_runner import program_dtype_name
 from ...runtime.manifest import library_version
 from ..base import device_kind
 from .function import x64_scope
@@ -97,7 +97,7 @@ def write(ex, directory: str, *, platforms: Sequence[str] | None = None):
         "platforms": plats,
         "x64": prog.x64,
         "calling_convention": "fn(weights, *inputs) -> tuple of outputs (weights in the manifest's order)",
-        "input_program_dtypes": [dtypes.from_numpy(d) for _, d in ex._in_types],
+        "input_program_dtypes": [program_dtype_name(d) for _, d in ex._in_types],
     }
     if prog.kernels:
         kernel["cpu_kernels"] = [k.to_json() for k in prog.kernels]

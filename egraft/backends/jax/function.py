@@ -27,6 +27,7 @@ from ...ir.grouped import split_grouped_products
 from ...ir.graph import Graph
 from ...ir.ops import TensorValue
 from . import panels, peephole, view_dots, windows
+from ...runtime.jax_runner import STATE_BITS
 from .rules import RULES, STAT_ZERO, LowerCtx, realise_view
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -157,35 +158,64 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict |
 
     `plans` are :func:`plan`'s for this graph (None: made here from the
     knobs, after which `graph` must already be the one :func:`plan` lowers).
+    A half-type state input passed as its bits (``int16``, see
+    :func:`program_dtype`) stays bits where a cache update (``PutPlan``) or a
+    product reading it in place (``ViewDotPlan``) takes it, and the state's
+    new value is returned as bits; every other reader gets the float value
+    (a bitcast XLA fuses into the reader).
     """
+    import jax.numpy as jnp
+    from jax import lax
+
     if plans is None:
         graph, plans, _ = plan(graph, ctx.knobs)
     need = _needed(graph, plans)
     pos = {nid: k for k, nid in enumerate(graph.input_ids)}
     vals: dict[int, object] = {}
+    bits: set[int] = set()  # nodes whose value is held as the int16 bits of its half-type values
     view = functools.partial(realise_view, ctx)
+
+    def val(j: int, raw: bool = False):
+        return vals[j] if raw or j not in bits else lax.bitcast_convert_type(vals[j], ctx.jdt(graph.nodes[j].dtype))
+
     for i, n in enumerate(graph.nodes):
         if not need[i]:
             continue
         if n.op == Op.Input:
             if n.attrs["role"] != "weight":  # a call input or a state
                 v = inputs[pos[i]]
+                if dtypes.is_half(n.dtype) and v.dtype == STATE_BITS:
+                    bits.add(i)
             else:
                 v = weights[n.attrs["name"]]
         elif i in plans:
             p = plans[i]
             if isinstance(p, panels.PanelPlan):  # its weight is the program's panel-form argument, not a node
-                v = panels.emit_panel_dot(ctx, p, vals[p.lhs], weights[p.name], view,
+                v = panels.emit_panel_dot(ctx, p, val(p.lhs), weights[p.name], view,
                                           weights[p.scales] if p.scales else None)
             else:
-                v = EMITTERS[type(p)](ctx, p, *[vals[j] for j in p.deps()], view)
+                raw = {p.src} & bits if isinstance(p, peephole.PutPlan) else \
+                    {p.source} & bits if isinstance(p, view_dots.ViewDotPlan) else set()
+                v = EMITTERS[type(p)](ctx, p, *[val(j, j in raw) for j in p.deps()], view)
+                if isinstance(p, peephole.PutPlan) and raw:  # the update written into the bits
+                    bits.add(i)
         else:
-            v = RULES[n.op](ctx, n, *[vals[j] for j in n.inputs])
-        want = ctx.jdt(n.dtype)
+            v = RULES[n.op](ctx, n, *[val(j) for j in n.inputs])
+        want = STATE_BITS if i in bits else ctx.jdt(n.dtype)
         if v.dtype != want:
             v = v.astype(want)
         vals[i] = v
-    return [vals[o] for o in graph.outputs]
+    # a half-type state's new value goes out as bits (the dtype of the input it overwrites), every other as is
+    return [(val(o, True) if o in bits else lax.bitcast_convert_type(val(o), jnp.int16))
+            if k in graph.aliases and dtypes.is_half(graph.nodes[o].dtype) and _bits_in(graph, inputs, k)
+            else val(o) for k, o in enumerate(graph.outputs)]
+
+
+def _bits_in(graph: Graph, inputs: list, k: int) -> bool:
+    """Whether the state input output `k` overwrites was passed as bits."""
+    name = graph.aliases[k]
+    at = [j for j, nid in enumerate(graph.input_ids) if graph.nodes[nid].attrs.get("name") == name]
+    return bool(at) and inputs[at[0]].dtype == STATE_BITS
 
 
 # plan type -> emitter(ctx, plan, *values of plan.deps(), view_fn)
@@ -200,5 +230,12 @@ EMITTERS = {
 }
 
 
-def program_dtype(dt: str, x64: bool) -> np.dtype:
+def program_dtype(dt: str, x64: bool, state: bool = False) -> np.dtype:
+    """The numpy dtype a program takes an input of IR dtype `dt` in: int64 as int32 without x64, and a half-type
+    `state` (a KV cache) as its bits, ``int16``.  XLA's CPU backend updates a bfloat16 or float16 array through
+    float32: a cache's update in place became a conversion of the whole cache to float32 and back, every step
+    (at four rows of a 135 M model, 180 conversions and most of the step's time); on 16-bit integers it is the
+    update alone, in the donated buffer."""
+    if state and dtypes.is_half(dt):
+        return STATE_BITS
     return np.dtype(np.int32) if dt == "int64" and not x64 else dtypes.to_numpy(dt)

@@ -115,6 +115,7 @@ class PutPlan:
     upd: int
     axis: int
     axes: tuple[int, ...]  # the axes the index varies along, ascending
+    dtype: str  # the IR dtype of the value written
 
     def deps(self) -> tuple[int, ...]:
         return (self.src, self.index, self.upd)
@@ -127,7 +128,7 @@ def _put_plan(graph: Graph, nid: int) -> PutPlan | None:
     axes = tuple(d for d in range(rank) if d == ax or d not in still)
     if len(axes) == rank:  # the index varies along every axis: the full grid it is
         return None
-    return PutPlan(n.inputs[0], n.inputs[1], n.inputs[2], ax, axes)
+    return PutPlan(n.inputs[0], n.inputs[1], n.inputs[2], ax, axes, n.dtype)
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,9 @@ def emit_put(ctx, plan: PutPlan, x, idx, upd, view_fn):
     axis, the positions on it) and whose windows are the other axes, whole
     (a Scatter's update covers every other axis of `x`).  An index outside
     the axis drops its window, as the full grid's ``mode="drop"`` drops its
-    elements.
+    elements.  A half-type `x` may come as its bits (``int16``: a cache the
+    program holds so, ``function.program_dtype``); the update is then written
+    as bits too, the same values.
     """
     import jax.numpy as jnp
     from jax import lax
@@ -297,6 +300,8 @@ def emit_put(ctx, plan: PutPlan, x, idx, upd, view_fn):
     axes = plan.axes
     pos = idx[tuple(slice(None) if d in axes else 0 for d in range(idx.ndim))]
     ctx.stats["peephole_puts"] += 1
+    if x.dtype == jnp.int16 and dtypes.is_half(plan.dtype):  # a cache held as its bits
+        upd = lax.bitcast_convert_type(upd.astype(ctx.jdt(plan.dtype)), jnp.int16)
     upd = upd.astype(x.dtype)
     if axes == (plan.axis,):
         at = (slice(None),) * plan.axis + (pos,)
