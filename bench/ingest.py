@@ -221,7 +221,7 @@ def sizes_section(raw: dict, step: str, ratios: Ratios) -> dict:
                 into.append({**_keep(run, ("threads", "decode_tok_s", "decode_spread", "prefill_ms", "decode_bound",
                                            "tokens_equal_transformers", "llama_cpp_extra_bufts")), "vs": vs})
         compiled = _keep(r.get("compile"), ("compile_s", "stages_s", "peak_rss", "peak_over_weights", "weights_bytes",
-                                             "artifact_over_weights", "tokens_equal"))
+                                             "artifact_over_weights", "tokens_equal", "tokens_equal_each_row_alone"))
         sec["rows"].append({"model": r["model"], "dtype": r["dtype"], "precision": prec, "budget": r.get("budget"),
                             "threads": r.get("threads"), "compile": compiled, "load": load, **runs})
     return sec

@@ -65,8 +65,16 @@ def compile_rows(step: str, sec: dict) -> list[list]:
         rows.append([step, r["model"], r["precision"], _num(c.get("compile_s"), 0), peak,
                      _num(c.get("artifact_over_weights"), 3), load, _pair(ld.get("decode_tok_s")), vs,
                      _pair(ld.get("prefill_ms"), digits=0),
-                     {True: "equal", False: "**differ**"}.get(c.get("tokens_equal"), "-")])
+                     _tokens(c)])
     return rows
+
+
+def _tokens(c: dict) -> str:
+    """Whether egraft's tokens equal transformers' (a batch whose transformers' run differs from each row run
+    alone, a half-type rounding: equal to the rows alone, said so)."""
+    if c.get("tokens_equal") is False and c.get("tokens_equal_each_row_alone"):
+        return "equal each row alone (transformers' batch differs)"
+    return {True: "equal", False: "**differ**"}.get(c.get("tokens_equal"), "-")
 
 
 def peer_rows(step: str, sec: dict) -> list[list]:

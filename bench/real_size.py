@@ -193,11 +193,18 @@ def child_compile(a) -> dict:
         want = (cm.model if cm.quantization else model).generate(ids, max_new_tokens=a.new, do_sample=False)
     same = got.tolist() == want.tolist()
     first = next((k for k, (x, y) in enumerate(zip(got[0].tolist(), want[0].tolist())) if x != y), None)
+    alone = None
+    if not same and len(ids) > 1:  # transformers' batch rounds each row's half-type products otherwise than one
+        with torch.no_grad():      # row alone; each sequence run alone is the reference then (recorded so)
+            ref = cm.model if cm.quantization else model
+            alone = got.tolist() == torch.cat([ref.generate(ids[r:r + 1], max_new_tokens=a.new, do_sample=False)
+                                               for r in range(len(ids))]).tolist()
     d = cm.generation.describe()
     return {"weights_bytes": weights, "rss_before_compile": before, "peak_reset": reset, "compile_s": compile_s,
             "peak_rss": peak,
             "peak_over_weights": peak / weights, "save_s": save_s, "artifact_bytes": size,
             "artifact_over_weights": size / weights, "tokens_equal": same, "first_difference": first,
+            **({} if alone is None else {"tokens_equal_each_row_alone": alone}),
             "programs": d["programs"], "stages_s": d["stages_s"], "memory": d["memory"], "compile_memory": d["compile_memory"],
             "choices": d["choices"], **({"quantization": d["quantization"]} if "quantization" in d else {})}
 

@@ -57,3 +57,16 @@ def test_a_run_with_inductor_states_its_decode_and_the_concluded_ratio_on_the_pa
     row["load"]["egraft_vs_hf_static_inductor"] = {**vs, "conclusive": False, "why_not": "spread"}
     cells = page_sizes.compile_rows("real_size", ingest.sizes_section({"rows": [row]}, "real_size", ingest.Ratios()))[0]
     assert any("Inductor 20.0 tok/s, n.c." in str(c) for c in cells), cells
+
+
+def test_a_batch_whose_transformers_run_differs_from_its_rows_alone_says_which_reference_the_tokens_equal():
+    import ingest
+    import page_sizes
+
+    row = {"model": "llama-135m", "dtype": "bfloat16", "quantize": "none", "load": {},
+           "compile": {"compile_s": 100.0, "tokens_equal": False, "tokens_equal_each_row_alone": True}}
+    cells = page_sizes.compile_rows("real_size", ingest.sizes_section({"rows": [row]}, "real_size", ingest.Ratios()))[0]
+    assert cells[-1] == "equal each row alone (transformers' batch differs)"
+    row["compile"]["tokens_equal_each_row_alone"] = False
+    cells = page_sizes.compile_rows("real_size", ingest.sizes_section({"rows": [row]}, "real_size", ingest.Ratios()))[0]
+    assert cells[-1] == "**differ**"
