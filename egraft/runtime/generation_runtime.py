@@ -57,7 +57,8 @@ class RunsGeneration:
 
     @property
     def state(self) -> list:
-        """The caches ``generate`` runs on (a list updated in place: the runtime's)."""
+        """The caches ``generate`` runs on (a list updated in place: the runtime's).  A JAX step keeps them as jax
+        arrays between calls, a bfloat16 or float16 cache as its bits (``int16``, the same bytes)."""
         return self.runtime.state
 
     def generate(self, input_ids, attention_mask=None, **options) -> torch.Tensor:

@@ -15,7 +15,8 @@ so a compiled and a loaded program run the same code:
   step, on inputs whose count, shapes and dtypes the caller has checked (the
   executable against its graph, the artifact against its manifest, each
   with its own wording).  Here an int64 input held as int32 is range
-  checked, inputs cross to the device (CPU tensors as zero-copy numpy views,
+  checked, a bfloat16 or float16 state crosses as its bits (``int16``, both
+  ways: :data:`STATE_BITS`), inputs cross to the device (CPU tensors as zero-copy numpy views,
   CUDA tensors through DLPack) and outputs come back in their IR dtypes.
 
 A program that needs 64-bit types runs under a local ``jax.enable_x64``
@@ -179,7 +180,7 @@ class JaxRunner:
                     raise _range_error(name)
                 x = x.to(torch.int32)
             if bits:
-                x = x.contiguous().view(torch.int16)
+                x = x.contiguous().view(torch.int16)  # the same bytes
             args.append(_from_torch(x.contiguous(), self.dev))
         outs = self.call(args)
         return [_to_torch(o, d, out_dev, bits) for o, d, bits in zip(outs, self.out_dtypes, self.out_bits)]

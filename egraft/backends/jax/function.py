@@ -164,7 +164,6 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict |
     new value is returned as bits; every other reader gets the float value
     (a bitcast XLA fuses into the reader).
     """
-    import jax.numpy as jnp
     from jax import lax
 
     if plans is None:
@@ -206,7 +205,7 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict |
             v = v.astype(want)
         vals[i] = v
     # a half-type state's new value goes out as bits (the dtype of the input it overwrites), every other as is
-    return [(val(o, True) if o in bits else lax.bitcast_convert_type(val(o), jnp.int16))
+    return [(val(o, True) if o in bits else lax.bitcast_convert_type(val(o), STATE_BITS))
             if k in graph.aliases and dtypes.is_half(graph.nodes[o].dtype) and _bits_in(graph, inputs, k)
             else val(o) for k, o in enumerate(graph.outputs)]
 
