@@ -131,6 +131,28 @@ def test_a_bfloat16_model_generates_transformers_tokens_compiled_saved_and_loade
     assert os.path.getsize(os.path.join(d, WEIGHTS_FILE)) <= 1.05 * _model_bytes(model) + 4096
 
 
+def test_an_artifact_whose_programs_take_bfloat16_caches_as_they_are_still_generates(search_cache, tmp_path,
+                                                                                     monkeypatch):
+    """Artifacts saved before half-type caches were held as their bits take them as bfloat16: such a program (made
+    here by lowering without the bits) loads and generates transformers' tokens, its caches bfloat16 jax arrays."""
+    from egraft.backends.jax import executable, function
+
+    monkeypatch.setattr(executable, "program_dtype", lambda dt, x64, state=False: function.program_dtype(dt, x64))
+    model = tiny("llama").to(torch.bfloat16)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    cm = _compile(model, search_cache)
+    d = cm.save(tmp_path / "old")
+    monkeypatch.undo()
+    art = egraft.load(d)
+    assert {h for a in art.steps.values() for h, i in zip(a.manifest["kernels"][0]["input_program_dtypes"],
+                                                          a.manifest["inputs"]) if i.get("role") == "state"} == {"bfloat16"}
+    ids, mask = left_padded([5, 3], seed=12)
+    want = reference(model, ids, mask, **GREEDY).tolist()
+    assert art.generate(ids, attention_mask=mask, **GREEDY).tolist() == want
+    assert {str(x.dtype) for x in art.state} == {"bfloat16"}
+
+
 def test_loading_fills_the_xla_cache_a_restarted_server_reads(llama, tmp_path):
     """egraft.load compiles each program with XLA once per machine: the programs land in XLA's persistent cache
     under egraft's cache directory, where the next process's load finds them."""

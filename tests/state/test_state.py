@@ -170,27 +170,30 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return to_numpy(t)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("model", ["one position", "a position per row"])
-def test_jax_holds_a_bfloat16_state_as_its_bits(model):
+def test_jax_holds_a_half_type_state_as_its_bits(model, dtype):
     """A half-type state crosses as int16 (the same bytes): the update is an int16 scatter in the donated buffer,
     never the whole cache widened to float32 and narrowed back; values equal the reference's, bit for bit."""
     rng = np.random.default_rng(fresh_seed())
+    half = getattr(torch, dtype)
     if model == "one position":
-        m, args = Cache(shape=(2, 2, 16, 4)).to(torch.bfloat16), (_pos(rng, 16, 3), torch.randn(2, 2, 3, 4))
+        m, args = Cache(shape=(2, 2, 16, 4)).to(half), (_pos(rng, 16, 3), torch.randn(2, 2, 3, 4))
     else:
-        m, args = RowCache(), (_pos(rng, 16, 3), torch.randn(3, 2, 4))
-    args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
+        m, args = RowCache().to(half), (_pos(rng, 16, 3), torch.randn(3, 2, 4))
+    args = tuple(a.to(half) if a.is_floating_point() else a for a in args)
     g = egraft.trace(m, args)
     exe = lower(g, "jax", "cpu", {})
     k = g.state_ids[0]
-    assert g.nodes[k].dtype == "bfloat16" and exe.runner.program_dtypes[g.input_ids.index(k)] == np.int16
+    assert g.nodes[k].dtype == dtype and exe.runner.program_dtypes[g.input_ids.index(k)] == np.int16
     hlo = exe.hlo_text()
-    assert "s16[" in hlo and not [ln for ln in hlo.splitlines() if " scatter(" in ln and "= bf16[" in ln]
+    short = {"bfloat16": "bf16", "float16": "f16"}[dtype]
+    assert "s16[" in hlo and not [ln for ln in hlo.splitlines() if " scatter(" in ln and f"= {short}[" in ln]
     states = [torch.randn(m.k.shape, generator=torch.Generator().manual_seed(int(rng.integers(1 << 30)))
-                          ).to(torch.bfloat16)] + [torch.tensor(3)] * (len(g.state_ids) - 1)
+                          ).to(half)] + [torch.tensor(3)] * (len(g.state_ids) - 1)
     want = evaluate(g, [_np(a) for a in (*args, *states)])
     for got in (exe(*[_np(a) for a in (*args, *states)]), exe(*args, *[s.clone() for s in states])):
-        new, out = (torch.as_tensor(np.asarray(o, np.float32)) if not isinstance(o, torch.Tensor) else o.float()
+        new, out = (torch.from_numpy(np.array(o, np.float32)) if not isinstance(o, torch.Tensor) else o.float()
                     for o in (got[0], got[-1]))
         np.testing.assert_array_equal(new.numpy(), want[0].astype(np.float32))
         np.testing.assert_allclose(out.numpy(), want[-1].astype(np.float32), rtol=2e-2, atol=2e-2)
