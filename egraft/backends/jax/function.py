@@ -171,7 +171,10 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict |
     need = _needed(graph, plans)
     pos = {nid: k for k, nid in enumerate(graph.input_ids)}
     vals: dict[int, object] = {}
-    bits: set[int] = set()  # nodes whose value is held as the int16 bits of its half-type values
+    # nodes whose value is held as the int16 bits of its half-type values: the state inputs passed so, to start
+    bits = {nid for k, nid in enumerate(graph.input_ids)
+            if dtypes.is_half(graph.nodes[nid].dtype) and inputs[k].dtype == STATE_BITS}
+    passed = {graph.nodes[nid].attrs["name"]: nid for nid in graph.input_ids}
     view = functools.partial(realise_view, ctx)
 
     def val(j: int, raw: bool = False):
@@ -183,8 +186,6 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict |
         if n.op == Op.Input:
             if n.attrs["role"] != "weight":  # a call input or a state
                 v = inputs[pos[i]]
-                if dtypes.is_half(n.dtype) and v.dtype == STATE_BITS:
-                    bits.add(i)
             else:
                 v = weights[n.attrs["name"]]
         elif i in plans:
@@ -206,15 +207,7 @@ def emit(graph: Graph, inputs: list, weights: dict, ctx: LowerCtx, plans: dict |
         vals[i] = v
     # a half-type state's new value goes out as bits (the dtype of the input it overwrites), every other as is
     return [(val(o, True) if o in bits else lax.bitcast_convert_type(val(o), STATE_BITS))
-            if k in graph.aliases and dtypes.is_half(graph.nodes[o].dtype) and _bits_in(graph, inputs, k)
-            else val(o) for k, o in enumerate(graph.outputs)]
-
-
-def _bits_in(graph: Graph, inputs: list, k: int) -> bool:
-    """Whether the state input output `k` overwrites was passed as bits."""
-    name = graph.aliases[k]
-    at = [j for j, nid in enumerate(graph.input_ids) if graph.nodes[nid].attrs.get("name") == name]
-    return bool(at) and inputs[at[0]].dtype == STATE_BITS
+            if k in graph.aliases and passed[graph.aliases[k]] in bits else val(o) for k, o in enumerate(graph.outputs)]
 
 
 # plan type -> emitter(ctx, plan, *values of plan.deps(), view_fn)

@@ -46,6 +46,7 @@ import numpy as np
 from ...ir import Op, dtypes
 from ...ir.graph import Graph
 from ...ir.matmul_form import Factor, invariant_axes, matmul_form
+from ...runtime.jax_runner import STATE_BITS
 from ..fold import FOLDED_PREFIX
 from . import windows
 
@@ -300,8 +301,8 @@ def emit_put(ctx, plan: PutPlan, x, idx, upd, view_fn):
     axes = plan.axes
     pos = idx[tuple(slice(None) if d in axes else 0 for d in range(idx.ndim))]
     ctx.stats["peephole_puts"] += 1
-    if x.dtype == jnp.int16 and dtypes.is_half(plan.dtype):  # a cache held as its bits
-        upd = lax.bitcast_convert_type(upd.astype(ctx.jdt(plan.dtype)), jnp.int16)
+    if x.dtype == STATE_BITS and dtypes.is_half(plan.dtype):  # a cache held as its bits
+        upd = lax.bitcast_convert_type(upd.astype(ctx.jdt(plan.dtype)), STATE_BITS)
     upd = upd.astype(x.dtype)
     if axes == (plan.axis,):
         at = (slice(None),) * plan.axis + (pos,)
