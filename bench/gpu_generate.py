@@ -1,6 +1,6 @@
 """Generation on a GPU: a real-size model compiled for ``cuda``, its tokens and decode speed against transformers.
 
-Random weights at a deployed model's published shapes (``bench/real_size.py``'s
+Random weights at a deployed model's published shapes (``bench/real_models.py``'s
 models: nothing is downloaded), moved to the device in the chosen dtype, then:
 
 1. ``egraft.compile(model, device=..., max_batch=1, max_length=256,
@@ -87,7 +87,8 @@ def main(argv=None) -> int:
 
     import egraft
     from bench.machine import host
-    from bench.real_size import MODELS, _prompt, build, time_decode
+    from bench.real_models import MODELS, build, prompt
+    from bench.real_size import time_decode
     from egraft.measure import compare
 
     res: dict = {"date": time.strftime("%Y-%m-%d"), "host": host(), "model": a.model, "dtype": a.dtype,
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
         print(json.dumps(res, default=str)[:3000], flush=True)
 
     model = build(a.model, a.dtype).to(a.device)
-    ids = _prompt(MODELS[a.model]["vocab"]).to(a.device)
+    ids = prompt(MODELS[a.model]["vocab"]).to(a.device)
 
     def hf(n):
         with torch.no_grad():

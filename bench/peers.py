@@ -2,7 +2,7 @@
 
 What a CPU user would run instead of egraft is llama.cpp.  This benchmark
 puts the three side by side at deployed sizes (the models of
-``bench/real_size.py``: random weights at the shapes of a 135 M Llama and a
+``bench/real_models.py``: random weights at the shapes of a 135 M Llama and a
 494 M Qwen2, output layer scaled so greedy choices are clear):
 
 1. ``compile`` and ``load`` (the project's environment): ``real_size.py``'s
@@ -25,7 +25,7 @@ puts the three side by side at deployed sizes (the models of
    ``egraft.measure.compare`` concludes.  Then, in the same process, the
    read bandwidth on those cores (``generate_worker.bandwidth``: the faster
    of a numpy sum and a BLAS matrix-vector product) and the decode bound:
-   that bandwidth over the bytes a step reads (``real_size.step_bytes``),
+   that bandwidth over the bytes a step reads (``real_models.step_bytes``),
    with each system's share of it.  llama.cpp's greedy tokens (F32)
    and egraft's are checked against transformers'.
 
@@ -66,7 +66,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from bench import generate_worker, real_size  # noqa: E402  (the read bandwidth; the models, prompt, compile child)
+from bench import generate_worker, real_models, real_size  # noqa: E402  (the read bandwidth; the models, prompt; compile child)
 
 VENV = os.environ.get("EGRAFT_LLAMACPP_VENV", os.path.join(ROOT, ".venv-llamacpp"))
 VLLM_VENV = os.environ.get("EGRAFT_VLLM_VENV", os.path.join(ROOT, ".venv-vllm"))
@@ -109,12 +109,12 @@ def _tokenizer(directory: str) -> None:
 def child_gguf(a) -> dict:
     """The model at its dtype, saved and converted to each GGUF type (quantised: llama.cpp's type of the same
     bits, Q8_0 by the converter, Q4_0 by llama.cpp's quantiser from the F32 file); returns {type: path}."""
-    model = real_size.build(a.model, a.dtype)
+    model = real_models.build(a.model, a.dtype)
     hf = os.path.join(a.dir, "hf")
     model.save_pretrained(hf)
     _tokenizer(hf)
     out = {}
-    mode = real_size._quantize(a)
+    mode = real_models.quantize_mode(a)
     types = GGUF_TYPES[a.dtype] if mode is None else (QUANTISED[mode],) if mode != "int4" else ("f32",)
     for t in types:
         path = os.path.join(a.dir, f"model-{t}.gguf")
@@ -202,8 +202,8 @@ def child_measure(a) -> dict:
     import egraft
     from egraft.measure import compare
 
-    model = real_size.build(a.model, a.dtype)
-    ids = real_size._prompt(real_size.MODELS[a.model]["vocab"])
+    model = real_models.build(a.model, a.dtype)
+    ids = real_models.prompt(real_models.MODELS[a.model]["vocab"])
     prompt = ids[0].tolist()
     # the peer first: vLLM's worker start scans every loaded module's globals and trips on llvmlite's (which
     # egraft's generated kernels import when the artifact loads)
@@ -222,7 +222,7 @@ def child_measure(a) -> dict:
     want = tokens["hf_eager"]
     equal = {name: got == want for name, got in tokens.items() if name != "hf_eager"}
     reference = model
-    if real_size._quantize(a):  # egraft equals the quantised model (eager, untimed); llama.cpp's are other functions
+    if real_models.quantize_mode(a):  # egraft equals the quantised model (eager, untimed); llama.cpp's are other functions
         from egraft.frontend.quantize import quantize
 
         reference = quantize(model, a.quantize, getattr(a, "group_size", None))[0]
@@ -234,7 +234,7 @@ def child_measure(a) -> dict:
     steps, timed = real_size.time_decode(systems, a.rounds, a.new)
     bw = generate_worker.bandwidth(argparse.Namespace(threads=a.threads[0], repeats=9))  # same pinned cores
     rate = bw["bytes"] / sorted(bw["seconds"])[len(bw["seconds"]) // 2]
-    per_step = real_size.step_bytes(reference, real_size.PROMPT + a.new / 2)  # (quantised: egraft's bytes)
+    per_step = real_models.step_bytes(reference, real_models.PROMPT + a.new / 2)  # (quantised: egraft's bytes)
     bound = {"bandwidth": rate, "reader": bw["reader"], "step_bytes": per_step, "tok_s": rate / per_step,
              "share": {n: t / (rate / per_step) for n, t in timed["decode_tok_s"].items()}}
     extra = {"llama_cpp_extra_bufts": not a.no_extra_bufts} if a.peer == "llama.cpp" else {}

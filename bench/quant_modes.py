@@ -33,19 +33,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from bench import real_size  # noqa: E402  (the models, the prompt, the interleaved decode timing)
+from bench import real_models, real_size  # noqa: E402  (the models, the prompt; the interleaved decode timing)
 
 
 def child_compile(a) -> dict:
     import egraft
 
-    model = real_size.build(a.model, "float32")
+    model = real_models.build(a.model, "float32")
     t0 = time.perf_counter()
-    cm = egraft.compile(model, device="cpu", max_batch=1, max_length=real_size.MAX_LENGTH, budget=a.budget,
+    cm = egraft.compile(model, device="cpu", max_batch=1, max_length=real_models.MAX_LENGTH, budget=a.budget,
                         progress=False, quantize=a.modes[0])
     compile_s = time.perf_counter() - t0
     cm.save(a.dir)
-    ids = real_size._prompt(real_size.MODELS[a.model]["vocab"])
+    ids = real_models.prompt(real_models.MODELS[a.model]["vocab"])
     got = cm.generate(ids, max_new_tokens=a.new, do_sample=False)
     want = cm.model.generate(ids, max_new_tokens=a.new, do_sample=False)  # the quantised model, eager
     return {"compile_s": compile_s, "tokens_equal_quantised_model": got.tolist() == want.tolist(),
@@ -56,7 +56,7 @@ def child_time(a) -> dict:
     import egraft
     from egraft.measure import compare
 
-    ids = real_size._prompt(real_size.MODELS[a.model]["vocab"])
+    ids = real_models.prompt(real_models.MODELS[a.model]["vocab"])
     arts = {m: egraft.load(os.path.join(a.dir, m)) for m in a.modes}
 
     def gen(art):
@@ -85,7 +85,7 @@ def _result(p: subprocess.Popen) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="llama-135m", choices=sorted(real_size.MODELS))
+    p.add_argument("--model", default="llama-135m", choices=sorted(real_models.MODELS))
     p.add_argument("--modes", nargs="+", default=["int8", "w8a8"], choices=["int8", "int4", "w8a8"])
     p.add_argument("--budget", default="60s")
     p.add_argument("--rounds", type=int, default=9)

@@ -1,20 +1,10 @@
 """Models at the sizes people serve: compile time and memory, artifact size, load time and memory, decode speed.
 
-Random weights (seeded; nothing is downloaded) at the published shapes of two
-small deployed models, in float32 and bfloat16.  Each model and dtype gets
-its own empty egraft cache directory (``EGRAFT_CACHE_DIR``): no search result
-or compiled program of an earlier run is reused.
-
-* ``llama-135m``: the Llama architecture, 30 layers x 576, 9 / 3 heads,
-  intermediate 1536, vocab 49152, tied embeddings (135 M parameters);
-* ``qwen2-0.5b``: the Qwen2 architecture, 24 layers x 896, 14 / 2 heads,
-  intermediate 4864, vocab 151936, tied embeddings, QKV biases (494 M);
-* ``llama-1.2b`` (by name only): the Llama architecture, 16 layers x 2048,
-  32 / 8 heads, intermediate 8192, vocab 128256, tied (1.24 B).
-
-The output layer is scaled (x 8) so that greedy choices are clear, as a
-trained model's are: random weights give near-tied logits that bfloat16
-rounding flips.  Each model and dtype runs two fresh processes, both pinned
+The models of ``bench/real_models.py`` (random weights at the shapes of a
+135 M Llama, a 494 M Qwen2 and a 1.2 B Llama model), in float32 and
+bfloat16.  Each model and dtype gets its own empty egraft cache directory
+(``EGRAFT_CACHE_DIR``): no search result or compiled program of an earlier
+run is reused.  Each model and dtype runs two fresh processes, both pinned
 to one core with one thread before torch and jax start
 (``egraft.measure.fix_threads``):
 
@@ -54,53 +44,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
 
-MODELS = {
-    "llama-135m": dict(kind="llama", layers=30, hidden=576, heads=9, kv_heads=3, intermediate=1536, vocab=49152),
-    "qwen2-0.5b": dict(kind="qwen2", layers=24, hidden=896, heads=14, kv_heads=2, intermediate=4864, vocab=151936),
-    # the shapes of a 1.2 B Llama-architecture model (16 layers x 2048, 32 / 8 heads, vocab 128256, tied)
-    "llama-1.2b": dict(kind="llama", layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192, vocab=128256),
-    "llama-tiny": dict(kind="llama", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=256),  # --quick
-}
-SEED, PROMPT, MAX_LENGTH = 0, 16, 256
-
-
-def build(name: str, dtype: str):
-    import torch
-    import transformers as T
-
-    m = MODELS[name]
-    common = dict(num_hidden_layers=m["layers"], hidden_size=m["hidden"], num_attention_heads=m["heads"],
-                  num_key_value_heads=m["kv_heads"], intermediate_size=m["intermediate"], vocab_size=m["vocab"],
-                  max_position_embeddings=2048, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
-                  pad_token_id=None)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        model = (T.LlamaForCausalLM(T.LlamaConfig(**common)) if m["kind"] == "llama"
-                 else T.Qwen2ForCausalLM(T.Qwen2Config(**common)))
-        with torch.no_grad():
-            model.get_output_embeddings().weight.mul_(8.0)  # (tied: the embedding too, which norms absorb)
-    model = model.to(getattr(torch, dtype)).eval()
-    gc = model.generation_config
-    gc.eos_token_id = gc.bos_token_id = gc.pad_token_id = None
-    return model
-
-
-def step_bytes(model, context: float) -> float:
-    """Bytes one batch-1 decode step of `model` reads: every weight once (an untied input embedding: one row;
-    a quantised layer's stored values and scales) and the K and V cache over `context` positions, in the model's
-    dtype."""
-    # a tied table once (a torchao tensor is a wrapper whose own data_ptr says nothing: by identity)
-    params = {id(p) if hasattr(p, "qdata") else p.data_ptr(): p for p in list(model.parameters()) + list(model.buffers())}
-    total = sum(nbytes(p) for p in params.values())  # (a quantised layer's values: buffers)
-    emb = model.get_input_embeddings().weight
-    out = getattr(model.get_output_embeddings(), "weight", None)  # (None: a quantised output layer)
-    if out is None or emb.data_ptr() != out.data_ptr():
-        total -= (emb.shape[0] - 1) * emb.shape[1] * emb.element_size()
-    c = model.config
-    head = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return total + 2 * c.num_hidden_layers * c.num_key_value_heads * head * emb.element_size() * context
-
+from bench.real_models import MAX_LENGTH, MODELS, model_for, nbytes, prompt, quantize_mode  # noqa: E402
 
 def _vm(field: str) -> int:
     with open("/proc/self/status") as f:
@@ -110,84 +56,28 @@ def _vm(field: str) -> int:
     return 0
 
 
-def _prompt(vocab: int, rows: int = 1):
-    import torch
-
-    return torch.randint(0, vocab, (rows, PROMPT), generator=torch.Generator().manual_seed(SEED + 1))
-
-
-def _quantize(a) -> str | None:
-    """egraft.compile's quantize= for this run (None for a float model and for one quantised elsewhere)."""
-    q = getattr(a, "quantize", "none")
-    return q if q in ("int8", "int4", "w8a8") else None
-
-
-def _model(a, peer: bool = False):
-    """The model this run compiles, or with `peer` the one HF eager runs beside it: `a.model` in `a.dtype`; for
-    ``--quantize torchao-*`` quantised by torchao (both); for ``gptq-int4`` / ``awq-int4`` written as that
-    checkpoint (``egraft.testing.checkpoints``: 4-bit with zero points, groups of ``--group-size``, float16 other
-    tensors) and read back by ``egraft.from_pretrained``, the peer being the float model of its dequantised
-    weights (transformers cannot run the checkpoint without the GPTQ / AWQ library)."""
-    import torch
-
-    model = build(a.model, a.dtype)
-    q = getattr(a, "quantize", "none") or "none"
-    if q not in ("gptq-int4", "awq-int4"):
-        return _torchao(model, a)
-    import egraft
-    from egraft.testing import checkpoints
-
-    with tempfile.TemporaryDirectory(prefix="egraft-ckpt-") as d:
-        meant = checkpoints.write(model, d, q.split("-")[0], group=getattr(a, "group_size", None) or 128)
-        if peer:
-            return checkpoints.float_model(model, meant).to(getattr(torch, a.dtype))
-        return egraft.from_pretrained(d, dtype=getattr(torch, a.dtype))
-
-
-def _torchao(model, a):
-    """`model` quantised in place with torchao's weight-only config for ``--quantize torchao-int8 | torchao-int4``
-    (int4: groups of ``--group-size``, default 128), as a user who quantised it with torchao hands it to egraft."""
-    q = getattr(a, "quantize", "none") or "none"
-    if not q.startswith("torchao"):
-        return model
-    import torch
-    from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, quantize_
-    from torchao.quantization.granularity import PerGroup
-
-    quantize_(model, Int8WeightOnlyConfig() if q == "torchao-int8" else
-              IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(getattr(a, "group_size", None) or 128)))
-    return model
-
-
-def nbytes(t) -> int:
-    """Bytes a step reads of `t`: a torchao quantised tensor's integers and scales (its zero points, all 0 in the
-    forms egraft reads, are dropped), a plain tensor's elements."""
-    parts = [t.qdata, t.scale] if hasattr(t, "qdata") else [t]
-    return sum(p.numel() * p.element_size() for p in parts if p is not None)
-
-
 def child_compile(a) -> dict:
     import torch
 
     import egraft
     from egraft.measure.memory import reset_peak
 
-    model = _model(a)
+    model = model_for(a)
     weights = sum(nbytes(t) for t in list(model.parameters()) + list(model.buffers()))
     before = _vm("VmRSS")
     reset = reset_peak()  # the peak from here on is the compile's (building the model can peak higher: a cast)
     t0 = time.perf_counter()
     cm = egraft.compile(model, device="cpu", max_batch=getattr(a, "batch", 1), max_length=MAX_LENGTH, budget=a.budget,
                         progress=False,
-                        weight_copies=getattr(a, "weight_copies", "no") == "yes", quantize=_quantize(a),
-                        group_size=getattr(a, "group_size", None) if _quantize(a) == "int4" else None)
+                        weight_copies=getattr(a, "weight_copies", "no") == "yes", quantize=quantize_mode(a),
+                        group_size=getattr(a, "group_size", None) if quantize_mode(a) == "int4" else None)
     compile_s = time.perf_counter() - t0
     peak = _vm("VmHWM")
     t0 = time.perf_counter()
     cm.save(a.dir)
     save_s = time.perf_counter() - t0
     size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(a.dir) for f in fs)
-    ids = _prompt(MODELS[a.model]["vocab"], getattr(a, "batch", 1))
+    ids = prompt(MODELS[a.model]["vocab"], getattr(a, "batch", 1))
     got = cm.generate(ids, max_new_tokens=a.new, do_sample=False)
     with torch.no_grad():  # (quantised: the quantised model, eager, is the reference; torchao's: read as egraft's)
         want = (cm.model if cm.quantization else model).generate(ids, max_new_tokens=a.new, do_sample=False)
@@ -225,8 +115,8 @@ def child_load(a) -> dict:
     reload_s = _load_elsewhere(a.dir, {})
     with tempfile.TemporaryDirectory(prefix="egraft-cold-") as cold:
         cold_load_s = _load_elsewhere(a.dir, {"EGRAFT_CACHE_DIR": cold})
-    model = _model(a, peer=True)  # (torchao's: HF eager with torchao's layers; a checkpoint's: its float model)
-    ids = _prompt(MODELS[a.model]["vocab"], getattr(a, "batch", 1))
+    model = model_for(a, peer=True)  # (torchao's: HF eager with torchao's layers; a checkpoint's: its float model)
+    ids = prompt(MODELS[a.model]["vocab"], getattr(a, "batch", 1))
 
     def hf(n):
         with torch.no_grad():
@@ -237,7 +127,7 @@ def child_load(a) -> dict:
 
     systems = {"egraft": eg, "hf_eager": hf}
     if getattr(a, "inductor", False):
-        systems["hf_static_inductor"] = _inductor(_model(a, peer=True), ids)
+        systems["hf_static_inductor"] = _inductor(model_for(a, peer=True), ids)
     first, tokens = {}, {}
     for name, f in systems.items():
         t0 = time.perf_counter()
@@ -365,7 +255,6 @@ def main(argv=None) -> int:
         return 0
     if a.quick:
         a.models, a.rounds, a.new, a.budget = ["llama-tiny"], 3, 8, "5s"
-    sys.path.insert(0, ROOT)
     measure_rows(a, "bench/real_size.py", argv)
     return 0
 

@@ -1,7 +1,7 @@
 """Where a decode step's time goes: every XLA operation of a compiled generation's decode step, by kind.
 
 A speed-up of the decode step needs to know what the step spends: this
-compiles ``--model`` (``bench/real_size.py``'s models, random weights) with
+compiles ``--model`` (``bench/real_models.py``'s models, random weights) with
 ``--quantize`` for the JAX backend in a child process pinned to one core, or takes
 ``--artifact`` (a saved generation), then loads it in a process pinned to
 one core with one thread (``egraft.measure.fix_threads``), generates
@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from bench import real_size  # noqa: E402  (the models and the prompt)
+from bench import real_models, real_size  # noqa: E402  (the models and the prompt; the child runner)
 
 MARKERS = ("ThunkExecutor", "end:", "ThreadpoolListener")  # the executor's own events, not operations
 
@@ -49,9 +49,9 @@ MARKERS = ("ThunkExecutor", "end:", "ThreadpoolListener")  # the executor's own 
 def child_compile(a) -> dict:
     import egraft
 
-    model = real_size.build(a.model, "float32")
+    model = real_models.build(a.model, "float32")
     t0 = time.perf_counter()
-    cm = egraft.compile(model, device="cpu", backend="jax", max_batch=1, max_length=real_size.MAX_LENGTH,
+    cm = egraft.compile(model, device="cpu", backend="jax", max_batch=1, max_length=real_models.MAX_LENGTH,
                         budget=a.budget, progress=False, quantize=None if a.quantize == "none" else a.quantize)
     compile_s = time.perf_counter() - t0
     cm.save(a.artifact)
@@ -89,7 +89,7 @@ def child_profile(a) -> dict:
     if backends != {"jax"}:
         return {"error": f"the artifact's step programs are {sorted(backends)}: only the JAX backend's run XLA "
                          "operations that JAX's profiler names"}
-    ids = real_size._prompt(art.spec.vocab_size)
+    ids = real_models.prompt(art.spec.vocab_size)
     prefill_calls = len(art.spec.plan(ids.shape[1]))
 
     def gen():
@@ -126,7 +126,7 @@ def _run(kind: str, a, core: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="llama-135m", choices=sorted(real_size.MODELS))
+    p.add_argument("--model", default="llama-135m", choices=sorted(real_models.MODELS))
     p.add_argument("--quantize", default="int8", choices=["none", "int8", "int4", "w8a8"])
     p.add_argument("--budget", default="60s")
     p.add_argument("--new", type=int, default=32, help="tokens generated (decode steps: one fewer)")

@@ -63,7 +63,7 @@ class Step:
 
 # bench/*.py that are not steps: the suite's own parts and the benchmarks' helpers, and those run by hand
 PARTS = {"__init__.py", "__main__.py", "suite.py", "machine.py", "ingest.py", "page.py", "page_sizes.py", "plots.py",
-         "envelope.py", "generate_worker.py", "generate_models.py"}
+         "envelope.py", "generate_worker.py", "generate_models.py", "real_models.py"}
 BY_HAND = {
     "cpu_backends.py": "the direct JAX lowering against eager and Inductor, which the search step measures as its "
                        "'direct' variant; kept for its per-library diagnostics (--settle, egraft(torch) vs (jax))",
@@ -76,7 +76,7 @@ BY_HAND = {
                       "all timed in one process, interleaved: about 10 minutes, its JSON read by hand",
     "step_profile.py": "where a decode step's time goes: its XLA operations by kind from JAX's profiler (the "
                        "generated products, attention, cache copies), one process; shares, not speed-ups",
-    "peers.py": "real_size.py's models against llama.cpp (its own venv: make llamacpp-venv) and HF eager, one core "
+    "peers.py": "real_models.py's models against llama.cpp (its own venv: make llamacpp-venv) and HF eager, one core "
                 "and two, in one process per thread count; about an hour, its JSON read by hand",
     "gpu_artifacts.py": "each backend's program compiled for a GPU, saved, and loaded by a fresh process there; run "
                         "where a GPU is",

@@ -99,7 +99,8 @@ def load(directory: str | os.PathLike, device: str = "cpu", *, shared: dict | No
         path = os.path.join(directory, WEIGHTS_FILE)
         if WEIGHTS_FILE not in m["files"]:
             raise ArtifactError(f"{path} is not listed in the manifest; rebuild the artifact with `egraft compile`")
-        weights = check_weights(map_weights(path, m["files"][WEIGHTS_FILE]), m["weights"], path)
+        mapped = map_weights(path, m["files"][WEIGHTS_FILE], huge_pages=device_kind(device) == "cpu")
+        weights = check_weights(mapped, m["weights"], path)
     runner = loader.load(directory, m, weights, device)
     return Artifact(directory, m, device, runner)
 

@@ -131,7 +131,7 @@ def load_generation(directory: str, device: str, load_one) -> GenerationArtifact
         raise ArtifactError(f"{path} has format_version {doc.get('format_version')!r}; this egraft reads up to "
                             f"{FORMAT_VERSION}: upgrade egraft or save the model again")
     spec = spec_from_dict(doc.get("spec") or {}, path)
-    shared = _shared_weights(directory, doc, path) if doc["format_version"] >= 3 else None
+    shared = _shared_weights(directory, doc, path, device) if doc["format_version"] >= 3 else None
 
     def load_sub(rel):
         if os.path.dirname(os.path.normpath(str(rel))) or str(rel).startswith("."):
@@ -156,14 +156,17 @@ def _backend(directory: str, rel: str) -> str | None:
         return None  # the load itself says what is wrong
 
 
-def _shared_weights(directory: str, doc: dict, path: str) -> dict:
-    """The generation's one weights file, checked against its recorded SHA-256 and memory-mapped."""
+def _shared_weights(directory: str, doc: dict, path: str, device: str) -> dict:
+    """The generation's one weights file, checked against its recorded SHA-256 and memory-mapped (on a CPU: read
+    into huge pages where offered, ``runtime.huge_pages``)."""
+    from . import device_kind
     from .weights import WEIGHTS_FILE, map_weights
 
     entry = doc.get("weights")
     if not isinstance(entry, dict) or entry.get("file") != WEIGHTS_FILE or not isinstance(entry.get("sha256"), str):
         raise ArtifactError(f"{path}: its weights entry is missing or malformed ({entry!r:.200}); save the model again")
-    return map_weights(os.path.join(directory, WEIGHTS_FILE), entry["sha256"], "save the model again")
+    return map_weights(os.path.join(directory, WEIGHTS_FILE), entry["sha256"], "save the model again",
+                       huge_pages=device_kind(device) == "cpu")
 
 
 def _listed(doc: dict, path: str) -> dict:

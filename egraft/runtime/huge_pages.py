@@ -1,0 +1,80 @@
+"""A file read into memory that the kernel may back with transparent huge pages (Linux), for weights a CPU reads.
+
+A decode step streams every weight once, about 0.3-2.5 GB a step for the
+models egraft serves, and a CPU translates each address it reads through
+its TLB.  The weights of a loaded artifact used to be the safetensors file
+memory-mapped: 4 KiB pages wherever the page cache did not happen to hold
+the file in 2 MiB folios (how much of it did depends on how the file was
+written and read), so a step's reads missed the TLB on every new page, and
+in a virtual machine each miss is a nested page walk.  Read instead into
+one anonymous private mapping advised ``MADV_HUGEPAGE`` and aligned to
+2 MiB, the same bytes sit in huge pages.  Measured on a 2-core Intel Xeon
+VM (135 M model, one core, the same artifact loaded both ways in one
+process, decode interleaved): bfloat16 1.10-1.11x in three runs, float32
+1.08x in two and 0.87x in one, the run whose load was the first to touch
+fresh memory (below: how the host backs the guest's memory decides what a
+huge page saves there); a single weight product read 13-16 GB/s from huge
+pages against 10-11 from 4 KiB anonymous pages.
+
+What it costs: the weights' size in resident memory, as the mapping did,
+but private to the process (two processes loading one artifact no longer
+share the page cache's copy), and a copy from the page cache at load
+(about 0.1 s per 269 MB).  In a virtual machine the first process that
+touches memory the host never backed pays the host's faults too: the
+first such load there took 6.5 s against 3.9 (269 MB), the next ones 3.8-3.9
+like the mapped file.  :func:`offered` says whether it applies: Linux
+with transparent huge pages ``always`` or ``madvise``, and
+``EGRAFT_HUGE_PAGES`` not ``0`` (set it to keep mapping the file, e.g. for
+several server processes on one machine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+
+import numpy as np
+
+HUGE_PAGE = 2 << 20  # x86-64's and arm64's (4 KiB granule) transparent huge page
+_THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def offered() -> bool:
+    """Whether files are read into huge pages here (the module docstring)."""
+    if os.environ.get("EGRAFT_HUGE_PAGES", "1") == "0" or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return False
+    try:
+        with open(_THP) as f:
+            mode = f.read()
+    except OSError:  # not Linux, or no transparent huge pages
+        return False
+    return "[always]" in mode or "[madvise]" in mode
+
+
+def read_file(path: str) -> tuple[np.ndarray, str] | None:
+    """The bytes of `path` as a read-only ``uint8`` array in a 2 MiB-aligned anonymous mapping advised for huge
+    pages, and their SHA-256 (hex); None when a mapping cannot be made or advised (the caller maps the file)."""
+    size = os.path.getsize(path)
+    try:
+        m = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        m.madvise(mmap.MADV_HUGEPAGE)
+    except (OSError, ValueError):
+        return None
+    whole = np.frombuffer(m, np.uint8)
+    start = (-whole.ctypes.data) % HUGE_PAGE
+    data = whole[start:start + size]
+    view = memoryview(data)
+    with open(path, "rb", buffering=0) as f:
+        done = 0
+        while done < size:
+            n = f.readinto(view[done:])
+            if not n:
+                raise OSError(f"{path} ended after {done} of its {size} bytes while it was read")
+            done += n
+    digest = hashlib.sha256(view).hexdigest()
+    data.flags.writeable = False
+    return data, digest
+
+
+__all__ = ["HUGE_PAGE", "offered", "read_file"]
