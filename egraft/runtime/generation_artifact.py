@@ -159,14 +159,14 @@ def _backend(directory: str, rel: str) -> str | None:
 def _shared_weights(directory: str, doc: dict, path: str, device: str) -> dict:
     """The generation's one weights file, checked against its recorded SHA-256 and memory-mapped (on a CPU: read
     into huge pages where offered, ``runtime.huge_pages``)."""
-    from . import device_kind
+    from .device import parse
     from .weights import WEIGHTS_FILE, map_weights
 
     entry = doc.get("weights")
     if not isinstance(entry, dict) or entry.get("file") != WEIGHTS_FILE or not isinstance(entry.get("sha256"), str):
         raise ArtifactError(f"{path}: its weights entry is missing or malformed ({entry!r:.200}); save the model again")
     return map_weights(os.path.join(directory, WEIGHTS_FILE), entry["sha256"], "save the model again",
-                       huge_pages=device_kind(device) == "cpu")
+                       huge_pages=parse(device, ArtifactError).kind == "cpu")
 
 
 def _listed(doc: dict, path: str) -> dict:
