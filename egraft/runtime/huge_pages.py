@@ -10,11 +10,11 @@ in a virtual machine each miss is a nested page walk.  Read instead into
 one anonymous private mapping advised ``MADV_HUGEPAGE`` and aligned to
 2 MiB, the same bytes sit in huge pages.  Measured on a 2-core Intel Xeon
 VM (135 M model, one core, the same artifact loaded both ways in one
-process, decode interleaved): bfloat16 1.10-1.11x in three runs, float32
-1.08x in two and 0.87x in one, the run whose load was the first to touch
-fresh memory (below: how the host backs the guest's memory decides what a
-huge page saves there); a single weight product read 13-16 GB/s from huge
-pages against 10-11 from 4 KiB anonymous pages.
+process, decode interleaved): bfloat16 1.10-1.11x in two runs, float32
+1.08x in one run and 0.87x in another (likely: in a VM a guest's huge page
+saves a TLB walk only where the host backs it with one too); a single
+weight product read 13-16 GB/s from huge pages against 10-11 from 4 KiB
+anonymous pages.
 
 What it costs: the weights' size in resident memory, as the mapping did,
 but private to the process (two processes loading one artifact no longer

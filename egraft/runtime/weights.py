@@ -21,7 +21,7 @@ because of two choices safetensors leaves open:
   weights' size in memory once, and nothing more per program.  Weights a
   CPU reads are instead read into memory the kernel may back with 2 MiB
   pages, where it offers them (``runtime.huge_pages``: a decode step streams
-  every weight, and 4 KiB pages cost it 5-6 %); the same views, shared the
+  every weight, and 4 KiB pages cost it up to 10 %); the same views, shared the
   same way, private to the process.
 """
 
