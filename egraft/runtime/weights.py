@@ -19,8 +19,8 @@ because of two choices safetensors leaves open:
   (streamed) and maps it read-only: the arrays are views of the page cache,
   shared by every program that binds them, so loading costs about the
   weights' size in memory once, and nothing more per program.  Weights a
-  CPU reads are instead read into memory the kernel may back with 2 MiB
-  pages, where it offers them (``runtime.huge_pages``: a decode step streams
+  CPU reads are, asked for (``EGRAFT_HUGE_PAGES=1``), read instead into memory the
+  kernel may back with 2 MiB pages, where it offers them (``runtime.huge_pages``: a decode step streams
   every weight, and 4 KiB pages cost it up to 10 %); the same views, shared the
   same way, private to the process.
 """

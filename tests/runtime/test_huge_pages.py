@@ -13,7 +13,7 @@ from egraft.runtime import huge_pages
 from egraft.runtime.weights import map_weights, write_weights
 from egraft.testing import fresh_seed, random_array
 
-needs_thp = pytest.mark.skipif(not huge_pages.offered(), reason="no transparent huge pages offered on this host")
+needs_thp = pytest.mark.skipif(not huge_pages.host_offers(), reason="no transparent huge pages on this host")
 
 
 def _file(tmp_path, rng):
@@ -71,9 +71,13 @@ def test_a_modified_file_is_refused_either_way(tmp_path, monkeypatch, env):
         map_weights(path, digest, huge_pages=True)
 
 
-def test_not_offered_when_switched_off(monkeypatch):
+def test_offered_only_when_asked_for(monkeypatch):
+    monkeypatch.delenv("EGRAFT_HUGE_PAGES", raising=False)
+    assert not huge_pages.offered()  # (the default: the mapped file)
     monkeypatch.setenv("EGRAFT_HUGE_PAGES", "0")
     assert not huge_pages.offered()
+    monkeypatch.setenv("EGRAFT_HUGE_PAGES", "1")
+    assert huge_pages.offered() == huge_pages.host_offers()
 
 
 @needs_thp
@@ -84,6 +88,7 @@ def test_a_loaded_cpu_artifact_runs_from_weights_read_into_memory(tmp_path, monk
 
     import egraft
 
+    monkeypatch.setenv("EGRAFT_HUGE_PAGES", "1")
     reads = []
     real = huge_pages.read_file
     monkeypatch.setattr(huge_pages, "read_file", lambda p: reads.append(p) or real(p))
