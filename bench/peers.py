@@ -66,7 +66,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from bench import generate_worker, real_models, real_size  # noqa: E402  (the read bandwidth; the models, prompt; compile child)
+# (the read bandwidth; the models and prompt; the compile child)
+from bench import generate_worker, real_models, real_size  # noqa: E402
 
 VENV = os.environ.get("EGRAFT_LLAMACPP_VENV", os.path.join(ROOT, ".venv-llamacpp"))
 VLLM_VENV = os.environ.get("EGRAFT_VLLM_VENV", os.path.join(ROOT, ".venv-vllm"))
@@ -222,7 +223,7 @@ def child_measure(a) -> dict:
     want = tokens["hf_eager"]
     equal = {name: got == want for name, got in tokens.items() if name != "hf_eager"}
     reference = model
-    if real_models.quantize_mode(a):  # egraft equals the quantised model (eager, untimed); llama.cpp's are other functions
+    if real_models.quantize_mode(a):  # egraft equals the quantised model (eager, untimed); llama.cpp's differ
         from egraft.frontend.quantize import quantize
 
         reference = quantize(model, a.quantize, getattr(a, "group_size", None))[0]

@@ -84,4 +84,4 @@ def read_file(path: str) -> tuple[np.ndarray, str] | None:
     return data, digest
 
 
-__all__ = ["HUGE_PAGE", "offered", "read_file"]
+__all__ = ["HUGE_PAGE", "host_offers", "offered", "read_file"]

@@ -19,10 +19,11 @@ because of two choices safetensors leaves open:
   (streamed) and maps it read-only: the arrays are views of the page cache,
   shared by every program that binds them, so loading costs about the
   weights' size in memory once, and nothing more per program.  Weights a
-  CPU reads are, asked for (``EGRAFT_HUGE_PAGES=1``), read instead into memory the
-  kernel may back with 2 MiB pages, where it offers them (``runtime.huge_pages``: a decode step streams
-  every weight, and 4 KiB pages cost it up to 10 %); the same views, shared the
-  same way, private to the process.
+  CPU reads are, asked for (``EGRAFT_HUGE_PAGES=1``), read instead into
+  memory the kernel may back with 2 MiB pages, where it offers them
+  (``runtime.huge_pages``: a decode step streams every weight, and 4 KiB
+  pages cost it up to 10 %); the same views, shared the same way, private
+  to the process.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def map_weights(path: str, sha256: str | None = None, remedy: str = "rebuild it 
 
     if not os.path.isfile(path):
         raise ArtifactError(f"{path} is missing from the artifact; copy the whole directory (or {remedy})")
-    read = hp.read_file(path) if huge_pages and hp.offered() and os.path.getsize(path) >= hp.HUGE_PAGE else None
+    wanted = huge_pages and hp.offered() and os.path.getsize(path) >= hp.HUGE_PAGE
+    read = hp.read_file(path) if wanted else None
     if sha256 is not None and (read[1] if read else sha256_file(path)) != sha256:
         raise ArtifactError(f"{path} was modified after the artifact was written (its SHA-256 differs from the "
                             f"one recorded): {remedy}")
