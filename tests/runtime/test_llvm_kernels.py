@@ -279,6 +279,19 @@ def test_several_rows_read_tiles_unless_their_rows_share_an_l1_set():
         assert want in lk.module_ir(lk.KernelSpec("bfloat16", 4, k, 1, 16, "rows"))
 
 
+def test_a_one_row_integer_product_asks_for_its_weight_ahead_and_a_float_one_does_not():
+    """int8 / int4 weights: each step prefetches the weight row runtime.llvm_rows.AHEAD bytes past its reads
+    (the values: the tests above and below, whose small weights end well before that); float weights (rows
+    longer than the short form's, runtime.llvm_short): none."""
+    from egraft.runtime.llvm_rows import AHEAD
+
+    for dtype, group in (("int8", 0), ("int4", 64)):
+        ir = lk.module_ir(lk.KernelSpec(dtype, 1, 128, 1, 16, "rows", group=group))
+        assert f"%pfo0 = add i64 %kb, {AHEAD[dtype]}" in ir and "@llvm.prefetch.p0(ptr %pfp0" in ir
+    for dtype in FLOATS:
+        assert "call void @llvm.prefetch" not in lk.module_ir(lk.KernelSpec(dtype, 1, 512, 1, 16, "rows"))
+
+
 def test_a_rows_spec_needs_multiples_of_16_and_keeps_its_layout_in_json():
     with pytest.raises(BackendError, match="multiples of 16 and 16"):
         lk.KernelSpec("float32", 1, 40, 2, 16, "rows")
