@@ -11,10 +11,11 @@ compiles two at a time on two cores), then one process pinned to one core
 ``bench/real_size.py`` does (the prefill and one token, then ``--new`` more;
 rounds interleaved, the order rotating), with each pair of modes compared
 (medians, their ~95 % intervals, ``egraft.measure.compare``).  Tokens: each
-mode's are checked against its own quantised model (eager PyTorch).
+mode's are checked against its own quantised model (eager PyTorch).  Mode ``none`` is the float32 model
+unquantised: the baseline a mode's speed-up is stated against.
 
-    python3 bench/quant_modes.py [--model llama-135m] [--modes int8 w8a8] [--budget 60s] [--rounds 9] [--new 32]
-                                 [--out quant_modes.json]
+    python3 bench/quant_modes.py [--model llama-135m] [--modes int8 w8a8] [--group-size 64] [--budget 60s]
+                                 [--rounds 9] [--new 32] [--out quant_modes.json]
 """
 
 from __future__ import annotations
@@ -41,13 +42,15 @@ def child_compile(a) -> dict:
 
     model = real_models.build(a.model, "float32")
     t0 = time.perf_counter()
+    mode = a.modes[0]
     cm = egraft.compile(model, device="cpu", max_batch=1, max_length=real_models.MAX_LENGTH, budget=a.budget,
-                        progress=False, quantize=a.modes[0])
+                        progress=False, quantize=None if mode == "none" else mode,
+                        **({"group_size": a.group_size} if mode == "int4" and a.group_size else {}))
     compile_s = time.perf_counter() - t0
     cm.save(a.dir)
     ids = real_models.prompt(real_models.MODELS[a.model]["vocab"])
     got = cm.generate(ids, max_new_tokens=a.new, do_sample=False)
-    want = cm.model.generate(ids, max_new_tokens=a.new, do_sample=False)  # the quantised model, eager
+    want = cm.model.generate(ids, max_new_tokens=a.new, do_sample=False)  # the (quantised) model, eager
     return {"compile_s": compile_s, "tokens_equal_quantised_model": got.tolist() == want.tolist(),
             "quantization": cm.generation.describe().get("quantization")}
 
@@ -74,7 +77,7 @@ def _child(kind: str, a, directory: str, modes: list[str], core: int) -> subproc
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     args = [sys.executable, os.path.abspath(__file__), "--child", kind, "--model", a.model, "--modes", *modes,
             "--budget", a.budget, "--rounds", str(a.rounds), "--new", str(a.new), "--dir", directory,
-            "--core", str(core)]
+            "--core", str(core)] + (["--group-size", str(a.group_size)] if a.group_size else [])
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -86,7 +89,9 @@ def _result(p: subprocess.Popen) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama-135m", choices=sorted(real_models.MODELS))
-    p.add_argument("--modes", nargs="+", default=["int8", "w8a8"], choices=["int8", "int4", "w8a8"])
+    p.add_argument("--modes", nargs="+", default=["int8", "w8a8"], choices=["none", "int8", "int4", "w8a8"],
+                   help="none: the float32 model unquantised (the baseline of a mode's speed-up)")
+    p.add_argument("--group-size", type=int, choices=[32, 64, 128], default=None, help="int4's (default: egraft's)")
     p.add_argument("--budget", default="60s")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--new", type=int, default=32)
