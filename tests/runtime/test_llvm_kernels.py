@@ -365,6 +365,27 @@ def test_the_int4_product_dequantises_in_registers_and_equals_float64_numpy(rows
     _check(got[:, :n], x, w, f"{spec} through XLA seed={seed}")
 
 
+@pytest.mark.parametrize("looked_up", [False, True])
+def test_the_one_row_int4_product_reads_fields_by_table_or_by_arithmetic_and_both_equal_numpy(looked_up,
+                                                                                              monkeypatch):
+    """Where the host has AVX-512F a field's value is looked up (vpermps, runtime.llvm_rows.U_TABLE), elsewhere
+    converted by xor, mask and convert: each form, forced, against float64 numpy (the lookup only on such a host)."""
+    from egraft.runtime import llvm_rows
+
+    if looked_up and not llvm_rows.permutes():
+        pytest.skip("this CPU has no AVX-512F (vpermps)")
+    monkeypatch.setattr(llvm_rows, "permutes", lambda: looked_up)
+    for k, n, group in ((576, 96, 64), (128, 48, 32), (1536, 64, 128)):
+        n += 16 * looked_up  # shapes of this form only: a process keeps each spec's kernel as first made
+        seed = fresh_seed()
+        x, packed, scales, w = _int4_case(1, k, n, group, seed)
+        spec = lk.KernelSpec("int4", 1, k, -(-n // 32), 32, "rows", n % 32 and n, group)
+        assert ("permvar" in lk.module_ir(spec)) == looked_up
+        out = np.full((1, spec.panels * 32), np.nan, np.float32)
+        lk.compiled(spec)(x.ctypes.data, packed.ctypes.data, out.ctypes.data, scales.ctypes.data)
+        _check(out[:, :n], x, w, f"{spec} looked_up={looked_up} seed={seed}")
+
+
 @pytest.mark.parametrize("cores", [1, 2])
 def test_an_int4_product_shared_with_xla_pool_gives_the_same_values(cores, tmp_path):
     """The scales travel in the job the pool's helpers read (two cores) as in the direct call (one)."""
