@@ -21,7 +21,7 @@ rounding is the conversion to float32 at the end.
 
 from __future__ import annotations
 
-from .llvm_rows import rows_panel, sum_chain
+from .llvm_rows import prefetches, rows_panel, sum_chain
 from .llvm_spec import ACT8_STEP, KernelSpec, walk
 
 ROWS_AT_ONCE = 2  # weight rows a step reads (each load of x serves them all)
@@ -71,10 +71,7 @@ def act8_product(spec: KernelSpec) -> str:
   store float %f{i}, ptr %op{i}""")
     nl = "\n"
     lines = -(-s * u // 64)  # 64-byte lines of a weight row a step reads: each is asked for ahead
-    prefetch = nl.join(f"  %pfo{i}_{c} = add i64 %k, {PREFETCH + i * k + 64 * c}\n"
-                       f"  %pfp{i}_{c} = getelementptr i8, ptr %wr, i64 %pfo{i}_{c}\n"
-                       f"  call void @llvm.prefetch.p0(ptr %pfp{i}_{c}, i32 0, i32 3, i32 1)"
-                       for i in range(r) for c in range(lines))
+    prefetch = prefetches("%k", [PREFETCH + i * k + 64 * c for i in range(r) for c in range(lines)])
     body = f"""  br label %dot
 dot:
   %k = phi i64 [0, %sub], [%k1, %dot]

@@ -44,6 +44,7 @@ def _unroll(spec: KernelSpec) -> int:
 # (int4, unscaled) u = q + 8 as a float for each value r of a 4-bit field, (r ^ 8): the table vpermps looks up
 U_TABLE = "<" + ", ".join(f"float {float(r ^ 8)}" for r in range(16)) + ">"
 PERMVAR = "declare <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float>, <16 x i32>)\n"  # (VEC = 16 lanes)
+LOOKUP = f"call <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float> {U_TABLE}, <16 x i32>"  # + the indices
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,22 +72,17 @@ def int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = Tru
     out = []
     for j, off in enumerate(offsets):
         lo, hi = (f"%{q}fl{j}", f"%{q}fh{j}") if scaled else (f"%{q}f{2 * j}", f"%{q}f{2 * j + 1}")
-        if not scaled and permutes():
-            out.append(f"""  %{q}wo{j} = add i64 {at}, {off}
-  %{q}wh{j} = lshr i64 %{q}wo{j}, 1
-  %{q}wp{j} = getelementptr i8, ptr %wr, i64 %{q}wh{j}
-  %{q}v{j} = load <{v} x i8>, ptr %{q}wp{j}, align 1
-  %{q}vz{j} = zext <{v} x i8> %{q}v{j} to <{v} x i32>
-  {lo} = call <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float> {U_TABLE}, <16 x i32> %{q}vz{j})
-  %{q}vs{j} = lshr <{v} x i32> %{q}vz{j}, splat (i32 4)
-  {hi} = call <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float> {U_TABLE}, <16 x i32> %{q}vs{j})""")
-            continue
         out.append(f"""  %{q}wo{j} = add i64 {at}, {off}
   %{q}wh{j} = lshr i64 %{q}wo{j}, 1
   %{q}wp{j} = getelementptr i8, ptr %wr, i64 %{q}wh{j}
   %{q}v{j} = load <{v} x i8>, ptr %{q}wp{j}, align 1
-  %{q}vz{j} = zext <{v} x i8> %{q}v{j} to <{v} x i32>
-  %{q}vx{j} = xor <{v} x i32> %{q}vz{j}, splat (i32 136)
+  %{q}vz{j} = zext <{v} x i8> %{q}v{j} to <{v} x i32>""")
+        if not scaled and permutes():  # vpermps reads each lane's low 4 bits: the low field as it is
+            out.append(f"""  {lo} = {LOOKUP} %{q}vz{j})
+  %{q}vs{j} = lshr <{v} x i32> %{q}vz{j}, splat (i32 4)
+  {hi} = {LOOKUP} %{q}vs{j})""")
+            continue
+        out.append(f"""  %{q}vx{j} = xor <{v} x i32> %{q}vz{j}, splat (i32 136)
   %{q}ul{j} = and <{v} x i32> %{q}vx{j}, splat (i32 15)
   %{q}vs{j} = lshr <{v} x i32> %{q}vx{j}, splat (i32 4)
   {lo} = sitofp <{v} x i32> %{q}ul{j} to <{v} x float>
@@ -105,17 +101,23 @@ def int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = Tru
     return "\n".join(out)
 
 
-def prefetches(spec: KernelSpec, at: str, nbytes: int) -> str:
-    """IR asking the cache for the weight row ``%wr``'s bytes :data:`AHEAD` past byte `at` (an i64 value), one
-    request per 64-byte line of the `nbytes` a step reads (none for a dtype without an :data:`AHEAD`; a request
-    past the weight's end is harmless: x86's prefetches do not fault)."""
-    ahead = AHEAD.get(spec.dtype)
-    if not ahead:
-        return ""
-    return "\n".join(f"  %pfo{i} = add i64 {at}, {ahead + 64 * i}\n"
+def prefetches(at: str, offsets: list[int]) -> str:
+    """IR asking the cache for the weight row ``%wr``'s byte ``at + offset`` (`at` an i64 value) for each offset (a
+    request past the weight's end is harmless: x86's prefetches do not fault)."""
+    return "\n".join(f"  %pfo{i} = add i64 {at}, {off}\n"
                      f"  %pfp{i} = getelementptr i8, ptr %wr, i64 %pfo{i}\n"
                      f"  call void @llvm.prefetch.p0(ptr %pfp{i}, i32 0, i32 3, i32 1)"
-                     for i in range(max(1, nbytes // 64)))
+                     for i, off in enumerate(offsets))
+
+
+def ahead(spec: KernelSpec, nbytes: int) -> str:
+    """(one row of x) IR asking, from a step at value ``%k`` of the weight row, for every 64-byte line of the
+    `nbytes` it reads, the dtype's :data:`AHEAD` further on (:func:`prefetches`); nothing for a dtype without one."""
+    if spec.dtype not in AHEAD:
+        return ""
+    size = ITEMSIZE[spec.dtype]
+    byte = "  %kb = lshr i64 %k, 1" if size == 0.5 else f"  %kb = mul i64 %k, {size}"  # (int4: two values a byte)
+    return byte + "\n" + prefetches("%kb", [AHEAD[spec.dtype] + 64 * i for i in range(max(1, nbytes // 64))])
 
 
 def x_vectors(offsets: list[int], prefix: str = "") -> str:
@@ -213,8 +215,7 @@ grp:
   %k = phi i64 [0, %sub], [%k1, %grp]
 {phis}
 {chr(10).join(lines)}
-  %kb = lshr i64 %k, 1
-{prefetches(spec, "%kb", step * g // 2)}
+{ahead(spec, step * g // 2)}
   %k1 = add i64 %k, {step * g}
   %kd = icmp eq i64 %k1, {k}
   br i1 %kd, label %dot_done, label %grp
@@ -242,9 +243,8 @@ def _rows_product(spec: KernelSpec) -> str:
     ws = widened_loads(spec, "%k", [j * v for j in range(u)])
     fmas = "\n".join(f"  %n{j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{j}, <{v} x float> %f{j}, "
                       f"<{v} x float> %a{j})" for j in range(u))
-    size = ITEMSIZE[spec.dtype]
-    ahead = f"  %kb = mul i64 %k, {size}\n" + prefetches(spec, "%kb", v * u * size) if spec.dtype in AHEAD else ""
-    body = row_dot(f"{xs}\n{ws}\n{fmas}\n{ahead}", u, f"<{v} x float>", v * u, k)
+    body = row_dot(f"{xs}\n{ws}\n{fmas}\n{ahead(spec, int(v * u * ITEMSIZE[spec.dtype]))}", u, f"<{v} x float>",
+                   v * u, k)
     return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
 declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
 declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
@@ -308,5 +308,5 @@ exit:
 """
 
 
-__all__ = ["AHEAD", "PERMVAR", "U_TABLE", "int4_loads", "permutes", "prefetches", "row_dot", "rows_panel",
-           "rows_product", "sum_chain", "widened_loads", "x_vectors"]
+__all__ = ["AHEAD", "LOOKUP", "PERMVAR", "U_TABLE", "ahead", "int4_loads", "permutes", "prefetches", "row_dot",
+           "rows_panel", "rows_product", "sum_chain", "widened_loads", "x_vectors"]
