@@ -205,3 +205,17 @@ def test_an_input_set_the_unrewritten_program_overflows_on_is_left_out_of_the_va
     with pytest.raises(SearchError, match="does not run on 'cpu' with any backend"):  # nothing left to validate on
         search(g, budget=Budget(seconds=None, trials=4, population=4), cache=False, progress=False,
                inputs=[[huge], [huge * 2]])
+
+
+def test_a_program_the_search_timed_by_one_call_counts_as_checked_in_the_final_comparison():
+    """A seed slower than the cap at its moment was validated all the same: the final comparison must not spend
+    budget checking it again (a short budget then left the greedy extraction out of the comparison)."""
+    from egraft.search.candidate import Outcome
+    from egraft.search.engine import _checked
+
+    capped = Outcome("k", "timed", 0.004, 0.0, message="one call only: slower than the cap")
+    assert _checked(capped) == 0.004
+    assert _checked(Outcome("k", "timed", 0.001)) == 0.001
+    for status in ("rejected", "failed", "pruned", "checked"):
+        assert _checked(Outcome("k", status, 0.002, message="why")) is None
+    assert _checked(None) is None
