@@ -101,11 +101,12 @@ def int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = Tru
     return "\n".join(out)
 
 
-def prefetches(at: str, offsets: list[int]) -> str:
-    """IR asking the cache for the weight row ``%wr``'s byte ``at + offset`` (`at` an i64 value) for each offset (a
-    request past the weight's end is harmless: x86's prefetches do not fault)."""
+def prefetches(at: str, offsets: list[int], elem: str = "i8") -> str:
+    """IR asking the cache for the weight row ``%wr``'s element ``at + offset`` (`at` an i64 value; elements of IR
+    type `elem`, bytes by default) for each offset (a request past the weight's end is harmless: x86's prefetches
+    do not fault)."""
     return "\n".join(f"  %pfo{i} = add i64 {at}, {off}\n"
-                     f"  %pfp{i} = getelementptr i8, ptr %wr, i64 %pfo{i}\n"
+                     f"  %pfp{i} = getelementptr {elem}, ptr %wr, i64 %pfo{i}\n"
                      f"  call void @llvm.prefetch.p0(ptr %pfp{i}, i32 0, i32 3, i32 1)"
                      for i, off in enumerate(offsets))
 

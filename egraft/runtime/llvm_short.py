@@ -15,7 +15,7 @@ weight rows, which stay in cache.  The sums are float32 dot products over ``k``,
 
 from __future__ import annotations
 
-from .llvm_rows import rows_panel, widened_loads
+from .llvm_rows import prefetches, rows_panel, widened_loads
 from .llvm_spec import FLOATS, WIDEN, KernelSpec, walk
 from .llvm_tiles import lane_sums
 
@@ -41,9 +41,7 @@ def short_product(spec: KernelSpec) -> str:
     loads = widened_loads(spec, "%kk", [i * k for i in range(v)], v)  # %f<i>: weight row i at k values %kk..
     fmas = "\n".join(f"  %n{i} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %xv, <{v} x float> %f{i}, "
                      f"<{v} x float> %a{i})" for i in range(v))
-    prefetch = "\n".join(f"  %pfo{i} = add i64 %kk, {PREFETCH * v * k + i * k}\n"
-                         f"  %pfp{i} = getelementptr {elem}, ptr %wr, i64 %pfo{i}\n"
-                         f"  call void @llvm.prefetch.p0(ptr %pfp{i}, i32 0, i32 3, i32 1)" for i in range(v))
+    prefetch = prefetches("%kk", [PREFETCH * v * k + i * k for i in range(v)], elem)
     sums, total = lane_sums([f"%n{i}" for i in range(v)], "ls", v)  # lane i: weight row i's dot product
     body = f"""  br label %rows
 rows:

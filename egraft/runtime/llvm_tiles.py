@@ -25,7 +25,7 @@ GF/s, dots 91-183; bench/rows_layout_kernels.py, an AVX-512 host).
 from __future__ import annotations
 
 from .llvm_bf16 import dot_instruction
-from .llvm_rows import int4_loads, rows_panel, widened_loads, x_vectors
+from .llvm_rows import int4_loads, prefetches, rows_panel, widened_loads, x_vectors
 from .llvm_spec import TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, tiles_alias, walk
 
 
@@ -133,10 +133,7 @@ def _tile_product(spec: KernelSpec) -> str:
     # the tile's rows are k apart (t streams): the next block of t weight rows (contiguous) is fetched ahead in
     # order, a tile's worth (t * t values) per step, so the strided reads find it in cache
     per_line = 64 // (4 if spec.dtype == "float32" else 2)
-    prefetch = "\n".join(f"  %pfo{j} = add i64 %pfb, {j * per_line}\n"
-                          f"  %pfp{j} = getelementptr {elem}, ptr %wr, i64 %pfo{j}\n"
-                          f"  call void @llvm.prefetch.p0(ptr %pfp{j}, i32 0, i32 3, i32 1)"
-                          for j in range(step * t // per_line))
+    prefetch = prefetches("%pfb", [j * per_line for j in range(step * t // per_line)], elem)
     prefetch = f"  %pfk = mul i64 %wk, {t}\n  %pfb = add i64 %pfk, {t * k}\n" + prefetch
     body = f"""  %oc = getelementptr float, ptr %out, i64 %row
   br label %kt
