@@ -111,14 +111,17 @@ def prefetches(at: str, offsets: list[int], elem: str = "i8") -> str:
                      for i, off in enumerate(offsets))
 
 
-def ahead(spec: KernelSpec, nbytes: int) -> str:
-    """(one row of x) IR asking, from a step at value ``%k`` of the weight row, for every 64-byte line of the
-    `nbytes` it reads, the dtype's :data:`AHEAD` further on (:func:`prefetches`); nothing for a dtype without one."""
-    if spec.dtype not in AHEAD:
+def ahead(spec: KernelSpec, nbytes: int, rows: int = 1, table: dict | None = None) -> str:
+    """IR asking, from a step at value ``%k`` of the weight row (and of the `rows` - 1 rows after it, k values
+    apart), for every 64-byte line of the `nbytes` it reads of each, the dtype's distance in `table` (default
+    :data:`AHEAD`) further on (:func:`prefetches`); nothing for a dtype without one."""
+    table = AHEAD if table is None else table
+    if spec.dtype not in table:
         return ""
     size = ITEMSIZE[spec.dtype]
     byte = "  %kb = lshr i64 %k, 1" if size == 0.5 else f"  %kb = mul i64 %k, {size}"  # (int4: two values a byte)
-    return byte + "\n" + prefetches("%kb", [AHEAD[spec.dtype] + 64 * i for i in range(max(1, nbytes // 64))])
+    return byte + "\n" + prefetches("%kb", [table[spec.dtype] + int(r * spec.k * size) + 64 * i
+                                             for r in range(rows) for i in range(max(1, nbytes // 64))])
 
 
 def x_vectors(offsets: list[int], prefix: str = "") -> str:

@@ -39,6 +39,10 @@ ACT16_STEP = 32  # (bfloat16 x) k values per vector step
 # (bfloat16 x) the most rows of x a product reads the input as bfloat16 at (in tiles of weight pairs, more than
 # one): measured on an Intel Xeon with AVX512-BF16, 1.1-2.5 times the float32-x tiles at 2-8 rows, 0.77-0.91 at 16
 ACT16_ROWS = 8
+# (layout "rows") the forms a product of more than one row of x may be asked for: "" (tiles, or dots where
+# int4 or tiles_alias asks for them) and "dots" (runtime.llvm_tiles), for 2 to DOTS_ROWS rows of float32 x
+FORMS = ("", "dots")
+DOTS_ROWS = 8
 TILE = 16  # (layout "rows", more than one row of x) weight rows x k values transposed in registers at a time
 
 
@@ -66,6 +70,7 @@ class KernelSpec:
     bstride: int = 0  # values of the W operand between one product's W and the next's
     offset: int = 0  # values of the W operand before the first product's W
     ldw: int = 0  # (layout "kn") values between W's rows along k
+    form: str = ""  # (layout "rows", 2 to DOTS_ROWS rows of float32 x) "dots": blocks of dots, not tiles (FORMS)
 
     def __post_init__(self):
         if self.dtype not in WIDEN:
@@ -93,6 +98,10 @@ class KernelSpec:
         if (self.layout == "kn") != bool(self.ldw) or self.ldw and self.ldw < self.panels * self.width:
             raise BackendError(f"a generated product reading a [k, n] matrix (layout 'kn', only it) needs the "
                                f"distance of its rows, ldw >= its columns: {self}")
+        if self.form not in FORMS or self.form and (self.layout != "rows" or not 1 < self.rows <= DOTS_ROWS
+                                                     or self.act != "float32"):
+            raise BackendError(f"a generated product's form is one of {FORMS}; 'dots' reads a weight as stored rows "
+                               f"for 2 to {DOTS_ROWS} rows of float32 x: {self}")
         viewed = self.batch != 1 or self.bstride or self.offset
         if self.batch < 1 or min(self.bstride, self.offset) < 0 or viewed and (
                 self.dtype not in FLOATS or self.act != "float32"):
@@ -117,6 +126,7 @@ class KernelSpec:
         tail += f"_ld{self.ldw}" if self.ldw else ""
         tail += f"_b{self.batch}x{self.bstride}" if self.batch != 1 else ""
         tail += f"_o{self.offset}" if self.offset else ""
+        tail += f"_{self.form}" if self.form else ""
         return f"egraft_stream_{self.dtype}_{self.rows}_{self.k}_{self.panels}_{self.width}{tail}"
 
     def to_json(self) -> dict:
@@ -127,7 +137,7 @@ class KernelSpec:
         return cls(str(d["dtype"]), int(d["rows"]), int(d["k"]), int(d["panels"]), int(d["width"]),
                    str(d.get("layout", "panels")), int(d.get("n", 0)), int(d.get("group", 0)),
                    str(d.get("act", "float32")), int(d.get("batch", 1)), int(d.get("bstride", 0)),
-                   int(d.get("offset", 0)), int(d.get("ldw", 0)))
+                   int(d.get("offset", 0)), int(d.get("ldw", 0)), str(d.get("form", "")))
 
 
 def tiles_alias(spec: KernelSpec) -> bool:
@@ -194,5 +204,5 @@ done:
 """ + SHARED
 
 
-__all__ = ["ACT16_ROWS", "ACT16_STEP", "ACT8_STEP", "ACTS", "FLOATS", "GROUPS", "ITEMSIZE", "KernelSpec", "LAYOUTS",
-           "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups", "tiles_alias", "walk"]
+__all__ = ["ACT16_ROWS", "ACT16_STEP", "ACT8_STEP", "ACTS", "DOTS_ROWS", "FLOATS", "FORMS", "GROUPS", "ITEMSIZE",
+           "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups", "tiles_alias", "walk"]

@@ -248,17 +248,21 @@ def test_object_code_is_kept_for_the_next_process_and_a_damaged_copy_is_rebuilt(
 
 # --- layout "rows": a [N, K] weight read where it is stored -----------------------------------------------------
 
+ROWS_CASES = [(1, 32, 64, 16), (3, 64, 96, 32), (4, 128, 256, 64), (5, 16, 256, 128), (9, 96, 128, 64),
+              (1, 48, 80, 32), (6, 32, 208, 64), (5, 2048, 80, 32), (3, 1024, 64, 64), (8, 2048, 32, 16)]
+
+
 @pytest.mark.parametrize("dtype", UNPACKED)
-@pytest.mark.parametrize("rows,k,n,width", [(1, 32, 64, 16), (3, 64, 96, 32), (4, 128, 256, 64), (5, 16, 256, 128),
-                                            (9, 96, 128, 64), (1, 48, 80, 32), (6, 32, 208, 64),
-                                            (5, 2048, 80, 32), (3, 1024, 64, 64), (8, 2048, 32, 16)])
-def test_the_rows_product_reads_the_stored_weight_and_equals_float64_numpy(dtype, rows, k, n, width):
+@pytest.mark.parametrize("rows,k,n,width,form", [(*c, "") for c in ROWS_CASES]
+                         + [(*c, "dots") for c in ROWS_CASES if 1 < c[0] <= 8])  # (8: llvm_spec.DOTS_ROWS)
+def test_the_rows_product_reads_the_stored_weight_and_equals_float64_numpy(dtype, rows, k, n, width, form):
     """One row (the dot kernel) and several (the transposed tiles; blocks of dots where a tile's rows would
-    share an L1 set: k * itemsize a multiple of 4 KB), full last panels and a part-filled one."""
+    share an L1 set: k * itemsize a multiple of 4 KB, or where asked for: form "dots", 2 to DOTS_ROWS rows),
+    full last panels and a part-filled one."""
     seed = fresh_seed()
     x, w, _, _ = _case(dtype, rows, k, n, width, seed)
     panels = -(-n // width)
-    spec = lk.KernelSpec(dtype, rows, k, panels, width, "rows", n % width and n)
+    spec = lk.KernelSpec(dtype, rows, k, panels, width, "rows", n % width and n, form=form)
     out = np.full((rows, panels * width), np.nan, np.float32)
     lk.compiled(spec)(x.ctypes.data, w.ctypes.data, out.ctypes.data)
     _check(out[:, :n], x, w, f"{spec} seed={seed}")
@@ -277,6 +281,22 @@ def test_several_rows_read_tiles_unless_their_rows_share_an_l1_set():
     assert [form("int8", k) for k in (896, 2048, 4096, 8192)] == ["tiles", "tiles", "dots", "dots"]
     for k, want in ((512, "@tblock4"), (2048, "@dblock4")):  # the module holds the form's block
         assert want in lk.module_ir(lk.KernelSpec("bfloat16", 4, k, 1, 16, "rows"))
+
+
+def test_a_spec_asks_for_the_dots_form_at_a_few_rows_of_float32_x_only_and_keeps_it_in_json():
+    from egraft.runtime.llvm_tiles import DOTS_AHEAD
+
+    spec = lk.KernelSpec("int8", 4, 512, 2, 16, "rows", form="dots")
+    assert lk.KernelSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    assert spec.name != lk.KernelSpec("int8", 4, 512, 2, 16, "rows").name
+    assert "@dblock4" in lk.module_ir(spec) and "@tblock4" in lk.module_ir(lk.KernelSpec("int8", 4, 512, 2, 16, "rows"))
+    for bad in (dict(rows=1), dict(rows=9), dict(layout="panels"), dict(form="tiles")):
+        args = {"rows": 4, "layout": "rows", "form": "dots", **bad}
+        with pytest.raises(BackendError, match="form"):
+            lk.KernelSpec("float32", args["rows"], 512, 2, 16, args["layout"], form=args["form"])
+    for dtype in ("float32", "int8", "bfloat16"):  # each weight row of a dot block asked for ahead, where measured
+        ir = lk.module_ir(lk.KernelSpec(dtype, 4, 512, 2, 16, "rows", form="dots"))
+        assert ("@llvm.prefetch.p0(ptr %pfp3" in ir) == (dtype in DOTS_AHEAD), dtype
 
 
 def test_a_one_row_integer_product_asks_for_its_weight_ahead_and_a_float_one_does_not():
@@ -306,6 +326,28 @@ def test_a_rows_spec_needs_multiples_of_16_and_keeps_its_layout_in_json():
     assert spec.name != lk.KernelSpec("bfloat16", 2, 32, 3, 32).name
     old = {k: v for k, v in lk.KernelSpec("bfloat16", 2, 32, 3, 16).to_json().items() if k not in ("layout", "n")}
     assert lk.KernelSpec.from_json(old).layout == "panels"  # a manifest written before layouts existed
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("few_rows", ["dots", "tiles"])
+def test_a_program_of_a_few_rows_reads_its_weights_in_the_form_the_knob_names(dtype, few_rows):
+    """Knob few_rows: the products of 4 rows of float32 x (a batch's decode step) take blocks of dots or tiles;
+    16 rows (a prompt's chunk) keep the tiles; every program equals the reference."""
+    import torch
+
+    from egraft.frontend.quantize import quantize
+    from egraft.frontend.tracer import trace
+
+    seed = fresh_seed()
+    for rows, want in ((4, "dots" if few_rows == "dots" else ""), (16, "")):
+        torch.manual_seed(seed)
+        m = torch.nn.Sequential(torch.nn.Linear(64, 112), torch.nn.SiLU(), torch.nn.Linear(112, 64, bias=False))
+        m = quantize(m.eval(), "int8")[0] if dtype == "int8" else m
+        g = trace(m, (torch.randn(rows, 64),))
+        knobs = {"stream": "llvm", "stream_width": 16, "stream_layout": "rows", "few_rows": few_rows,
+                 "fold_growing": False}
+        ex = check_graph(g, seed, knobs=knobs, what=f"{dtype} rows={rows} few_rows={few_rows}")
+        assert [(s.dtype, s.rows, s.form) for s in ex.program.kernels] == [(dtype, rows, want)] * 2
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

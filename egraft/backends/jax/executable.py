@@ -69,6 +69,10 @@ KNOBS = {
     # (under stream="llvm") a [N, K] weight read as column panels made once ("panels": a second copy of the
     # weight) or where it is stored ("rows": no copy; panels.py); "rows" is what weight_copies=False asks for
     "stream_layout": ["panels", "rows"],
+    # (under stream_layout="rows") a product of 2 to 8 rows of float32 x (a batch's decode step) reads the weight
+    # as blocks of dot products, four rows as four streams asked for ahead, or as 16 x 16 tiles transposed in
+    # registers; on an Intel Xeon the dots read 1.06-1.4 times as fast at 2-8 rows (level at 16, where tiles stay)
+    "few_rows": ["dots", "tiles"],
     # (on the CPU) a product whose operand is a view of a larger value (attention over a KV cache's first slots):
     # XLA's dot of the view (XLA copies the slots first), or a generated product reading it in place (view_dots.py)
     "view_dots": ["llvm", "xla"],

@@ -146,7 +146,7 @@ def plan(graph: Graph, knobs: dict, widened: dict | None = None) -> tuple[Graph,
     stream = knobs.get("stream", "xla") == "llvm"
     width = int(knobs.get("stream_width", STREAM_WIDTH)) if stream else int(knobs.get("panels", 0) or 0)
     panel_plans, panel_weights = panels.find(graph, width, plans, stream, widened,
-                                             knobs.get("stream_layout", "panels"))
+                                             knobs.get("stream_layout", "panels"), knobs.get("few_rows", "tiles"))
     plans.update(panel_plans)
     if knobs.get("view_dots", "xla") == "llvm":  # products reading a view of a value in place (.view_dots)
         plans.update(view_dots.find(graph, plans))

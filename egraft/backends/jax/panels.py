@@ -81,8 +81,8 @@ from ...ir.graph import Graph
 from ...runtime import llvm_kernels
 from ...runtime.derived import derived
 from ...runtime.llvm_ir import TILE, VEC
-from ...runtime.llvm_spec import ACT16_ROWS, ACT16_STEP, ACT8_STEP, tiles_alias
 from ...runtime.llvm_kernels import WIDEN, KernelSpec
+from ...runtime.llvm_spec import ACT16_ROWS, ACT16_STEP, ACT8_STEP, DOTS_ROWS, tiles_alias
 from ..fold import Widened
 from .peephole import DotPlan, place_output
 
@@ -151,7 +151,7 @@ def _dot_weight(graph: Graph, p: DotPlan, flat=frozenset()) -> tuple[str, bool, 
 
 def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = False,
          widened: dict[str, Widened] | None = None,
-         layout: str = "panels") -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
+         layout: str = "panels", few_rows: str = "tiles") -> tuple[dict[int, PanelPlan], dict[str, PanelWeight]]:
     """The products that read a weight in panels of `width` columns (MatMul nodes, and the primitive products
     among the peephole's `dots`: node id -> DotPlan), and the panel weights they need.
 
@@ -159,7 +159,8 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
     generated CPU product of ``runtime.llvm_kernels``, and a product of a folded value that only widens a
     stored weight (`widened`: ``backends.fold.widened``) reads that weight's own panels, in its stored dtype;
     with `layout` ``"rows"`` a stored ``[N, K]`` weight whose ``N`` the width divides (and ``K`` the kernel's
-    vector) is read in place (module docstring).
+    vector) is read in place (module docstring); a product of 2 to ``DOTS_ROWS`` rows of float32 x reads it in
+    the form `few_rows` names (``"dots"``: blocks of dots, ``"tiles"``: transposed tiles; ``runtime.llvm_tiles``).
     """
     plans: dict[int, PanelPlan] = {}
     weights: dict[str, PanelWeight] = {}
@@ -193,6 +194,8 @@ def find(graph: Graph, width: int, dots: dict | None = None, stream: bool = Fals
                 ) else None
                 if narrow is not None:  # x as it was before its widening: an integer dot product (w8a8), or a
                     kernel, lhs = replace(kernel, act=dtype), narrow  # bfloat16 one (runtime.llvm_bf16)
+                elif few_rows == "dots" and 1 < m <= DOTS_ROWS:
+                    kernel = replace(kernel, form="dots")
             else:
                 kernel = KernelSpec(dtype, m, k, -(-cols // width), width)
         elif m > MAX_ROWS or cols < 2 * width:
