@@ -294,9 +294,10 @@ def test_a_spec_asks_for_the_dots_form_at_a_few_rows_of_float32_x_only_and_keeps
         args = {"rows": 4, "layout": "rows", "form": "dots", **bad}
         with pytest.raises(BackendError, match="form"):
             lk.KernelSpec("float32", args["rows"], 512, 2, 16, args["layout"], form=args["form"])
-    for dtype in ("float32", "int8", "bfloat16"):  # each weight row of a dot block asked for ahead, where measured
-        ir = lk.module_ir(lk.KernelSpec(dtype, 4, 512, 2, 16, "rows", form="dots"))
-        assert ("@llvm.prefetch.p0(ptr %pfp3" in ir) == (dtype in DOTS_AHEAD), dtype
+    for dtype in ("float32", "int8", "bfloat16", "int4"):  # each weight row of a dot block asked for ahead where
+        ir = lk.module_ir(lk.KernelSpec(dtype, 4, 512, 2, 16, "rows", group=64 if dtype == "int4" else 0,  # measured
+                                        form="" if dtype == "int4" else "dots"))  # (int4: always dots)
+        assert ("@llvm.prefetch.p0(ptr %pfp3" in ir) == (dtype in DOTS_AHEAD) and "@dblock4" in ir, dtype
 
 
 def test_a_one_row_integer_product_asks_for_its_weight_ahead_and_a_float_one_does_not():
