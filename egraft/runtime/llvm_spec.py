@@ -205,4 +205,5 @@ done:
 
 
 __all__ = ["ACT16_ROWS", "ACT16_STEP", "ACT8_STEP", "ACTS", "DOTS_ROWS", "FLOATS", "FORMS", "GROUPS", "ITEMSIZE",
-           "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups", "tiles_alias", "walk"]
+           "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
+           "tiles_alias", "walk"]

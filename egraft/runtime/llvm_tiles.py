@@ -6,9 +6,11 @@ Two forms:
 * "tiles": the weight :data:`~egraft.runtime.llvm_spec.TILE` rows by ``TILE`` values of k at a time, transposed
   in registers into what a column panel would hold, the next block prefetched in order; the rows of x add their
   products into their output columns;
-* "dots": :data:`DOT_ROWS` weight rows at a time (as many sequential streams), each dotted with every row of
-  x, one accumulator a pair, the lane sums of a block's accumulators made together (packed int4 weights take
-  this form, dequantised in registers by ``runtime.llvm_rows.int4_loads``).
+* "dots": :data:`DOT_ROWS` weight rows at a time (as many sequential streams, each asked for
+  :data:`DOTS_AHEAD` bytes ahead), each dotted with every row of x, one accumulator a pair, the lane sums of a
+  block's accumulators made together (packed int4 weights take this form, dequantised in registers by
+  ``runtime.llvm_rows.int4_loads``; so does a spec of 2 to ``DOTS_ROWS`` rows with ``form="dots"``: at a few
+  rows the tiles' transpose costs more instructions than the multiply-adds it feeds).
 
 A bfloat16 x (``KernelSpec(act="bfloat16")``, ``runtime.llvm_bf16``) takes the tiles with 32 values of k a tile,
 each lane a pair of neighbouring weights, multiplied with x's pair by AVX512-BF16's dot instruction (or widened);
@@ -31,7 +33,8 @@ from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, row_
 
 def many_rows_product(spec: KernelSpec) -> str:
     """``@panel`` and ``@product`` for a weight read where it is stored, more than one row of x: the dots for
-    int4 weights and where a tile's rows would share an L1 set, the tiles otherwise."""
+    int4 weights, where a tile's rows would share an L1 set and where the spec asks for them (``form="dots"``,
+    knob ``few_rows``), the tiles otherwise."""
     return _dots_product(spec) if spec.group or tiles_alias(spec) or spec.form == "dots" else _tile_product(spec)
 
 
@@ -252,4 +255,4 @@ def _dots_product(spec: KernelSpec) -> str:
 """ + rows_panel(spec, DOT_ROWS, body) + walk(spec)
 
 
-__all__ = ["DOT_ROWS", "lane_sums", "many_rows_product", "tiles_alias"]
+__all__ = ["DOTS_AHEAD", "DOT_ROWS", "lane_sums", "many_rows_product", "tiles_alias"]
