@@ -111,17 +111,17 @@ def prefetches(at: str, offsets: list[int], elem: str = "i8") -> str:
                      for i, off in enumerate(offsets))
 
 
-def ahead(spec: KernelSpec, nbytes: int, rows: int = 1, table: dict | None = None) -> str:
+def ahead(spec: KernelSpec, values: int, rows: int = 1, table: dict | None = None) -> str:
     """IR asking, from a step at value ``%k`` of the weight row (and of the `rows` - 1 rows after it, k values
-    apart), for every 64-byte line of the `nbytes` it reads of each, the dtype's distance in `table` (default
+    apart), for every 64-byte line of the `values` it reads of each, the dtype's distance in `table` (default
     :data:`AHEAD`) further on (:func:`prefetches`); nothing for a dtype without one."""
     table = AHEAD if table is None else table
     if spec.dtype not in table:
         return ""
     size = ITEMSIZE[spec.dtype]
     byte = "  %kb = lshr i64 %k, 1" if size == 0.5 else f"  %kb = mul i64 %k, {size}"  # (int4: two values a byte)
-    return byte + "\n" + prefetches("%kb", [table[spec.dtype] + int(r * spec.k * size) + 64 * i
-                                             for r in range(rows) for i in range(max(1, nbytes // 64))])
+    return byte + "\n" + prefetches("%kb", [table[spec.dtype] + int(r * spec.k * size) + 64 * i for r in range(rows)
+                                             for i in range(max(1, int(values * size) // 64))])
 
 
 def x_vectors(offsets: list[int], prefix: str = "") -> str:
@@ -219,7 +219,7 @@ grp:
   %k = phi i64 [0, %sub], [%k1, %grp]
 {phis}
 {chr(10).join(lines)}
-{ahead(spec, step * g // 2)}
+{ahead(spec, step * g)}
   %k1 = add i64 %k, {step * g}
   %kd = icmp eq i64 %k1, {k}
   br i1 %kd, label %dot_done, label %grp
@@ -247,8 +247,7 @@ def _rows_product(spec: KernelSpec) -> str:
     ws = widened_loads(spec, "%k", [j * v for j in range(u)])
     fmas = "\n".join(f"  %n{j} = call <{v} x float> @llvm.fma.v{v}f32(<{v} x float> %x{j}, <{v} x float> %f{j}, "
                       f"<{v} x float> %a{j})" for j in range(u))
-    body = row_dot(f"{xs}\n{ws}\n{fmas}\n{ahead(spec, int(v * u * ITEMSIZE[spec.dtype]))}", u, f"<{v} x float>",
-                   v * u, k)
+    body = row_dot(f"{xs}\n{ws}\n{fmas}\n{ahead(spec, v * u)}", u, f"<{v} x float>", v * u, k)
     return f"""declare <{v} x float> @llvm.fma.v{v}f32(<{v} x float>, <{v} x float>, <{v} x float>)
 declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
 declare void @llvm.prefetch.p0(ptr, i32, i32, i32)

@@ -27,8 +27,8 @@ GF/s, dots 91-183; bench/rows_layout_kernels.py, an AVX-512 host).
 from __future__ import annotations
 
 from .llvm_bf16 import dot_instruction
-from .llvm_rows import ahead, int4_loads, prefetches, rows_panel, widened_loads, x_vectors
-from .llvm_spec import ITEMSIZE, TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, tiles_alias, walk
+from .llvm_rows import AHEAD, ahead, int4_loads, prefetches, rows_panel, widened_loads, x_vectors
+from .llvm_spec import TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, tiles_alias, walk
 
 
 def many_rows_product(spec: KernelSpec) -> str:
@@ -164,7 +164,7 @@ DOT_ROWS = 4  # (layout "rows", more than one row of x) weight rows a dot block 
 # Intel Xeon (AVX-512; 4 rows of x, 1536 x 576 and 576 x 1536 weights, 300 MB, one core) the dots of float32
 # weights read 11.7-11.8 GB/s without and 12.5-12.6 with (4 KB; 2 KB: 11.8-12.4), int8's 5.9-6.1 and 8.5-8.9; the
 # 135 M model's four-sequence decode in int4 (groups of 64) 36.2-36.9 tok/s a sequence without, 43.7-45.0 with
-DOTS_AHEAD = {"float32": 4096, "int8": 4096, "int4": 4096}
+DOTS_AHEAD = {**AHEAD, "float32": 4096}
 
 
 def lane_sums(names: list[str], tag: str, v: int = VEC) -> tuple[str, str]:
@@ -232,7 +232,7 @@ loop:
 {xs}
 {ws}
 {fmas}
-{ahead(spec, int(v * h * ITEMSIZE[spec.dtype]), d, DOTS_AHEAD)}
+{ahead(spec, v * h, d, DOTS_AHEAD)}
   %k1 = add i64 %k, {v * h}
   %kd = icmp eq i64 %k1, {k}
   br i1 %kd, label %exit, label %loop

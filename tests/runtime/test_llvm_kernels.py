@@ -15,6 +15,7 @@ import pytest
 from egraft.errors import ArtifactError, BackendError
 from egraft.runtime import llvm_kernels as lk
 from egraft.runtime.derived import RECIPES
+from egraft.runtime.llvm_spec import DOTS_ROWS
 from egraft.testing import fresh_seed
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "backends"))
@@ -254,7 +255,7 @@ ROWS_CASES = [(1, 32, 64, 16), (3, 64, 96, 32), (4, 128, 256, 64), (5, 16, 256, 
 
 @pytest.mark.parametrize("dtype", UNPACKED)
 @pytest.mark.parametrize("rows,k,n,width,form", [(*c, "") for c in ROWS_CASES]
-                         + [(*c, "dots") for c in ROWS_CASES if 1 < c[0] <= 8])  # (8: llvm_spec.DOTS_ROWS)
+                         + [(*c, "dots") for c in ROWS_CASES if 1 < c[0] <= DOTS_ROWS])
 def test_the_rows_product_reads_the_stored_weight_and_equals_float64_numpy(dtype, rows, k, n, width, form):
     """One row (the dot kernel) and several (the transposed tiles; blocks of dots where a tile's rows would
     share an L1 set: k * itemsize a multiple of 4 KB, or where asked for: form "dots", 2 to DOTS_ROWS rows),
