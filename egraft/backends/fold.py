@@ -298,6 +298,50 @@ def target_graph(g: Graph, o: int) -> Graph:
     return Graph(nodes, [remap[o]], [])
 
 
+def inline(p: FoldPlan, graph: Graph, names) -> Graph:
+    """`graph` (``p.main``, its folded values bound or not) with the folded values `names` computed where they
+    are read: each one's weight input replaced by the weight-only nodes that fold it, reading the stored weights
+    (added as weight inputs where `graph` did not read them).  A widened weight that no product reads as stored
+    is so computed by the per-call program instead of held as a float32 copy (``fold_growing=False``)."""
+    names = set(names)
+    index = dict(zip(p.folded_names, p.fold.outputs)) if p.fold is not None else {}
+    unknown = sorted(names - set(index))
+    if unknown:
+        raise InputError(f"{unknown[0]!r} is not a folded value of this plan")
+    subs = {name: target_graph(p.fold, index[name]) for name in names}
+    nodes: list[Node] = []
+    remap: dict[int, int] = {}
+    by_name: dict[str, int] = {}  # weight inputs of the new graph
+
+    def add(n: Node, inputs=()) -> int:
+        nodes.append(Node(n.op, tuple(inputs), n.attrs, n.shape, n.dtype))
+        return len(nodes) - 1
+
+    # inputs have no operands: every kept one first, then the stored weights only an inlined value reads
+    for i, n in enumerate(graph.nodes):
+        if n.op == Op.Input and n.attrs["name"] not in names:
+            remap[i] = add(n)
+            if n.attrs["role"] == "weight":
+                by_name[n.attrs["name"]] = remap[i]
+    for sub in subs.values():
+        for n in sub.nodes:
+            if n.op == Op.Input and n.attrs["name"] not in by_name:
+                by_name[n.attrs["name"]] = add(n)
+    for i, n in enumerate(graph.nodes):
+        if i in remap:
+            continue
+        if n.op == Op.Input:  # a folded value computed here
+            sub, local = subs[n.attrs["name"]], {}
+            for j, m in enumerate(sub.nodes):
+                local[j] = by_name[m.attrs["name"]] if m.op == Op.Input else add(m, (local[k] for k in m.inputs))
+            remap[i] = local[sub.outputs[0]]
+        else:
+            remap[i] = add(n, (remap[j] for j in n.inputs))
+    weights = {k: v for k, v in graph.weights.items() if k not in names}
+    return graph.rebuilt(nodes, [remap[o] for o in graph.outputs], [remap[i] for i in graph.input_ids],
+                         weights).pruned()
+
+
 def fold_weights(graph: Graph, widen: bool = True, grow: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
     """The per-call graph with its folded weights bound, plus those folded values (`widen`, `grow`:
     :func:`plan`'s)."""

@@ -113,12 +113,10 @@ def test_a_written_out_dequantisation_has_its_scale_moved_out_of_the_product():
     """``x @ (q * s).T``: the e-graph's reductions.sum-factor-inner hoists the per-output-channel scale, so the
     extractions the search starts from (greedy and the cost model's best) form no dequantised weight, and their
     copy-free JAX programs read q as stored (int8 products, no float copy of q folded) and equal the model;
-    ``egraft.compile`` of it equals the model too.
-
-    (Which program a time-budgeted search ends on depends on how far it got: on a busy core a 2 s cost-model
-    search stopped at either side of a deeper search's pick, a product written as a broadcast multiply and a
-    sum that the generated product does not read, whose Cast(q) is then folded as a float32 copy; so the
-    property is checked on the extractions, not on that pick.)"""
+    ``egraft.compile`` of it equals the model too, and whatever program its search ends on holds no float copy
+    of q (a deeper search picks a product written as a broadcast multiply and a sum, which the generated
+    product does not read: its per-call program widens q where it reads it; which program a 2 s search ends on
+    depends on how far it got, so the scale's hoisting is checked on the extractions)."""
     import egraft
     from egraft.backends import lower
     from egraft.rewrites import saturate
@@ -144,6 +142,8 @@ def test_a_written_out_dequantisation_has_its_scale_moved_out_of_the_product():
                         progress=False)
     with torch.no_grad():
         assert torch.allclose(cm(x), want, rtol=1e-4, atol=1e-4)
+    ex = next(iter(cm.executables.values()))
+    assert not [a for a in ex._host if provenance(a) is not None and a.size >= 64 * 128], ex.program.weight_names
 
 
 # --- int4: group-wise, two values a byte ---------------------------------------------------------------------

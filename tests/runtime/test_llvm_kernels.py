@@ -161,6 +161,51 @@ def test_only_a_plain_widening_of_a_stored_weight_is_read_in_place():
     assert ex.stats["kernel_dots"] == 2 and len(ex.folded) == 1  # the slice's float32 copy, read as panels
 
 
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
+def test_without_growing_folds_a_widened_weight_no_product_reads_is_computed_where_read(dtype):
+    """A product written as a broadcast multiply and a sum (an extraction the e-graph offers) over a widened
+    weight: the generated product does not take it, so under ``fold_growing=False`` (``weight_copies=False``) the
+    per-call program widens the stored weight where it reads it, and holds no float32 copy; with growing folds
+    that copy is folded once (the control).  A plain product beside it still reads its weight in place, and
+    both programs equal the reference."""
+    from egraft.backends.fold import FOLDED_PREFIX
+    from egraft.ir import GraphBuilder, Op
+    from egraft.runtime.derived import provenance
+
+    seed = fresh_seed()
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+    x = b.input("x", (1, 64), "float32")
+    values = rng.integers(-127, 128, (96, 64)) if dtype == "int8" else rng.standard_normal((96, 64))
+    q = b.weight("q", values.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.int8))
+    w = b.weight("w", rng.standard_normal((96, 64)).astype(np.float32))
+    h = b.add(Op.MatMul, (x, q.T.cast("float32")))  # [1, 96]: read in place
+    written = (h.reshape((1, 96, 1)) * q.cast("float32").T.reshape((1, 96, 64))).sum(axis=1)  # [1, 64]
+    g = b.build([b.add(Op.MatMul, (written, w.T))])
+    for grow in (False, True):
+        knobs = {"stream": "llvm", "stream_width": 16, "stream_layout": "rows", "fold_growing": grow}
+        ex = check_graph(g, seed, knobs=knobs, what=f"{dtype} fold_growing={grow}")
+        assert [s.dtype for s in ex.program.kernels] == [dtype, "float32"]
+        copies = [a for a in ex._host if provenance(a) is not None and a.dtype == np.float32 and a.size == 96 * 64]
+        folded = [n for n in ex.program.weight_names if n.startswith(FOLDED_PREFIX)]
+        if grow:
+            assert len(copies) == 1 and len(folded) == 1, (copies, folded)
+        else:
+            assert not copies and not folded and "q" in ex.program.weight_names, ex.program.weight_names
+
+
+def test_inline_names_only_folded_values():
+    from egraft.backends.fold import inline, plan
+    from egraft.errors import InputError
+    from egraft.ir import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.input("x", (2, 8), "float32")
+    g = b.build([x @ b.weight("w", np.ones((8, 8), np.int8)).cast("float32")])
+    with pytest.raises(InputError, match="'w' is not a folded value"):
+        inline(plan(g), plan(g).main, ["w"])
+
+
 def test_without_llvmlite_the_knob_offers_only_xla(monkeypatch):
     from egraft.backends.jax import knobs
 

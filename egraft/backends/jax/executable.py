@@ -42,7 +42,7 @@ from ...runtime.jax_runner import JaxRunner, jax_device, specs_on
 from ...runtime.checked import checked_tensors, torch_signature
 from ..base import Executable, device_kind, guarded_lower
 from ...runtime import llvm_kernels
-from ..fold import compute_folded, plan as fold_plan, widened
+from ..fold import compute_folded, inline, plan as fold_plan, widened
 from .function import JaxProgram, program_dtype, x64_scope
 
 
@@ -140,6 +140,14 @@ class JaxExecutable(Executable):
             return {**{n: stored[n] for n in names if n in stored}, **got}
 
         self.program = JaxProgram(main, knobs, widened=wide, fold=more)
+        if not knobs.get("fold_growing", True):
+            # no value larger than its weights is held: a widened weight that no product reads as stored (a
+            # product written as a broadcast multiply and a sum, say) is computed where it is read, not folded
+            after = [n for n in self.program.weight_names if n in wide]
+            if after:
+                main = inline(fold, main, after)
+                wide = {k: v for k, v in wide.items() if k not in after}
+                self.program = JaxProgram(main, knobs, widened=wide, fold=more)
         self._x64 = self.program.x64
         with x64_scope(self._x64):
             host = self.program.host_weights()
