@@ -1,11 +1,11 @@
-"""The XLA side of a generated CPU product: its typed FFI handler and the job that shares it with XLA's pool.
+"""The XLA side of a generated CPU product: its typed FFI handler and the job it shares with helper threads.
 
 ``runtime.llvm_ir`` writes a product's ``@panel`` and ``@product``;
 :func:`module` adds what XLA calls: ``@handler``, the typed XLA FFI entry
 (the struct offsets of ``xla/ffi/api/c_api.h``, 64-bit), which answers XLA's
 metadata query, reads the operand and result buffers and runs the product,
-alone or shared with XLA's thread pool (``@work``, ``@helper``: panels
-claimed one at a time from a job on the heap).  The text uses two
+alone or shared with the process's helper threads (``@work``: panels
+claimed one at a time from a job on the caller's stack; ``runtime.llvm_pool``).  The text uses two
 shorthands, expanded here: ``{load:name:TYPE BASE OFFSET}`` and
 ``{fields:p:OFFSET TYPE VALUE|...}``.
 """
@@ -17,17 +17,14 @@ import re
 
 from ..errors import BackendError
 
-MAX_THREADS = 8  # threads of XLA's pool one product is shared among (at most one per panel)
+MAX_THREADS = 8  # threads one product is shared among, the caller's included (at most one per panel; as many as
+# XLA's CPU pool has, which XLA sizes from the process's CPU affinity)
 
-# Sharing a product with XLA's CPU thread pool (the FFI's ThreadPool_Schedule).  A job on the heap holds
-# {x, panels, out, next panel, panels done, references, scales}.  The handler schedules helper tasks on XLA's pool and
-# then claims panels itself; a helper claims panels until none is left.  The caller waits only for panels that
-# were claimed (they are being computed by a running thread), never for a helper to start: a helper that starts
-# late (its pool busy with other work, or one thread) finds nothing left, so no schedule can deadlock.  The last
-# holder of the job (caller or helper) frees it.  Panel writes are released by the count of panels done.
+# Sharing a product with the helper threads of ``runtime.llvm_pool``.  A job on the caller's stack holds {x, panels,
+# out, next panel, panels done, (unused), scales}; ``@work`` claims panels one at a time until none is left, on the
+# caller and on every helper that joins (``egraft_pool_share`` returns once every helper that joined has left).
 SHARED = """
-declare ptr @malloc(i64)
-declare void @free(ptr)
+declare void @egraft_pool_share(ptr, ptr, i64)
 
 define internal void @work(ptr %job) {
 entry:
@@ -47,26 +44,6 @@ run:
   %d = atomicrmw add ptr %donep, i64 1 seq_cst
   br label %claim
 out:
-  ret void
-}
-
-define internal void @release(ptr %job) {
-entry:
-  %refsp = getelementptr i8, ptr %job, i64 40
-  %r = atomicrmw sub ptr %refsp, i64 1 seq_cst
-  %last = icmp eq i64 %r, 1
-  br i1 %last, label %free, label %keep
-free:
-  call void @free(ptr %job)
-  ret void
-keep:
-  ret void
-}
-
-define void @helper(ptr %job) {
-entry:
-  call void @work(ptr %job)
-  call void @release(ptr %job)
   ret void
 }
 """
@@ -150,38 +127,9 @@ direct:
   call void @product(ptr %x, ptr %w, ptr %o, ptr %s)
   ret ptr null
 shared:
-  %job = call ptr @malloc(i64 56)
-  %nojob = icmp eq ptr %job, null
-  br i1 %nojob, label %direct, label %fill
-fill:
+  %job = alloca [7 x i64], align 8
 {fields:job:0 ptr %x|8 ptr %w|16 ptr %o|24 i64 0|32 i64 0|40 i64 %n|48 ptr %s}
-  %donep = getelementptr i8, ptr %job, i64 32
-  %sa = alloca [5 x i64]
-{load:sf:ptr %api 136}
-  br label %schedule
-schedule:
-  %i = phi i64 [1, %fill], [%i1, %scheduled]
-{fields:sa:0 i64 40|8 ptr null|16 ptr %ctx|24 ptr @helper|32 ptr %job}
-  %serr = call ptr %sf(ptr %sa)
-  %sok = icmp eq ptr %serr, null
-  br i1 %sok, label %scheduled, label %not_scheduled
-not_scheduled:
-  call void @destroy(ptr %api, ptr %serr)
-  call void @release(ptr %job)
-  br label %scheduled
-scheduled:
-  %i1 = add i64 %i, 1
-  %more = icmp ult i64 %i1, %n
-  br i1 %more, label %schedule, label %mine
-mine:
-  call void @work(ptr %job)
-  br label %wait
-wait:
-  %dn = load atomic i64, ptr %donep seq_cst, align 8
-  %all = icmp uge i64 %dn, {panels}
-  br i1 %all, label %finish, label %wait
-finish:
-  call void @release(ptr %job)
+  call void @egraft_pool_share(ptr @work, ptr %job, i64 %n)
   ret ptr null
 }
 

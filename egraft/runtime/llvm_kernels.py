@@ -30,14 +30,15 @@ dot of the same weights in float32 took 1.67 ms; at four rows 0.85 against
 2.38 ms.  Whether a program uses it is a search knob (``stream`` of the JAX
 backend), timed on the machine, never assumed.
 
-On more than one core the product is shared with XLA's own CPU thread
-pool (the FFI's ``ThreadPool_Schedule``): helper tasks and the calling
-thread claim panels one at a time from a job on the heap; the caller waits
-only for panels already claimed, so a helper that starts late (its pool
-busy with other ops of the program) finds nothing left and no schedule can
-deadlock.  Each panel is computed by one thread in one order, so the values
-do not depend on the thread count.  Pinned to one core (XLA sizes its pool
-from the CPU affinity) the caller computes every panel itself.
+On more than one core the product is shared with helper threads of the
+process (``runtime.llvm_pool``, as many as XLA's CPU pool has threads, less
+the caller): the caller and the helpers claim panels one at a time from a
+job on the caller's stack; the caller never waits for a helper to start,
+only for those that joined to finish, so a late helper finds nothing left
+and no schedule can deadlock.  Each panel is computed by one thread in one
+order, so the values do not depend on the thread count.  Pinned to one core
+(XLA sizes its pool from the CPU affinity) the caller computes every panel
+itself and no helper is started.
 
 A program that calls one of these kernels names it in its custom call
 (:attr:`KernelSpec.name`); a saved program lists its specs in its manifest
@@ -54,6 +55,7 @@ import os
 import threading
 from dataclasses import dataclass
 
+from . import llvm_pool
 from .llvm_ir import WIDEN, WIDTHS, KernelSpec, module_ir
 
 
@@ -172,6 +174,7 @@ def _compile(spec: KernelSpec):
     import llvmlite.binding as llvm
 
     tm = _target_machine()
+    llvm_pool.ensure()  # (the products' modules link against the pool's entry point)
     ir = module_ir(spec)
     mod = llvm.parse_assembly(ir)
     mod.verify()

@@ -1,6 +1,6 @@
 """Generated CPU products over a view read where it lies (a batch of products, W at an offset, the "kn" layout)
 and the form for short stored rows (egraft/runtime/llvm_short.py), against float64 numpy on fresh random values:
-the kernel alone, through XLA's FFI, and shared with XLA's pool."""
+the kernel alone, through XLA's FFI, and shared with helper threads."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_short_stored_rows_of_a_weight_equal_float64_numpy(dtype, rows, k, n):
 
 
 @pytest.mark.parametrize("cores", [1, 2])
-def test_a_batch_shared_with_xla_pool_gives_the_same_values(cores, tmp_path):
+def test_a_batch_shared_with_helper_threads_gives_the_same_values(cores, tmp_path):
     """Each (product, panel) job is computed by one thread in one order: one core or two, the same values."""
     seed = fresh_seed()
     rng = np.random.default_rng(seed)
@@ -126,7 +126,7 @@ def test_a_batch_shared_with_xla_pool_gives_the_same_values(cores, tmp_path):
     q = rng.standard_normal((6 * 3, 64)).astype(np.float32)
     spec = lk.KernelSpec("bfloat16", 3, 64, 1, 64, "rows", batch=6, bstride=80 * 64)
     alone, _ = _run(spec, q, cache)
-    np.testing.assert_array_equal(kernel_on_cores(spec, [q, cache], cores, tmp_path), alone)
+    np.testing.assert_array_equal(kernel_on_cores(spec, [q, cache], cores, tmp_path)[0], alone)
 
 
 def test_view_specs_are_refused_with_what_is_wrong_and_keep_their_fields_in_json():
