@@ -27,7 +27,8 @@ more panels; the values never depend on it (each panel is computed by one
 thread, in one order).
 
 The gate word holds the slot's state: bit 62 open, the low bits the
-helpers inside.  A helper joins with a compare-and-swap on an open gate
+helpers inside.  (The caller's drain yields the core every :data:`SPIN` loads too: a process pinned to one
+core after XLA sized its pool for two has a helper on the caller's own core.)  A helper joins with a compare-and-swap on an open gate
 (then reads the job and its epoch, stable while it is inside) and leaves by
 decrementing it; the caller opens it after writing the job and epoch, and
 closes it before it drains, so a helper either joined the published job or
@@ -165,9 +166,17 @@ publish:
   %c = atomicrmw and ptr @gate, i64 {OPEN - 1} acq_rel
   br label %drain
 drain:
+  %t = phi i64 [0, %publish], [%t1, %wait_more], [0, %pass]
   %g = load atomic i64, ptr @gate acquire, align 8
   %empty = icmp eq i64 %g, 0
-  br i1 %empty, label %free, label %drain
+  %t1 = add i64 %t, 1
+  %long = icmp uge i64 %t1, {SPIN}
+  br i1 %empty, label %free, label %wait_more
+wait_more:
+  br i1 %long, label %pass, label %drain
+pass:
+  %y = call i32 @sched_yield()
+  br label %drain
 free:
   store atomic i64 0, ptr @owner release, align 8
   ret void
