@@ -174,7 +174,7 @@ def _compile(spec: KernelSpec):
     import llvmlite.binding as llvm
 
     tm = _target_machine()
-    llvm_pool.ensure()  # (the products' modules link against the pool's entry point)
+    llvm_pool.ensure(tm)  # (the products' modules link against the pool's entry point)
     ir = module_ir(spec)
     mod = llvm.parse_assembly(ir)
     mod.verify()

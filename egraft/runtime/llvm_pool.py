@@ -37,7 +37,6 @@ finds the gate closed.
 
 from __future__ import annotations
 
-import functools
 import threading
 
 SYMBOL = "egraft_pool_share"
@@ -197,37 +196,36 @@ declare i64 @llvm.umin.i64(i64, i64)
 
 
 _LOCK = threading.Lock()
+_ENGINE: list = []  # the pool's compiled module, once made (alive for the process: helpers run its code)
 
 
-@functools.lru_cache(maxsize=1)
-def _engine():
-    """The pool's module compiled for this process, its entry point made known to LLVM under :data:`SYMBOL` for
-    the products' modules to link against (once per process; the helpers start on the first shared product)."""
+def ensure(target_machine) -> None:
+    """Compile the pool's module for this process with `target_machine` (``llvm_kernels``'), once, and make its
+    entry point known to LLVM under :data:`SYMBOL` for the products' modules to link against (before any of
+    them is finalised); the helpers start on the first shared product."""
     import llvmlite.binding as llvm
 
-    from .llvm_kernels import _target_machine
-
-    mod = llvm.parse_assembly(IR)
-    mod.verify()
-    engine = llvm.create_mcjit_compiler(mod, _target_machine())
-    engine.finalize_object()
-    llvm.add_symbol(SYMBOL, engine.get_function_address(SYMBOL))
-    return engine
-
-
-def ensure() -> None:
-    """Make the pool's entry point linkable (before any product's module is finalised)."""
     with _LOCK:
-        _engine()
+        if not _ENGINE:
+            mod = llvm.parse_assembly(IR)
+            mod.verify()
+            engine = llvm.create_mcjit_compiler(mod, target_machine)
+            engine.finalize_object()
+            llvm.add_symbol(SYMBOL, engine.get_function_address(SYMBOL))
+            _ENGINE.append(engine)
 
 
 def stats() -> dict[str, int]:
-    """This process's helpers started so far, and the jobs they joined and worked on."""
+    """This process's helpers started so far, and the jobs they joined and worked on (none before the first
+    generated product was made)."""
     import ctypes
 
-    ensure()
+    with _LOCK:
+        if not _ENGINE:
+            return {"helpers": 0, "joined": 0}
+        address = _ENGINE[0].get_function_address("egraft_pool_stats")
     out = (ctypes.c_int64 * 2)()
-    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_engine().get_function_address("egraft_pool_stats"))(ctypes.addressof(out))
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)(ctypes.addressof(out))
     return {"helpers": int(out[0]), "joined": int(out[1])}
 
 
