@@ -65,6 +65,7 @@ def test_the_widened_form_equals_float64_numpy(k, n, width, rows, monkeypatch):
     _check(x, w, _run(spec, x, w), f"{spec} seed={seed}")
 
 
+@pytest.mark.host_specific
 @pytest.mark.skipif(not llvm_bf16.dot_instruction(), reason="this CPU has no AVX512-BF16 dot product")
 @pytest.mark.parametrize("k,n,width,rows", DOT)
 def test_the_dot_instruction_form_equals_float64_numpy(k, n, width, rows):

@@ -95,6 +95,7 @@ def test_products_side_by_side_share_helpers_without_waiting_on_each_other():
         _check(np.asarray(got), x, w, f"{spec} side by side seed={seed}")
 
 
+@pytest.mark.host_specific  # (two cores only where the process has them)
 @pytest.mark.parametrize("cores", [1, 2])
 def test_one_core_or_two_the_same_values(cores, tmp_path):
     """Pinned to one core XLA's pool has one thread, no helper starts and the product runs on the caller alone; on
@@ -485,6 +486,7 @@ def test_the_int4_product_dequantises_in_registers_and_equals_float64_numpy(rows
     _check(got[:, :n], x, w, f"{spec} through XLA seed={seed}")
 
 
+@pytest.mark.host_specific  # (the lookup only where the CPU has AVX-512F)
 @pytest.mark.parametrize("looked_up", [False, True])
 def test_the_one_row_int4_product_reads_fields_by_table_or_by_arithmetic_and_both_equal_numpy(looked_up,
                                                                                               monkeypatch):
