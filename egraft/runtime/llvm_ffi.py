@@ -21,8 +21,8 @@ MAX_THREADS = 8  # threads one product is shared among, the caller's included (a
 # XLA's CPU pool has, which XLA sizes from the process's CPU affinity)
 
 # Sharing a product with the helper threads of ``runtime.llvm_pool``.  A job on the caller's stack holds {x, panels,
-# out, next panel, panels done, (unused), scales}; ``@work`` claims panels one at a time until none is left, on the
-# caller and on every helper that joins (``egraft_pool_share`` returns once every helper that joined has left).
+# out, next panel, scales}; ``@work`` claims panels one at a time until none is left, on the caller and on every
+# helper that joins (``egraft_pool_share`` returns once every helper that joined has left: every panel is written).
 SHARED = """
 declare void @egraft_pool_share(ptr, ptr, i64)
 
@@ -31,9 +31,8 @@ entry:
 {load:x:ptr %job 0}
 {load:w:ptr %job 8}
 {load:o:ptr %job 16}
-{load:sc:ptr %job 48}
+{load:sc:ptr %job 32}
   %nextp = getelementptr i8, ptr %job, i64 24
-  %donep = getelementptr i8, ptr %job, i64 32
   br label %claim
 claim:
   %p = atomicrmw add ptr %nextp, i64 1 seq_cst
@@ -41,7 +40,6 @@ claim:
   br i1 %left, label %run, label %out
 run:
   call void @panel(ptr %x, ptr %w, ptr %o, ptr %sc, i64 %p)
-  %d = atomicrmw add ptr %donep, i64 1 seq_cst
   br label %claim
 out:
   ret void
@@ -127,15 +125,15 @@ direct:
   call void @product(ptr %x, ptr %w, ptr %o, ptr %s)
   ret ptr null
 shared:
-  %job = alloca [7 x i64], align 8
-{fields:job:0 ptr %x|8 ptr %w|16 ptr %o|24 i64 0|32 i64 0|40 i64 %n|48 ptr %s}
+  %job = alloca [5 x i64], align 8
+{fields:job:0 ptr %x|8 ptr %w|16 ptr %o|24 i64 0|32 ptr %s}
   call void @egraft_pool_share(ptr @work, ptr %job, i64 %n)
   ret ptr null
 }
 
 declare i64 @llvm.umin.i64(i64, i64)
 
-; XLA_FFI_Error_Destroy (XLA_FFI_Api offset 64) of an error the pool returned
+; XLA_FFI_Error_Destroy (XLA_FFI_Api offset 64) of an error XLA's FFI returned (its thread count query)
 define internal void @destroy(ptr %api, ptr %err) {
 entry:
   %args = alloca [3 x i64]

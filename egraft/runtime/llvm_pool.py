@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import threading
 
+from .llvm_ffi import MAX_THREADS
+
 SYMBOL = "egraft_pool_share"
-MAX_HELPERS = 7  # helper threads at most (runtime.llvm_ffi.MAX_THREADS less the caller)
+MAX_HELPERS = MAX_THREADS - 1  # helper threads at most (the caller is the other one)
 SPIN = 64  # loads of the gate between two yields of the core while awake
 AWAKE = 20000  # yields without a job (some milliseconds) before a helper naps
 NAP_US = 200  # a napping helper's poll interval
