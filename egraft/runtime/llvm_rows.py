@@ -9,7 +9,9 @@ across lanes at the end.
 Packed int4 weights (two values a byte in blocks of 32: a block's 16 bytes hold its first 16 values in bits
 0-3, the next 16 in bits 4-7; one float32 scale per ``group`` values of k) take the one-row form and the dots,
 32 values of k a step: each block is loaded once, its two halves sign-extended and widened, and both multiplied
-by their group's scale (dequantised in registers) before the products (:func:`int4_loads`).
+by their group's scale (dequantised in registers) before the products (:func:`int4_loads`).  The one-row product
+reads each field as its unsigned value and scales a group's sum once; how a field becomes a float depends on the
+host (:func:`int4_form`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,82 @@ def permutes() -> bool:
     return bool(llvm.get_host_cpu_features().get("avx512f"))
 
 
+@functools.lru_cache(maxsize=1)
+def _avx2() -> bool:
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        return False
+    return bool(llvm.get_host_cpu_features().get("avx2"))
+
+
+def int4_form(group: int) -> str:
+    """(int4, one row of x) how the product turns a field into a float on this host: ``"lookup"`` (AVX-512F:
+    :func:`permutes`), ``"spread"`` (AVX2 and groups of 64 or more: :func:`int4_spread_loads`) or ``"convert"``
+    (xor, mask and an integer conversion: :func:`int4_loads`)."""
+    if permutes():
+        return "lookup"
+    return "spread" if _avx2() and group >= 2 * SPREAD_BLOCK else "convert"
+
+
+SPREAD_BLOCK = 32  # (int4) values a packed block holds; the spread form reads two blocks (64 values) at a time
+# (int4, "spread") the byte a field r looks up: bit 7 the float's lowest exponent bit, bits 3-6 u = r ^ 8, so a
+# 32-bit lane [0, 0, byte, 0x3F] is the float 1 + u / 16 (exact)
+_SPREAD_TABLE = [0x80 | ((r ^ 8) << 3) for r in range(16)]
+# (int4, "spread") the float a field u is read as is (16 + u) / 16: the product sums x . (16 + u) / 16 per group,
+# so x . q = 16 (x . f) - 24 X (X the group's sum of x), where the other forms read u itself: x . u - 8 X
+UNSIGNED = {"spread": (16.0, -24.0), "lookup": (1.0, -8.0), "convert": (1.0, -8.0)}
+
+
+def _i8(values: list[int]) -> str:
+    return "<" + ", ".join(f"i8 {v - 256 if v > 127 else v}" for v in values) + ">"
+
+
+def spread_order() -> list[int]:
+    """(int4, ``"spread"``) position p of a 64-value chunk of x as :func:`int4_spread_loads` reads it -> the value of
+    the chunk it holds: lane ``l`` of 8-lane vector ``s`` (``p = 8 s + l``) holds field ``4 (s % 4) + l % 4`` of
+    the low (s < 4) or high (s >= 4) halves of block ``l // 4``."""
+    return [SPREAD_BLOCK * ((p % 8) // 4) + 16 * ((p // 8) >= 4) + 4 * ((p // 8) % 4) + p % 4 for p in range(64)]
+
+
+def int4_spread_loads(at: str, offsets: list[int], prefix: str = "") -> str:
+    """(int4, AVX2) IR reading the two blocks (64 values) at ``%wr`` + `at` + each offset as four vectors of
+    :data:`VEC` floats ``%<prefix>f<4c + m>`` (c the offset's index), values in :func:`spread_order`, each
+    ``(16 + u) / 16``: one 32-byte load, the low and high fields masked out of the bytes (a 16-bit shift for the
+    high ones), each looked up by ``vpshufb`` in :data:`_SPREAD_TABLE`, and each looked-up byte spread into byte 2
+    of a 32-bit lane (``vpshufb`` again, within each 128-bit half) under the exponent byte 0x3F: no integer
+    conversion and no widening of bytes, which the "convert" form spends most of its instructions on (measured on
+    an AVX2 Zen 3)."""
+    q, table = prefix, _i8(_SPREAD_TABLE * 2)
+    out = []
+    for c, off in enumerate(offsets):
+        out.append(f"""  %{q}so{c} = add i64 {at}, {off}
+  %{q}sh{c} = lshr i64 %{q}so{c}, 1
+  %{q}sp{c} = getelementptr i8, ptr %wr, i64 %{q}sh{c}
+  %{q}sv{c} = load <32 x i8>, ptr %{q}sp{c}, align 1
+  %{q}sl{c} = and <32 x i8> %{q}sv{c}, splat (i8 15)
+  %{q}sw{c} = bitcast <32 x i8> %{q}sv{c} to <16 x i16>
+  %{q}ss{c} = lshr <16 x i16> %{q}sw{c}, splat (i16 4)
+  %{q}sb{c} = bitcast <16 x i16> %{q}ss{c} to <32 x i8>
+  %{q}su{c} = and <32 x i8> %{q}sb{c}, splat (i8 15)
+  %{q}tl{c} = call <32 x i8> @llvm.x86.avx2.pshuf.b(<32 x i8> {table}, <32 x i8> %{q}sl{c})
+  %{q}th{c} = call <32 x i8> @llvm.x86.avx2.pshuf.b(<32 x i8> {table}, <32 x i8> %{q}su{c})""")
+        for t in range(8):
+            j, src = t % 4, ("tl" if t < 4 else "th")
+            mask = _i8([(4 * j + lane % 4 if b == 2 else 0x80) for lane in range(8) for b in range(4)])
+            out.append(f"""  %{q}e{c}_{t} = call <32 x i8> @llvm.x86.avx2.pshuf.b(<32 x i8> %{q}{src}{c},
+                                                  <32 x i8> {mask})
+  %{q}d{c}_{t} = bitcast <32 x i8> %{q}e{c}_{t} to <8 x i32>
+  %{q}o{c}_{t} = or <8 x i32> %{q}d{c}_{t}, splat (i32 {0x3F000000})
+  %{q}g{c}_{t} = bitcast <8 x i32> %{q}o{c}_{t} to <8 x float>""")
+        out += [f"  %{q}f{4 * c + m} = shufflevector <8 x float> %{q}g{c}_{2 * m}, <8 x float> %{q}g{c}_{2 * m + 1}, "
+                f"<16 x i32> <{', '.join(f'i32 {i}' for i in range(16))}>" for m in range(4)]
+    return "\n".join(out)
+
+
+SPREAD_DECLS = "declare <32 x i8> @llvm.x86.avx2.pshuf.b(<32 x i8>, <32 x i8>)\n"
+
+
 def int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = True, prefix: str = "") -> str:
     """(int4) IR loading the block of 32 values at ``%wr`` + `at` + each offset (values along the weight's rows;
     16 bytes: bits 0-3 its first 16 values, bits 4-7 the next 16), dequantised with their group's scale (at
@@ -77,7 +155,7 @@ def int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = Tru
   %{q}wp{j} = getelementptr i8, ptr %wr, i64 %{q}wh{j}
   %{q}v{j} = load <{v} x i8>, ptr %{q}wp{j}, align 1
   %{q}vz{j} = zext <{v} x i8> %{q}v{j} to <{v} x i32>""")
-        if not scaled and permutes():  # vpermps reads each lane's low 4 bits: the low field as it is
+        if not scaled and int4_form(spec.group) == "lookup":  # vpermps reads each lane's low 4 bits: the low field
             out.append(f"""  {lo} = {LOOKUP} %{q}vz{j})
   %{q}vs{j} = lshr <{v} x i32> %{q}vz{j}, splat (i32 4)
   {hi} = {LOOKUP} %{q}vs{j})""")
@@ -124,11 +202,11 @@ def ahead(spec: KernelSpec, values: int, rows: int = 1, table: dict | None = Non
                                              for i in range(max(1, int(values * size) // 64))])
 
 
-def x_vectors(offsets: list[int], prefix: str = "") -> str:
-    """IR loading :data:`VEC` values of x at ``%x + %k + offset`` for each offset, as ``%<prefix>x<j>``."""
+def x_vectors(offsets: list[int], prefix: str = "", base: str = "%x") -> str:
+    """IR loading :data:`VEC` values of x (at `base`) at ``%x + %k + offset`` for each offset, as ``%<prefix>x<j>``."""
     q = prefix
     return "\n".join(f"  %{q}xo{j} = add i64 %k, {off}\n"
-                     f"  %{q}xp{j} = getelementptr float, ptr %x, i64 %{q}xo{j}\n"
+                     f"  %{q}xp{j} = getelementptr float, ptr {base}, i64 %{q}xo{j}\n"
                      f"  %{q}x{j} = load <{VEC} x float>, ptr %{q}xp{j}, align 4" for j, off in enumerate(offsets))
 
 
@@ -160,8 +238,11 @@ def _int4_row_product(spec: KernelSpec) -> str:
     """(int4, one row of x) ``@panel(x, w, out, s, p)``: each weight row in turn, a group of k at a time: the
     products of x with the group's unsigned fields u (``q + 8``) summed, then scaled once,
     ``y = sum_g s_g (x_g . u_g) - 8 sum_g s_g X_g`` with ``X_g`` the sum of x over group g (made once per panel),
-    which is ``x . (q * s)`` to rounding.  Up to four groups a step, each with its own accumulators."""
+    which is ``x . (q * s)`` to rounding (the "spread" form reads ``(16 + u) / 16``: :data:`UNSIGNED`, with x
+    copied once per panel in the order it reads the fields in).  Up to four groups a step, each with its own
+    accumulators."""
     k, v, g = spec.k, VEC, spec.group
+    form = int4_form(g)
     groups, per_group = k // g, g // VEC  # vectors of k a group
     step = next(n for n in (4, 2, 1) if n * g <= 128 and groups % n == 0 or n == 1)  # groups a step
     shift = g.bit_length() - 1
@@ -181,12 +262,38 @@ xs:
   store float %xr, ptr %xsp
   %gi1 = add i64 %gi, 1
   %gd = icmp eq i64 %gi1, {groups}
-  br i1 %gd, label %start, label %xs
+  br i1 %gd, label %{"perm" if form == "spread" else "start"}, label %xs
+"""
+    if form == "spread":  # x in the order the fields are read in (int4_spread_loads), 64 values at a time: each
+        # vector of 8 two runs of 4 (spread_order), one 128-bit load each
+        order, eight = spread_order(), "<" + ", ".join(f"i32 {i}" for i in range(8)) + ">"
+        runs = "\n".join(f"""  %pa{t} = getelementptr float, ptr %cx, i64 {order[8 * t]}
+  %pb{t} = getelementptr float, ptr %cx, i64 {order[8 * t + 4]}
+  %la{t} = load <4 x float>, ptr %pa{t}, align 4
+  %lb{t} = load <4 x float>, ptr %pb{t}, align 4
+  %lv{t} = shufflevector <4 x float> %la{t}, <4 x float> %lb{t}, <8 x i32> {eight}
+  %ly{t} = getelementptr float, ptr %cy, i64 {8 * t}
+  store <8 x float> %lv{t}, ptr %ly{t}, align 32""" for t in range(8))
+        prologue = f"  %xperm = alloca float, i64 {k}, align 64\n" + prologue + f"""perm:
+  br label %pc
+pc:
+  %ci = phi i64 [0, %perm], [%ci1, %pc]
+  %co = mul i64 %ci, 64
+  %cx = getelementptr float, ptr %x, i64 %co
+  %cy = getelementptr float, ptr %xperm, i64 %co
+{runs}
+  %ci1 = add i64 %ci, 1
+  %cd = icmp eq i64 %ci1, {k // 64}
+  br i1 %cd, label %start, label %pc
 """
     lines = []
     for i in range(step):  # group i of the step: its vectors, two chains (first and second halves of blocks)
-        lines.append(x_vectors([i * g + j * v for j in range(per_group)], f"g{i}"))
-        lines.append(int4_loads(spec, "%k", [i * g + b * 32 for b in range(per_group // 2)], False, f"g{i}"))
+        if form == "spread":
+            lines.append(x_vectors([i * g + j * v for j in range(per_group)], f"g{i}", "%xperm"))
+            lines.append(int4_spread_loads("%k", [i * g + c * 64 for c in range(per_group // 4)], f"g{i}"))
+        else:
+            lines.append(x_vectors([i * g + j * v for j in range(per_group)], f"g{i}"))
+            lines.append(int4_loads(spec, "%k", [i * g + b * 32 for b in range(per_group // 2)], False, f"g{i}"))
         ends = []
         for h in (0, 1):
             prev = None
@@ -227,7 +334,8 @@ dot_done:
 {tsum}
 {rsum}
   %t = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, <{v} x float> {tlast})
-  %res = call float @llvm.fma.f32(float {rlast}, float -8.0, float %t)
+  %tu = fmul float %t, {UNSIGNED[form][0]}
+  %res = call float @llvm.fma.f32(float {rlast}, float {UNSIGNED[form][1]}, float %tu)
   %op = getelementptr float, ptr %out, i64 %row
   store float %res, ptr %op
 """
@@ -235,7 +343,7 @@ dot_done:
 declare float @llvm.fma.f32(float, float, float)
 declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
 declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
-{PERMVAR if permutes() else ""}""" + rows_panel(spec, 1, body, prologue) + walk(spec)
+{ {"lookup": PERMVAR, "spread": SPREAD_DECLS}.get(form, "")}""" + rows_panel(spec, 1, body, prologue) + walk(spec)
 
 
 def _rows_product(spec: KernelSpec) -> str:
@@ -311,5 +419,6 @@ exit:
 """
 
 
-__all__ = ["AHEAD", "LOOKUP", "PERMVAR", "U_TABLE", "ahead", "int4_loads", "permutes", "prefetches", "row_dot",
-           "rows_panel", "rows_product", "sum_chain", "widened_loads", "x_vectors"]
+__all__ = ["AHEAD", "LOOKUP", "PERMVAR", "SPREAD_BLOCK", "SPREAD_DECLS", "UNSIGNED", "U_TABLE", "ahead", "int4_form",
+           "int4_loads", "int4_spread_loads", "permutes", "prefetches", "row_dot", "rows_panel", "rows_product",
+           "spread_order", "sum_chain", "widened_loads", "x_vectors"]

@@ -486,26 +486,32 @@ def test_the_int4_product_dequantises_in_registers_and_equals_float64_numpy(rows
     _check(got[:, :n], x, w, f"{spec} through XLA seed={seed}")
 
 
-@pytest.mark.host_specific  # (the lookup only where the CPU has AVX-512F)
-@pytest.mark.parametrize("looked_up", [False, True])
-def test_the_one_row_int4_product_reads_fields_by_table_or_by_arithmetic_and_both_equal_numpy(looked_up,
-                                                                                              monkeypatch):
-    """Where the host has AVX-512F a field's value is looked up (vpermps, runtime.llvm_rows.U_TABLE), elsewhere
-    converted by xor, mask and convert: each form, forced, against float64 numpy (the lookup only on such a host)."""
+@pytest.mark.host_specific  # (the lookup only where the CPU has AVX-512F, the spread where it has AVX2)
+@pytest.mark.parametrize("form", ["convert", "spread", "lookup"])
+def test_the_one_row_int4_product_reads_fields_in_each_form_and_each_equals_numpy(form, monkeypatch):
+    """A field's value is looked up where the host has AVX-512F (vpermps, runtime.llvm_rows.U_TABLE), looked up
+    and spread into lanes where it has AVX2 (vpshufb, groups of 64 or more, x read in the order the fields are),
+    elsewhere converted by xor, mask and convert: each form, forced, against float64 numpy (each only on a host
+    that has its instructions)."""
     from egraft.runtime import llvm_rows
 
-    if looked_up and not llvm_rows.permutes():
+    if form == "lookup" and not llvm_rows.permutes():
         pytest.skip("this CPU has no AVX-512F (vpermps)")
-    monkeypatch.setattr(llvm_rows, "permutes", lambda: looked_up)
+    if form == "spread" and not llvm_rows._avx2():
+        pytest.skip("this CPU has no AVX2 (vpshufb on 32 bytes)")
+    monkeypatch.setattr(llvm_rows, "int4_form", lambda group: "convert" if form == "spread" and group < 64 else form)
+    assert sorted(llvm_rows.spread_order()) == list(range(64))
+    marks = {"lookup": "permvar", "spread": "pshuf.b", "convert": "sitofp"}
     for k, n, group in ((576, 96, 64), (128, 48, 32), (1536, 64, 128)):
-        n += 16 * looked_up  # shapes of this form only: a process keeps each spec's kernel as first made
-        seed = fresh_seed()
+        n += 16 * ["convert", "spread", "lookup"].index(form)  # shapes of this form only: a process keeps each
+        seed = fresh_seed()  # spec's kernel as first made
         x, packed, scales, w = _int4_case(1, k, n, group, seed)
         spec = lk.KernelSpec("int4", 1, k, -(-n // 32), 32, "rows", n % 32 and n, group)
-        assert ("permvar" in lk.module_ir(spec)) == looked_up
+        used = "convert" if form == "spread" and group < 64 else form
+        assert all((marks[f] in lk.module_ir(spec)) == (f == used) for f in marks), used
         out = np.full((1, spec.panels * 32), np.nan, np.float32)
         lk.compiled(spec)(x.ctypes.data, packed.ctypes.data, out.ctypes.data, scales.ctypes.data)
-        _check(out[:, :n], x, w, f"{spec} looked_up={looked_up} seed={seed}")
+        _check(out[:, :n], x, w, f"{spec} form={used} seed={seed}")
 
 
 @pytest.mark.parametrize("cores", [1, 2])
