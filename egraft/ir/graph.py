@@ -151,7 +151,7 @@ class Graph:
     """An immutable, well-typed DAG of IR nodes with bound weights."""
 
     __slots__ = ("nodes", "outputs", "input_ids", "weight_ids", "weights", "sources", "aliases", "_hash",
-                 "_signature")
+                 "_signature", "_node_hashes")
 
     def __init__(
         self,
@@ -208,6 +208,7 @@ class Graph:
             bound[name] = arr
         init(self, "weights", MappingProxyType(bound))
         init(self, "_hash", None)
+        init(self, "_node_hashes", None)
         self._set_interface(sources, aliases)
 
     def _set_interface(self, sources: Mapping[str, str] | None, aliases: Mapping[int, str] | None) -> None:
@@ -331,16 +332,19 @@ class Graph:
     def __repr__(self):
         return f"<egraft.ir.Graph {len(self.nodes)} nodes, hash {self.structural_hash()[:12]}>"
 
-    def node_hashes(self) -> list[str]:
-        """Merkle hash per node: its op, attributes, type and its inputs' hashes."""
-        hs: list[str] = []
-        for n in self.nodes:
-            h = hashlib.sha256()
-            h.update(repr((n.op, tuple(n.attrs), n.shape, n.dtype)).encode())
-            for j in n.inputs:
-                h.update(hs[j].encode())
-            hs.append(h.hexdigest())
-        return hs
+    def node_hashes(self) -> tuple[str, ...]:
+        """Merkle hash per node: its op, attributes, type and its inputs' hashes (made once per graph: a saved
+        generation's folded values each ask for them)."""
+        if self._node_hashes is None:
+            hs: list[str] = []
+            for n in self.nodes:
+                h = hashlib.sha256()
+                h.update(repr((n.op, tuple(n.attrs), n.shape, n.dtype)).encode())
+                for j in n.inputs:
+                    h.update(hs[j].encode())
+                hs.append(h.hexdigest())
+            object.__setattr__(self, "_node_hashes", tuple(hs))
+        return self._node_hashes
 
     def structural_hash(self) -> str:
         """A hash of what the graph computes, independent of node order and dead nodes.
@@ -384,7 +388,7 @@ class Graph:
                        aliases: Mapping[int, str] | None = None) -> "Graph":
         """This graph with other sources and aliases (the nodes are the same, so they are not checked again)."""
         g = object.__new__(Graph)
-        for slot in ("nodes", "outputs", "input_ids", "weight_ids", "weights"):
+        for slot in ("nodes", "outputs", "input_ids", "weight_ids", "weights", "_node_hashes"):
             object.__setattr__(g, slot, getattr(self, slot))
         object.__setattr__(g, "_hash", None)  # the aliases are part of the hash
         g._set_interface(sources, aliases)
