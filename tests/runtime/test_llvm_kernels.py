@@ -514,12 +514,13 @@ def test_the_one_row_int4_product_reads_fields_in_each_form_and_each_equals_nump
         _check(out[:, :n], x, w, f"{spec} form={used} seed={seed}")
 
 
-@pytest.mark.parametrize("cores", [1, 2])
-def test_an_int4_product_shared_with_helper_threads_gives_the_same_values(cores, tmp_path):
+@pytest.mark.parametrize("rows,group", [(2, 32), (1, 64)])  # (one row, groups of 64: the host's one-row form,
+@pytest.mark.parametrize("cores", [1, 2])                   # the spread on an AVX2 host: x copied per panel)
+def test_an_int4_product_shared_with_helper_threads_gives_the_same_values(cores, rows, group, tmp_path):
     """The scales travel in the job the pool's helpers read (two cores) as in the direct call (one)."""
     seed = fresh_seed()
-    x, packed, scales, w = _int4_case(2, 128, 1024, 32, seed)
-    spec = lk.KernelSpec("int4", 2, 128, 16, 64, "rows", 0, 32)
+    x, packed, scales, w = _int4_case(rows, 128, 1024, group, seed)
+    spec = lk.KernelSpec("int4", rows, 128, 16, 64, "rows", 0, group)
     got, _ = kernel_on_cores(spec, [x, packed, scales], cores, tmp_path)
     _check(got, x, w, f"{spec} on {cores} cores seed={seed}")
     one = np.empty_like(got)
