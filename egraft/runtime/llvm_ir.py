@@ -15,7 +15,7 @@ in one of two layouts (:data:`LAYOUTS`):
   (output rows, contiguous), read in place: no copy.  A "panel" is then
   ``width`` consecutive weight rows (the last panel may hold fewer); its
   code (a dot per weight row for one row of x; transposed tiles or blocks
-  of dots for more) is ``runtime.llvm_rows``' and ``runtime.llvm_tiles``'.
+  of dots for more) is ``runtime.llvm_rows``' (int4: ``runtime.llvm_int4``') and ``runtime.llvm_tiles``'.
 * ``"kn"``: a ``[k, panels * width]`` matrix read in place, its rows ``ldw``
   values apart (a KV cache's values, ``[slots, head_dim]``): the panel code
   of ``"panels"``, a panel being ``width`` columns of every row.
@@ -33,6 +33,7 @@ from __future__ import annotations
 from .llvm_ffi import MAX_THREADS, module
 from .llvm_act8 import act8_product
 from .llvm_bf16 import bf16_product
+from .llvm_int4 import int4_row_product
 from .llvm_rows import rows_product
 from .llvm_short import short_product, takes as short_takes
 from .llvm_tiles import many_rows_product
@@ -86,8 +87,10 @@ def _product(spec: KernelSpec) -> str:
         return bf16_product(spec)  # (more rows: the tiles, in pairs)
     if spec.layout == "rows" and short_takes(spec):
         return short_product(spec)
+    if spec.layout == "rows" and spec.rows == 1:
+        return int4_row_product(spec) if spec.group else rows_product(spec)
     if spec.layout == "rows":
-        return rows_product(spec) if spec.rows == 1 else many_rows_product(spec)
+        return many_rows_product(spec)
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
     groups = row_groups("block", spec.rows, k, spec.panels * w, "entry", "ptr %pp")
     blocks = "".join(_row_block(spec, r) for r in group_sizes(spec.rows))

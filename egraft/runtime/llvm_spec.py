@@ -1,12 +1,13 @@
 """What a generated CPU product is (:class:`KernelSpec`) and the LLVM IR pieces its forms share.
 
 The forms' code: ``runtime.llvm_ir`` (column panels, and the whole module
-of one spec), ``runtime.llvm_rows`` (a weight read where it is stored, one row of x) and
+of one spec), ``runtime.llvm_rows`` (a weight read where it is stored, one row of x; int4: ``runtime.llvm_int4``) and
 ``runtime.llvm_tiles`` (the same, more rows).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 from ..errors import BackendError
@@ -23,7 +24,7 @@ WIDEN = {
     "float16": ("half", "  %f = fpext <{w} x half> %v to <{w} x float>"),
     "int8": ("i8", "  %f = sitofp <{w} x i8> %v to <{w} x float>"),  # a quantised weight's values (exact)
     # packed int4 (two values a byte, blocks of 32, with a float32 scale per group of k): layout "rows" only, its
-    # own loads (runtime.llvm_rows.int4_loads), no template
+    # own loads (runtime.llvm_int4.int4_loads), no template
     "int4": ("i8", None),
 }
 FLOATS = ("float32", "bfloat16", "float16")  # the float dtypes of W (a batch of products, or one at an offset)
@@ -185,6 +186,17 @@ def row_groups(block: str, rows: int, k: int, n: int, start: str, args: str, k_a
     return text
 
 
+@functools.lru_cache(maxsize=None)
+def host_has(feature: str) -> bool:
+    """Whether this host's CPU has `feature` (LLVM's name for it: ``"avx2"``, ``"avx512f"``, ``"avx512bf16"``),
+    which some forms of the generated products are written for; False without llvmlite."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        return False
+    return bool(llvm.get_host_cpu_features().get(feature))
+
+
 def walk(spec: KernelSpec) -> str:
     """``@product(x, panels, out, scales)``: every panel (of every product of a batch) in turn (whatever its
     layout; `scales`: int4's, null otherwise), then the shared job's code (``runtime.llvm_ffi.SHARED``)."""
@@ -205,5 +217,5 @@ done:
 
 
 __all__ = ["ACT16_ROWS", "ACT16_STEP", "ACT8_STEP", "ACTS", "DOTS_ROWS", "FLOATS", "FORMS", "GROUPS", "ITEMSIZE",
-           "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "row_groups",
-           "tiles_alias", "walk"]
+           "KernelSpec", "LAYOUTS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "group_sizes", "host_has",
+           "row_groups", "tiles_alias", "walk"]

@@ -9,7 +9,7 @@ Two forms:
 * "dots": :data:`DOT_ROWS` weight rows at a time (as many sequential streams, each asked for
   :data:`DOTS_AHEAD` bytes ahead), each dotted with every row of x, one accumulator a pair, the lane sums of a
   block's accumulators made together (packed int4 weights take this form, dequantised in registers by
-  ``runtime.llvm_rows.int4_loads``; so does a spec of 2 to ``DOTS_ROWS`` rows with ``form="dots"``: at a few
+  ``runtime.llvm_int4.int4_loads``; so does a spec of 2 to ``DOTS_ROWS`` rows with ``form="dots"``: at a few
   rows the tiles' transpose costs more instructions than the multiply-adds it feeds).
 
 A bfloat16 x (``KernelSpec(act="bfloat16")``, ``runtime.llvm_bf16``) takes the tiles with 32 values of k a tile,
@@ -27,7 +27,8 @@ GF/s, dots 91-183; bench/rows_layout_kernels.py, an AVX-512 host).
 from __future__ import annotations
 
 from .llvm_bf16 import dot_instruction
-from .llvm_rows import AHEAD, ahead, int4_loads, prefetches, rows_panel, widened_loads, x_vectors
+from .llvm_int4 import int4_loads
+from .llvm_rows import AHEAD, ahead, prefetches, rows_panel, widened_loads, x_vectors
 from .llvm_spec import TILE, VEC, WIDEN, KernelSpec, group_sizes, row_groups, tiles_alias, walk
 
 

@@ -489,18 +489,18 @@ def test_the_int4_product_dequantises_in_registers_and_equals_float64_numpy(rows
 @pytest.mark.host_specific  # (the lookup only where the CPU has AVX-512F, the spread where it has AVX2)
 @pytest.mark.parametrize("form", ["convert", "spread", "lookup"])
 def test_the_one_row_int4_product_reads_fields_in_each_form_and_each_equals_numpy(form, monkeypatch):
-    """A field's value is looked up where the host has AVX-512F (vpermps, runtime.llvm_rows.U_TABLE), looked up
+    """A field's value is looked up where the host has AVX-512F (vpermps, runtime.llvm_int4.U_TABLE), looked up
     and spread into lanes where it has AVX2 (vpshufb, groups of 64 or more, x read in the order the fields are),
     elsewhere converted by xor, mask and convert: each form, forced, against float64 numpy (each only on a host
     that has its instructions)."""
-    from egraft.runtime import llvm_rows
+    from egraft.runtime import llvm_int4
 
-    if form == "lookup" and not llvm_rows.permutes():
+    if form == "lookup" and not llvm_int4.permutes():
         pytest.skip("this CPU has no AVX-512F (vpermps)")
-    if form == "spread" and not llvm_rows._avx2():
+    if form == "spread" and not llvm_int4.shuffles():
         pytest.skip("this CPU has no AVX2 (vpshufb on 32 bytes)")
-    monkeypatch.setattr(llvm_rows, "int4_form", lambda group: "convert" if form == "spread" and group < 64 else form)
-    assert sorted(llvm_rows.spread_order()) == list(range(64))
+    monkeypatch.setattr(llvm_int4, "int4_form", lambda group: "convert" if form == "spread" and group < 64 else form)
+    assert sorted(llvm_int4.spread_order()) == list(range(64))
     marks = {"lookup": "permvar", "spread": "pshuf.b", "convert": "sitofp"}
     for k, n, group in ((576, 96, 64), (128, 48, 32), (1536, 64, 128)):
         n += 16 * ["convert", "spread", "lookup"].index(form)  # shapes of this form only: a process keeps each
