@@ -78,6 +78,25 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+# --- the long tests first ---------------------------------------------------------------------------
+
+# The directories and files whose tests compile whole generations (tens of seconds each).  xdist hands the
+# tests out in collection order, so a long test collected last leaves the other worker idle while it runs;
+# these go first, each file's tests still together and in their own order, and the short tests fill the end.
+LONG_FIRST = ("tests/generation/", "tests/bench/", "tests/test_examples.py", "tests/plugins/test_dynamo_static_cache.py")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own ordering (by fixture scope), which this sort keeps
+def pytest_collection_modifyitems(session, config, items):
+    root = str(config.rootpath)
+
+    def long(item) -> bool:
+        rel = os.path.relpath(str(item.path), root).replace(os.sep, "/")
+        return rel.startswith(LONG_FIRST)
+
+    items[:] = sorted(items, key=lambda item: not long(item))  # (a stable sort: the order within each part kept)
+
+
 # --- the skip guard and the fuzz summary (on the controller under xdist) ---------------------------
 
 _CONFIG: list = [None]  # the session's config (report hooks are not given it)

@@ -125,8 +125,8 @@ direct:
   call void @product(ptr %x, ptr %w, ptr %o, ptr %s)
   ret ptr null
 shared:
-  %job = alloca [5 x i64], align 8
-{fields:job:0 ptr %x|8 ptr %w|16 ptr %o|24 i64 0|32 ptr %s}
+{prepare}  %job = alloca [5 x i64], align 8
+{fields:job:0 ptr {xp}|8 ptr %w|16 ptr %o|24 i64 0|32 ptr %s}
   call void @egraft_pool_share(ptr @work, ptr %job, i64 %n)
   ret ptr null
 }
@@ -171,12 +171,17 @@ SCALES = """  %b2p = getelementptr ptr, ptr %args, i64 2
 NO_SCALES = "  %s = getelementptr i8, ptr null, i64 0"
 
 
-def module(product: str, panels: int, scales: bool = False) -> str:
+def module(product: str, panels: int, scales: bool = False, prepared: int = 0) -> str:
     """The whole LLVM module: `product` (which ends with :data:`SHARED`) and the XLA FFI handler of a product
-    of `panels` panels (taking a third operand, int4 scales, when `scales`), the shorthands expanded."""
+    of `panels` panels (taking a third operand, int4 scales, when `scales`), the shorthands expanded.
+    `prepared`: floats `product`'s ``@prepare(x, dst)`` makes of x once a call, which a shared job's panels then
+    read in place of x (``@product``, the unshared path, makes them itself)."""
     major, minor = _ffi_version()
     text = product + HANDLER.replace("{major}", str(major)).replace("{minor}", str(minor))
     text = text.replace("{scales}", SCALES if scales else NO_SCALES)
+    text = text.replace("{prepare}", f"  %xp = alloca float, i64 {prepared}, align 64\n"
+                                     "  call void @prepare(ptr %x, ptr %xp)\n" if prepared else "")
+    text = text.replace("{xp}", "%xp" if prepared else "%x")
     text = re.sub(r"\{fields:(\w+):([^}]*)\}", _fields, text)
     text = re.sub(r"\{load:(\w+):([^}]*)\}", _load, text)
     return text.replace("{panels}", str(panels)).replace("{max_threads}", str(MAX_THREADS))

@@ -141,13 +141,25 @@ def int4_loads(spec: KernelSpec, at: str, offsets: list[int], scaled: bool = Tru
     return "\n".join(out)
 
 
+PREPARED_MAX = 32768  # (int4, one row) floats of a prepared x held on the stack at most (128 KiB: k up to ~32 K)
+
+
+def prepared(spec: KernelSpec) -> int:
+    """(int4, one row of x) floats of what :func:`int4_row_product` makes of x once a call (``@prepare``, on the
+    stack of the handler or of ``@product``, then read by every panel): x as the panels read it (k values; the
+    spread form's order) and each group's sum ``X_g``; 0 where that would not fit :data:`PREPARED_MAX` (each
+    panel then makes its own)."""
+    n = spec.k + spec.k // spec.group
+    return n if n <= PREPARED_MAX else 0
+
+
 def int4_row_product(spec: KernelSpec) -> str:
     """(int4, one row of x) ``@panel(x, w, out, s, p)``: each weight row in turn, a group of k at a time: the
     products of x with the group's unsigned fields u (``q + 8``) summed, then scaled once,
-    ``y = sum_g s_g (x_g . u_g) - 8 sum_g s_g X_g`` with ``X_g`` the sum of x over group g (made once per panel),
+    ``y = sum_g s_g (x_g . u_g) - 8 sum_g s_g X_g`` with ``X_g`` the sum of x over group g,
     which is ``x . (q * s)`` to rounding (the "spread" form reads ``(16 + u) / 16``: :data:`UNSIGNED`, with x
-    copied once per panel in the order it reads the fields in).  Up to four groups a step, each with its own
-    accumulators."""
+    copied in the order it reads the fields in).  The sums ``X_g`` (and the spread form's copy of x) are made once
+    a call (:func:`prepared`), not once a panel.  Up to four groups a step, each with its own accumulators."""
     k, v, g = spec.k, VEC, spec.group
     form = int4_form(g)
     groups, per_group = k // g, g // VEC  # vectors of k a group
@@ -156,12 +168,15 @@ def int4_row_product(spec: KernelSpec) -> str:
     xs_loads = "\n".join(f"  %xq{j} = getelementptr float, ptr %xg, i64 {j * v}\n"
                           f"  %xv{j} = load <{v} x float>, ptr %xq{j}, align 4" for j in range(per_group))
     xs_sum, xs_total = sum_chain([f"%xv{j}" for j in range(per_group)], "xw", f"<{v} x float>")
-    prologue = f"""  %xsum = alloca float, i64 {groups}, align 64
-  br label %xs
+    once = prepared(spec) > 0
+    src, read = ("%xin", "%x") if once else ("%x", "%xperm" if form == "spread" else "%x")
+    # X_g per group into %xsum; the spread form also copies x into %xperm in the order it reads the fields in
+    # (spread_order), 64 values at a time: each vector of 8 two runs of 4, one 128-bit load each
+    sums = f"""  br label %xs
 xs:
   %gi = phi i64 [0, %entry], [%gi1, %xs]
   %xo = mul i64 %gi, {g}
-  %xg = getelementptr float, ptr %x, i64 %xo
+  %xg = getelementptr float, ptr {src}, i64 %xo
 {xs_loads}
 {xs_sum}
   %xr = call reassoc float @llvm.vector.reduce.fadd.v{v}f32(float 0.0, <{v} x float> {xs_total})
@@ -169,10 +184,9 @@ xs:
   store float %xr, ptr %xsp
   %gi1 = add i64 %gi, 1
   %gd = icmp eq i64 %gi1, {groups}
-  br i1 %gd, label %{"perm" if form == "spread" else "start"}, label %xs
+  br i1 %gd, label %{"perm" if form == "spread" else ("copy" if once else "start")}, label %xs
 """
-    if form == "spread":  # x in the order the fields are read in (int4_spread_loads), 64 values at a time: each
-        # vector of 8 two runs of 4 (spread_order), one 128-bit load each
+    if form == "spread":
         order, eight = spread_order(), "<" + ", ".join(f"i32 {i}" for i in range(8)) + ">"
         runs = "\n".join(f"""  %pa{t} = getelementptr float, ptr %cx, i64 {order[8 * t]}
   %pb{t} = getelementptr float, ptr %cx, i64 {order[8 * t + 4]}
@@ -181,22 +195,43 @@ xs:
   %lv{t} = shufflevector <4 x float> %la{t}, <4 x float> %lb{t}, <8 x i32> {eight}
   %ly{t} = getelementptr float, ptr %cy, i64 {8 * t}
   store <8 x float> %lv{t}, ptr %ly{t}, align 32""" for t in range(8))
-        prologue = f"  %xperm = alloca float, i64 {k}, align 64\n" + prologue + f"""perm:
+        sums += f"""perm:
   br label %pc
 pc:
   %ci = phi i64 [0, %perm], [%ci1, %pc]
   %co = mul i64 %ci, 64
-  %cx = getelementptr float, ptr %x, i64 %co
-  %cy = getelementptr float, ptr %xperm, i64 %co
+  %cx = getelementptr float, ptr {src}, i64 %co
+  %cy = getelementptr float, ptr {"%x" if once else "%xperm"}, i64 %co
 {runs}
   %ci1 = add i64 %ci, 1
   %cd = icmp eq i64 %ci1, {k // 64}
-  br i1 %cd, label %start, label %pc
+  br i1 %cd, label %{"done" if once else "start"}, label %pc
 """
+    elif once:
+        sums += f"""copy:
+  call void @llvm.memcpy.p0.p0.i64(ptr align 64 %x, ptr align 4 %xin, i64 {4 * k}, i1 false)
+  br label %done
+"""
+    if once:  # made once a call (the handler's, or @product's, stack): [x as read, k values][X_g, a group each]
+        prepare = f"""
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
+
+define internal void @prepare(ptr noalias %xin, ptr noalias %x) {{
+entry:
+  %xsum = getelementptr float, ptr %x, i64 {k}
+{sums}done:
+  ret void
+}}
+"""
+        prologue = f"  %xsum = getelementptr float, ptr %x, i64 {k}\n  br label %start\n"
+    else:  # (x too long for the stack) made in each panel
+        prepare = ""
+        prologue = (f"  %xsum = alloca float, i64 {groups}, align 64\n"
+                    + (f"  %xperm = alloca float, i64 {k}, align 64\n" if form == "spread" else "") + sums)
     lines = []
     for i in range(step):  # group i of the step: its vectors, two chains (first and second halves of blocks)
         if form == "spread":
-            lines.append(x_vectors([i * g + j * v for j in range(per_group)], f"g{i}", "%xperm"))
+            lines.append(x_vectors([i * g + j * v for j in range(per_group)], f"g{i}", read))
             lines.append(int4_spread_loads("%k", [i * g + c * 64 for c in range(per_group // 4)], f"g{i}"))
         else:
             lines.append(x_vectors([i * g + j * v for j in range(per_group)], f"g{i}"))
@@ -250,8 +285,9 @@ dot_done:
 declare float @llvm.fma.f32(float, float, float)
 declare float @llvm.vector.reduce.fadd.v{v}f32(float, <{v} x float>)
 declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
-{ {"lookup": PERMVAR, "spread": SPREAD_DECLS}.get(form, "")}""" + rows_panel(spec, 1, body, prologue) + walk(spec)
+{ {"lookup": PERMVAR, "spread": SPREAD_DECLS}.get(form, "")}""" + prepare + rows_panel(spec, 1, body, prologue) \
+        + walk(spec, prepared(spec))
 
 
-__all__ = ["LOOKUP", "PERMVAR", "SPREAD_BLOCK", "SPREAD_DECLS", "UNSIGNED", "U_TABLE", "int4_form", "int4_loads",
-           "int4_row_product", "int4_spread_loads", "permutes", "shuffles", "spread_order"]
+__all__ = ["LOOKUP", "PERMVAR", "PREPARED_MAX", "SPREAD_BLOCK", "SPREAD_DECLS", "UNSIGNED", "U_TABLE", "int4_form", "int4_loads",
+           "int4_row_product", "int4_spread_loads", "permutes", "prepared", "shuffles", "spread_order"]

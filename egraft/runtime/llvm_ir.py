@@ -33,7 +33,7 @@ from __future__ import annotations
 from .llvm_ffi import MAX_THREADS, module
 from .llvm_act8 import act8_product
 from .llvm_bf16 import bf16_product
-from .llvm_int4 import int4_row_product
+from .llvm_int4 import int4_row_product, prepared
 from .llvm_rows import rows_product
 from .llvm_short import short_product, takes as short_takes
 from .llvm_tiles import many_rows_product
@@ -137,7 +137,10 @@ entry:
 
 def module_ir(spec: KernelSpec) -> str:
     """The whole LLVM module for `spec`: the product and its XLA FFI handler (``runtime.llvm_ffi``)."""
-    return module(_batched(spec, _product(spec)), spec.jobs, scales=bool(spec.group))
+    text = _batched(spec, _product(spec))
+    # (int4's one-row product makes what it reads of x once a call: llvm_int4.prepared)
+    made = prepared(spec) if "define internal void @prepare(" in text else 0
+    return module(text, spec.jobs, scales=bool(spec.group), prepared=made)
 
 
 __all__ = ["KernelSpec", "LAYOUTS", "MAX_THREADS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "module_ir"]

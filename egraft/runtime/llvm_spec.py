@@ -197,16 +197,20 @@ def host_has(feature: str) -> bool:
     return bool(llvm.get_host_cpu_features().get(feature))
 
 
-def walk(spec: KernelSpec) -> str:
+def walk(spec: KernelSpec, prepared: int = 0) -> str:
     """``@product(x, panels, out, scales)``: every panel (of every product of a batch) in turn (whatever its
-    layout; `scales`: int4's, null otherwise), then the shared job's code (``runtime.llvm_ffi.SHARED``)."""
+    layout; `scales`: int4's, null otherwise), then the shared job's code (``runtime.llvm_ffi.SHARED``).
+    `prepared`: the form's ``@prepare(x, dst)`` makes that many floats of x once (on this stack), and the panels
+    read them in place of x."""
+    made, xp = ((f"  %xp = alloca float, i64 {prepared}, align 64\n  call void @prepare(ptr %x, ptr %xp)\n", "%xp")
+                if prepared else ("", "%x"))
     return f"""
 define void @product(ptr noalias %x, ptr noalias %panels, ptr noalias %out, ptr noalias %s) {{
 entry:
-  br label %loop
+{made}  br label %loop
 loop:
   %p = phi i64 [0, %entry], [%p1, %loop]
-  call void @panel(ptr %x, ptr %panels, ptr %out, ptr %s, i64 %p)
+  call void @panel(ptr {xp}, ptr %panels, ptr %out, ptr %s, i64 %p)
   %p1 = add i64 %p, 1
   %pd = icmp eq i64 %p1, {spec.jobs}
   br i1 %pd, label %done, label %loop

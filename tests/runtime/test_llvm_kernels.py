@@ -487,12 +487,14 @@ def test_the_int4_product_dequantises_in_registers_and_equals_float64_numpy(rows
 
 
 @pytest.mark.host_specific  # (the lookup only where the CPU has AVX-512F, the spread where it has AVX2)
+@pytest.mark.parametrize("made", ["call", "panel"])
 @pytest.mark.parametrize("form", ["convert", "spread", "lookup"])
-def test_the_one_row_int4_product_reads_fields_in_each_form_and_each_equals_numpy(form, monkeypatch):
+def test_the_one_row_int4_product_reads_fields_in_each_form_and_each_equals_numpy(form, made, monkeypatch):
     """A field's value is looked up where the host has AVX-512F (vpermps, runtime.llvm_int4.U_TABLE), looked up
     and spread into lanes where it has AVX2 (vpshufb, groups of 64 or more, x read in the order the fields are),
     elsewhere converted by xor, mask and convert: each form, forced, against float64 numpy (each only on a host
-    that has its instructions)."""
+    that has its instructions), with what it makes of x (the groups' sums, the spread's copy) made once a call
+    (``@prepare``) or, where x would not fit the stack, once a panel."""
     from egraft.runtime import llvm_int4
 
     if form == "lookup" and not llvm_int4.permutes():
@@ -500,22 +502,32 @@ def test_the_one_row_int4_product_reads_fields_in_each_form_and_each_equals_nump
     if form == "spread" and not llvm_int4.shuffles():
         pytest.skip("this CPU has no AVX2 (vpshufb on 32 bytes)")
     monkeypatch.setattr(llvm_int4, "int4_form", lambda group: "convert" if form == "spread" and group < 64 else form)
+    if made == "panel":
+        monkeypatch.setattr(llvm_int4, "PREPARED_MAX", 0)
     assert sorted(llvm_int4.spread_order()) == list(range(64))
     marks = {"lookup": "permvar", "spread": "pshuf.b", "convert": "sitofp"}
     for k, n, group in ((576, 96, 64), (128, 48, 32), (1536, 64, 128)):
-        n += 16 * ["convert", "spread", "lookup"].index(form)  # shapes of this form only: a process keeps each
-        seed = fresh_seed()  # spec's kernel as first made
+        # shapes of this form and this way only: a process keeps each spec's kernel as first made
+        n += 16 * ["convert", "spread", "lookup"].index(form) + 64 * (made == "panel")
+        seed = fresh_seed()
         x, packed, scales, w = _int4_case(1, k, n, group, seed)
         spec = lk.KernelSpec("int4", 1, k, -(-n // 32), 32, "rows", n % 32 and n, group)
         used = "convert" if form == "spread" and group < 64 else form
-        assert all((marks[f] in lk.module_ir(spec)) == (f == used) for f in marks), used
+        ir = lk.module_ir(spec)
+        assert all((marks[f] in ir) == (f == used) for f in marks), used
+        assert ("call void @prepare(" in ir) == (made == "call") == (llvm_int4.prepared(spec) == k + k // group)
         out = np.full((1, spec.panels * 32), np.nan, np.float32)
         lk.compiled(spec)(x.ctypes.data, packed.ctypes.data, out.ctypes.data, scales.ctypes.data)
-        _check(out[:, :n], x, w, f"{spec} form={used} seed={seed}")
+        _check(out[:, :n], x, w, f"{spec} form={used} made once a {made} seed={seed}")
+        if made == "call":  # through XLA's FFI as well (the handler makes it, on its own stack)
+            import jax
+
+            got = np.asarray(jax.jit(lambda a, b, c: lk.call(spec, a, b, c) * 2.0)(x, packed, scales)) / 2.0
+            _check(got[:, :n], x, w, f"{spec} form={used} through XLA seed={seed}")
 
 
 @pytest.mark.parametrize("rows,group", [(2, 32), (1, 64)])  # (one row, groups of 64: the host's one-row form,
-@pytest.mark.parametrize("cores", [1, 2])                   # the spread on an AVX2 host: x copied per panel)
+@pytest.mark.parametrize("cores", [1, 2])                   # the spread on an AVX2 host: x copied once a call)
 def test_an_int4_product_shared_with_helper_threads_gives_the_same_values(cores, rows, group, tmp_path):
     """The scales travel in the job the pool's helpers read (two cores) as in the direct call (one)."""
     seed = fresh_seed()
