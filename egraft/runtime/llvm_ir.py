@@ -78,19 +78,24 @@ exit:
 }}"""
 
 
-def _product(spec: KernelSpec) -> str:
+def _form(spec: KernelSpec):
+    """The function writing `spec`'s product code (the one place a spec's form is chosen)."""
+    if spec.act == "int8":
+        return act8_product
+    if spec.act == "bfloat16" and spec.rows == 1:
+        return bf16_product  # (more rows: the tiles, in pairs)
+    if spec.layout == "rows" and short_takes(spec):
+        return short_product
+    if spec.layout == "rows" and spec.rows == 1:
+        return int4_row_product if spec.group else rows_product
+    if spec.layout == "rows":
+        return many_rows_product
+    return _panels_product
+
+
+def _panels_product(spec: KernelSpec) -> str:
     """``@panel(x, panels, out, p)``: panel `p`'s row groups against it while it is in cache; ``@product``: every
     panel in turn; ``@work(job)``: panels claimed one at a time from a shared job (``runtime.llvm_ffi.SHARED``)."""
-    if spec.act == "int8":
-        return act8_product(spec)
-    if spec.act == "bfloat16" and spec.rows == 1:
-        return bf16_product(spec)  # (more rows: the tiles, in pairs)
-    if spec.layout == "rows" and short_takes(spec):
-        return short_product(spec)
-    if spec.layout == "rows" and spec.rows == 1:
-        return int4_row_product(spec) if spec.group else rows_product(spec)
-    if spec.layout == "rows":
-        return many_rows_product(spec)
     w, k, elem = spec.width, spec.k, WIDEN[spec.dtype][0]
     groups = row_groups("block", spec.rows, k, spec.panels * w, "entry", "ptr %pp")
     blocks = "".join(_row_block(spec, r) for r in group_sizes(spec.rows))
@@ -137,10 +142,10 @@ entry:
 
 def module_ir(spec: KernelSpec) -> str:
     """The whole LLVM module for `spec`: the product and its XLA FFI handler (``runtime.llvm_ffi``)."""
-    text = _batched(spec, _product(spec))
+    form = _form(spec)
     # (int4's one-row product makes what it reads of x once a call: llvm_int4.prepared)
-    made = prepared(spec) if "define internal void @prepare(" in text else 0
-    return module(text, spec.jobs, scales=bool(spec.group), prepared=made)
+    made = prepared(spec) if form is int4_row_product else 0
+    return module(_batched(spec, form(spec)), spec.jobs, scales=bool(spec.group), prepared=made)
 
 
 __all__ = ["KernelSpec", "LAYOUTS", "MAX_THREADS", "ROW_GROUP", "TILE", "VEC", "WIDEN", "WIDTHS", "module_ir"]
