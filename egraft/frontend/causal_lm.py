@@ -173,6 +173,8 @@ class StepModule(torch.nn.Module):
                              max_context=max_length)
         self._layer = slot_layer_class()
         self.register_buffer("_slots", torch.arange(cache_len, device=device), persistent=False)
+        table = model.get_input_embeddings()
+        self._tokens = min(vocab, getattr(table, "num_embeddings", vocab))  # the ids example_inputs spreads over
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, slot_mask: torch.Tensor) -> torch.Tensor:
         from transformers.cache_utils import Cache
@@ -205,7 +207,9 @@ class StepModule(torch.nn.Module):
         `context` slots (None: max_length), for ``torch.export`` / compiling."""
         b, dev = rows or self.spec.max_batch, self._slots.device
         context = context or self.spec.full_context
-        ids = torch.zeros(b, chunk, dtype=torch.int64, device=dev)
+        # tokens spread over the vocabulary (not all one token): the compile checks each program on these and on a
+        # random set drawn within their range (``measure.like``), so the embedding and the head are read at many rows
+        ids = ((torch.arange(b * chunk, device=dev) * 7919 + 13) % self._tokens).reshape(b, chunk)
         pos = torch.arange(chunk, device=dev)[None, :].expand(b, chunk).contiguous()
         mask = self._slots[None, :context].expand(b, -1) < chunk
         return ids, pos, mask

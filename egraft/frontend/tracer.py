@@ -2,11 +2,15 @@
 
 Two stages, each usable alone:
 
-1. :func:`export_program` — ``torch.export.export`` and then
-   ``run_decompositions`` with :func:`decomposition_table`: core ATen, except
-   for the mid-level ops listed in :data:`KEEP_WHOLE` (attention, norms,
-   softmax, GELU/SiLU), which stay one node so their lowering is the exact
-   primitive form the e-graph's idiom rules recognise.
+1. :func:`export_program` — ``torch.export.export``, then core ATen with
+   :func:`decomposition_table`, except for the mid-level ops listed in
+   :data:`KEEP_WHOLE` (attention, norms, softmax, GELU/SiLU), which stay one
+   node so their lowering is the exact primitive form the e-graph's idiom
+   rules recognise.  The exported graph is kept as it is when
+   :mod:`egraft.frontend.training_ir` can make its in-place updates
+   functional, and each node that needs it is decomposed as it is lowered
+   (the graph ``run_decompositions`` would give, without its second trace of
+   the whole model); otherwise ``run_decompositions`` makes it.
 2. :func:`lower_program` — one rule per ATen op from
    ``egraft.frontend.lowering.LOWERINGS``, run node by node on a ``GraphBuilder``.
    Each result is checked against the node's ``meta['val']`` (shape; dtype
@@ -39,7 +43,6 @@ Graph conventions (what :func:`trace` returns):
 
 from __future__ import annotations
 
-import functools
 import operator
 import os
 import re
@@ -55,42 +58,11 @@ from ..ir.builder import GraphBuilder, Tensor
 from ..ir.graph import Graph
 from ..ir.tensors import ir_dtypes, torch_dtype
 from .lowering import UNSUPPORTED_HINTS, Ctx, Missing, lookup, op_name
+from . import training_ir
+from .decomposition import KEEP_WHOLE, decomposition_table  # noqa: F401 (public here too)
 from .signature import input_specs
 from .sizes import SizeBinding, is_size, is_symbolic
 from .weights import WeightCopies
-
-aten = torch.ops.aten
-
-# Mid-level ops kept out of the core-ATen decomposition: their rules write the
-# primitive forms of egraft's idioms (Attention, Softmax, LayerNorm, RMSNorm)
-# and of GELU/SiLU, instead of torch's longer decompositions (e.g. SDPA's
-# ~25-op math path with its masked-row guard).
-KEEP_WHOLE = (
-    aten.scaled_dot_product_attention,
-    aten.layer_norm, aten.native_layer_norm,
-    aten.rms_norm,
-    aten.softmax, aten._softmax, aten._safe_softmax,
-    aten.log_softmax, aten._log_softmax,
-    aten.gelu, aten.silu,
-)
-
-
-def decomposition_table() -> dict:
-    """The core-ATen decomposition table minus :data:`KEEP_WHOLE` (a fresh copy each call)."""
-    return dict(_decomposition_table())
-
-
-@functools.lru_cache(maxsize=1)
-def _decomposition_table() -> dict:
-    from torch._decomp import core_aten_decompositions
-
-    table = dict(core_aten_decompositions())
-    keep = set(KEEP_WHOLE)
-    for op in list(table):
-        if getattr(op, "overloadpacket", None) in keep:
-            del table[op]
-    return table
-
 
 # --- stage 1: export ----------------------------------------------------------------
 
@@ -105,7 +77,9 @@ class _FunctionModule(torch.nn.Module):
 
 def export_program(model, example_inputs: Sequence[Any], kwargs: dict | None = None,
                    decompositions: dict | None = None, dynamic_shapes=None) -> torch.export.ExportedProgram:
-    """torch.export the model and decompose it to core ATen (minus :data:`KEEP_WHOLE`).
+    """torch.export the model and decompose it to core ATen (minus :data:`KEEP_WHOLE`): at lowering, node by node,
+    where :func:`egraft.frontend.training_ir.prepare` takes the exported graph; by ``run_decompositions`` otherwise
+    and whenever `decompositions` is given.
 
     `dynamic_shapes`: torch.export's, to export one program for a range of sizes
     (:func:`lower_program` then lowers it at concrete shapes)."""
@@ -138,6 +112,8 @@ def export_program(model, example_inputs: Sequence[Any], kwargs: dict | None = N
             "traceable (no data-dependent python control flow, no .item()/.tolist() feeding python logic, no "
             "unsupported python side effects); torch's message above says where. "
             "See https://pytorch.org/docs/stable/export.html") from e
+    if decompositions is None and training_ir.wanted() and training_ir.prepare(ep):
+        return ep  # lowered as it is, each node as run_decompositions would make it (module training_ir)
     try:
         with warnings.catch_warnings():  # torch's own deepcopy of pytree specs warns about its own API
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -196,6 +172,13 @@ def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None
     `specs`: :func:`~egraft.frontend.signature.input_specs` of `ep` when the caller read them already
     (a program of fixed sizes, unchanged since); read here otherwise.
     """
+    try:
+        return _lower_program(ep, weights, shapes, specs)
+    except training_ir.Undecomposed:  # a node torch would not trace alone: the whole program decomposed after all
+        return _lower_program(training_ir.decomposed(ep), weights, shapes, None)
+
+
+def _lower_program(ep, weights, shapes, specs) -> Graph:
     copies = WeightCopies() if weights is None else weights
     from torch.export.graph_signature import InputKind, OutputKind
 
@@ -223,15 +206,26 @@ def lower_program(ep: torch.export.ExportedProgram, weights: WeightCopies | None
             env[node] = b.input(s.name, s.shape, s.dtype, role=s.role)
         else:  # a python constant kwarg: baked in by export
             env[node] = getattr(spec.arg, "value", None)
-    for node in ep.graph.nodes:
-        if node.op == "call_function":
-            size = node.meta.get("val") if shapes is not None else None
-            if is_size(size):  # a size the model computes (sym_size, operator.sub, ...): its value at `shapes`
-                env[node] = meta(node)
-            else:
-                env[node] = _lower_node(b, node, env, meta)
-        elif node.op == "output":
-            outs = node.args[0]
+    def lower(node, env):
+        if shapes is not None and is_size(node.meta.get("val")):
+            return meta(node)  # a size the model computes (sym_size, operator.sub, ...): its value at `shapes`
+        return _lower_node(b, node, env, meta)
+
+    decomposer = training_ir.Decomposer(ep) if training_ir.is_prepared(ep) else None
+    try:
+        for node in ep.graph.nodes:
+            if node.op == "call_function":
+                t = node.target
+                if (decomposer is not None and isinstance(t, torch._ops.OpOverload)
+                        and not is_size(node.meta.get("val")) and training_ir.needs_decomposing(t)):
+                    env[node] = decomposer.lower(node, env, lower)
+                else:
+                    env[node] = lower(node, env)
+            elif node.op == "output":
+                outs = node.args[0]
+    finally:
+        if decomposer is not None:
+            decomposer.close()
     outputs, aliases = [], {}
     for spec, out in zip(gs.output_specs, outs):
         if spec.kind in mutated:

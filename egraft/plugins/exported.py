@@ -21,6 +21,7 @@ import torch
 from ..errors import UnsupportedOpError
 from ..frontend import export_program, lower_program, require_pure
 from ..frontend.signature import input_specs
+from ..frontend.tracer import decomposition_table
 from ..ir.signature import Signature
 from ..ir.evaluate import to_numpy
 from ..measure import like
@@ -57,7 +58,9 @@ def export(module: torch.nn.Module, user_args: Sequence[torch.Tensor], inputs_st
     """
     # detached: a tensor Dynamo's caller marked dynamic (torch._dynamo.mark_dynamic, as vLLM does) carries the
     # mark as a python attribute, and torch.export would try to keep that size symbolic; egraft exports one size
-    ep = export_program(module, tuple(a.detach() for a in user_args))
+    # (decomposed to core ATen here, not lowered as exported: the fallback partitioner (.partition) decides which
+    # nodes egraft takes by reading the exported graph's ops)
+    ep = export_program(module, tuple(a.detach() for a in user_args), decompositions=decomposition_table())
     sig, specs = input_specs(ep)
     if inputs_state:
         buffers = [name for _, name in sig.aliases if sig[name].source is None]

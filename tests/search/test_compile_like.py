@@ -65,7 +65,12 @@ def test_a_new_size_reuses_the_winner_without_a_search(monkeypatch):
     # against a reference (the user's model) on given sets, as the Dynamo bucket runner checks it
     sets = [[torch.randn(12, 8)], [torch.randn(12, 8)]]
     checked = compile_like(prior, big, _config(), reference=model, check_sets=sets)
-    assert not checked.searched and checked.check["sets"] == 2 and searches.calls == 1
+    # (the searched size was checked on the example inputs; another size is checked on the fresh set, the last)
+    assert not checked.searched and checked.check["sets"] == 1 and searches.calls == 1
+    fresh = sets[-1][0]
+    wrong_on_fresh = lambda t: model(t) * (1.01 if t is fresh else 1.0)  # noqa: E731
+    with pytest.raises(ValidationError, match="on fresh random inputs"):
+        compile_like(prior, big, _config(), reference=wrong_on_fresh, check_sets=sets)
 
 
 def test_an_unusable_choice_falls_back_to_a_search(monkeypatch):

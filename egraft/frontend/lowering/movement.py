@@ -57,7 +57,7 @@ def squeeze(ctx, x, dim=None):
     return x.squeeze(dim if dim is None or isinstance(dim, int) else tuple(dim))
 
 
-@lowering("aten.clone", "aten.alias", "aten.detach")
+@lowering("aten.clone", "aten.alias", "aten.detach", "aten.lift_fresh_copy")
 def identity(ctx, x, *args, **kwargs):
     """No memory in the IR: copies and aliases are the value itself."""
     return x
