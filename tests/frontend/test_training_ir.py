@@ -49,10 +49,14 @@ def _same(a, b, what):
     assert a.structural_hash() == b.structural_hash(), f"{what}: the kept graph lowers otherwise than the decomposed"
 
 
-def _step_family(name, rows):
+def _step_family(name, rows, quantize=None):
     from egraft.frontend.causal_lm import step_module
+    from egraft.frontend.quantize import quantize as quantized
 
-    step = step_module(tiny_family(name), rows, 64)
+    model = tiny_family(name)
+    if quantize is not None:
+        model, _ = quantized(model, quantize, 32 if quantize == "int4" else None)
+    step = step_module(model, rows, 64)
     chunk = {1: Dim("chunk", min=1, max=max(step.spec.chunks))}
     kept, decomposed = _both(step, step.example_inputs(4, None, rows), dynamic_shapes=(chunk, chunk, None))
     for c in (1, 4, 16):
@@ -64,6 +68,11 @@ def _step_family(name, rows):
 @pytest.mark.parametrize("name,rows", [("llama", 1)] + [(n, 2) for n in CI_FAMILIES])
 def test_generation_steps_lower_to_the_decomposed_graph(name, rows):
     _step_family(name, rows)
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4", "w8a8"])
+def test_quantised_steps_lower_to_the_decomposed_graph(mode):
+    _step_family("llama", 2, quantize=mode)  # (egraft's quantised layers: custom ops and integer weights)
 
 
 @pytest.mark.slow
