@@ -137,6 +137,20 @@ def _is_view(node: torch.fx.Node) -> bool:
     return any(r.alias_info is not None for r in t._schema.returns)
 
 
+def _view_read_after(write: torch.fx.Node, tensors: list, order: dict) -> bool:
+    """Whether a view of `tensors` (the written tensor and its earlier writes), taken before `write`, directly or
+    through other views (``split`` then ``getitem``), is read after it: such a view would see the write."""
+    seen, stack = set(), list(tensors)
+    while stack:
+        for u in stack.pop().users:
+            if u is not write and u not in seen and order[u] < order[write] and _is_view(u):
+                if any(order[v] > order[write] for v in u.users):
+                    return True
+                seen.add(u)
+                stack.append(u)
+    return False
+
+
 def prepare(ep) -> bool:
     """Make `ep`'s in-place updates functional in place (module docstring); whether `ep` can be lowered as it is.
 
@@ -168,10 +182,8 @@ def prepare(ep) -> bool:
             return False  # a write through a view reaches its base
         if root.op == "placeholder" and kind[root].kind not in (InputKind.BUFFER, InputKind.USER_INPUT):
             return False
-        # a view of the tensor taken before the write and read after it would see the write
-        for u in list(root.users) + [u for w, r in root_of.items() if r is root for u in w.users]:
-            if u is not n and order[u] < order[n] and _is_view(u) and any(order[v] > order[n] for v in u.users):
-                return False
+        if _view_read_after(n, [root] + [w for w, r in root_of.items() if r is root], order):
+            return False
         writes.append((n, f))
         root_of[n] = root
     last: dict[torch.fx.Node, torch.fx.Node] = {}  # a written buffer or input -> its last write

@@ -150,8 +150,17 @@ class _ViewReadAfter(torch.nn.Module):
         return v + 0  # ...and read after it: it sees the write
 
 
-@pytest.mark.parametrize("model,x", [(_ThroughView(), torch.randn(4, 3)), (_ViewReadAfter(), torch.randn(4, 5))],
-                         ids=["write-through-a-view", "view-read-after-a-write"])
+class _ViewOfViewReadAfter(torch.nn.Module):
+    def forward(self, x):
+        h = x + 1
+        a, b = h.split([2, 3], dim=1)  # views through a list (split, then getitem)...
+        h.mul_(3)
+        return a + b.sum(1, keepdim=True)  # ...read after the write
+
+
+@pytest.mark.parametrize("model,x", [(_ThroughView(), torch.randn(4, 3)), (_ViewReadAfter(), torch.randn(4, 5)),
+                                     (_ViewOfViewReadAfter(), torch.randn(4, 5))],
+                         ids=["write-through-a-view", "view-read-after-a-write", "view-of-a-view-read-after"])
 def test_writes_prepare_cannot_rewrite_are_decomposed_and_still_right(model, x):
     ep = export_program(model, (x,))
     assert not training_ir.is_prepared(ep)
