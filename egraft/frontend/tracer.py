@@ -215,9 +215,7 @@ def _lower_program(ep, weights, shapes, specs) -> Graph:
     try:
         for node in ep.graph.nodes:
             if node.op == "call_function":
-                t = node.target
-                if (decomposer is not None and isinstance(t, torch._ops.OpOverload)
-                        and not is_size(node.meta.get("val")) and training_ir.needs_decomposing(t)):
+                if decomposer is not None and decomposer.takes(node):
                     env[node] = decomposer.lower(node, env, lower)
                 else:
                     env[node] = lower(node, env)

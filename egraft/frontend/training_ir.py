@@ -49,7 +49,9 @@ import torch
 
 ENV_VAR = "EGRAFT_DECOMPOSE"
 
-_PREPARED: "weakref.WeakSet" = weakref.WeakSet()  # exported programs prepare() made functional (kept undecomposed)
+# the exported programs prepare() made functional (kept undecomposed) -> their decompositions traced so far (per
+# call key: a program's other sizes reuse them)
+_KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def wanted() -> bool:
@@ -83,12 +85,13 @@ def decomposed(ep):
     from .decomposition import decomposition_table
 
     if ep not in _DECOMPOSED:
+        ep.graph_module.recompile()  # the module's code follows the graph prepare() rewrote: torch runs it here
         _DECOMPOSED[ep] = ep.run_decompositions(decomposition_table())
     return _DECOMPOSED[ep]
 
 
 def is_prepared(ep) -> bool:
-    return ep in _PREPARED
+    return ep in _KEPT
 
 
 @functools.lru_cache(maxsize=1)
@@ -207,12 +210,8 @@ def prepare(ep) -> bool:
     ep.graph_signature.output_specs[:0] = specs
     ep.graph.eliminate_dead_code()  # what nothing reads is not lowered (run_decompositions drops it too)
     ep.graph.lint()
-    ep.graph_module.recompile()  # the module's code follows its graph (run_decompositions runs it: decomposed())
-    _PREPARED.add(ep)
+    _KEPT[ep] = {}
     return True
-
-
-_TRACES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # prepared program -> its Decomposer's traces
 
 
 class Decomposer:
@@ -223,11 +222,19 @@ class Decomposer:
     def __init__(self, ep):
         from torch._guards import detect_fake_mode
 
-        self._traces: dict[tuple, torch.fx.GraphModule] = _TRACES.setdefault(ep, {})
+        self._traces: dict[tuple, torch.fx.GraphModule] = _KEPT[ep]
         self._overrides = None
         # the export's fake mode (its shape environment holds the size symbols): a traced op that makes a tensor
         # from sizes alone (arange(t - 1)) makes a fake one there, of symbolic size, not a real one of the example's
         self._fake = detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"])
+
+    @staticmethod
+    def takes(node: torch.fx.Node) -> bool:
+        """Whether `node` is a call ``run_decompositions`` would rewrite (not a size the model computes)."""
+        t = node.target
+        return (isinstance(t, torch._ops.OpOverload)
+                and not isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat))
+                and needs_decomposing(t))
 
     def close(self) -> None:
         if self._overrides is not None:

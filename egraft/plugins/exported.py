@@ -21,7 +21,7 @@ import torch
 from ..errors import UnsupportedOpError
 from ..frontend import export_program, lower_program, require_pure
 from ..frontend.signature import input_specs
-from ..frontend.tracer import decomposition_table
+from ..frontend.decomposition import decomposition_table
 from ..ir.signature import Signature
 from ..ir.evaluate import to_numpy
 from ..measure import like
