@@ -42,6 +42,7 @@ from importlib import metadata
 
 from ..errors import ArtifactError, IRError
 from ..ir.signature import InputSpec, OutputSpec, Signature
+from .hashed import sha256_file
 
 FORMAT = "egraft-artifact"
 FORMAT_VERSION = 1
@@ -61,14 +62,6 @@ class ArtifactVersionWarning(UserWarning):
 
 def sha256_bytes(data) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def egraft_version() -> str:

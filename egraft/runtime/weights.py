@@ -16,7 +16,8 @@ because of two choices safetensors leaves open:
   CPU client then uses a tensor where it lies instead of copying it
   (``ir.tensors.ALIGN``);
 * **memory-mapped reads.**  :func:`map_weights` checks the file's SHA-256
-  (streamed) and maps it read-only: the arrays are views of the page cache,
+  (streamed; or the one remembered for the unchanged file, ``runtime.hashed``)
+  and maps it read-only: the arrays are views of the page cache,
   shared by every program that binds them, so loading costs about the
   weights' size in memory once, and nothing more per program.  Weights a
   CPU reads are, asked for (``EGRAFT_HUGE_PAGES=1``), read instead into
@@ -38,7 +39,7 @@ import numpy as np
 from ..errors import ArtifactError
 from ..ir import dtypes
 from ..ir.tensors import ALIGN
-from .manifest import sha256_file
+from .hashed import known_sha256
 
 WEIGHTS_FILE = "weights.safetensors"
 
@@ -85,7 +86,7 @@ def map_weights(path: str, sha256: str | None = None, remedy: str = "rebuild it 
         raise ArtifactError(f"{path} is missing from the artifact; copy the whole directory (or {remedy})")
     wanted = huge_pages and hp.offered() and os.path.getsize(path) >= hp.HUGE_PAGE
     read = hp.read_file(path) if wanted else None
-    if sha256 is not None and (read[1] if read else sha256_file(path)) != sha256:
+    if sha256 is not None and (read[1] if read else known_sha256(path)) != sha256:
         raise ArtifactError(f"{path} was modified after the artifact was written (its SHA-256 differs from the "
                             f"one recorded): {remedy}")
     if os.path.getsize(path) == 0:

@@ -1,0 +1,101 @@
+"""A file's SHA-256 remembered by its identity and times (``egraft.runtime.hashed``): reused while the file is
+unchanged, recomputed after any write, never trusted from a record made in the same moment as the file."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import numpy as np
+import pytest
+
+from egraft.errors import ArtifactError
+from egraft.runtime import hashed
+from egraft.runtime.weights import map_weights, write_weights
+
+
+@pytest.fixture
+def counted(monkeypatch, tmp_path):
+    """The cache under `tmp_path`, and a list that grows by one each time a file is actually read and hashed."""
+    monkeypatch.setenv("EGRAFT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(hashed.ENV_VAR, raising=False)
+    reads = []
+    real = hashed.sha256_file
+    monkeypatch.setattr(hashed, "sha256_file", lambda p: reads.append(p) or real(p))
+    return reads
+
+
+def _file(path, seed: int, n: int = 1 << 16) -> str:
+    data = np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _flip_last_byte_keeping_mtime(path) -> None:
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        b = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([b ^ 0xFF]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the modification time set back; the change time moves
+
+
+def test_a_settled_record_is_reused_and_any_write_is_seen(counted, monkeypatch, tmp_path):
+    monkeypatch.setattr(hashed, "SETTLED", 0.0)  # (a record counts at once: the file was written before it)
+    path = tmp_path / "w.bin"
+    want = _file(path, seed=int(time.time_ns() % 2**31))
+    assert hashed.known_sha256(str(path)) == want and len(counted) == 1
+    assert hashed.known_sha256(str(path)) == want and len(counted) == 1  # from the record: not read again
+    time.sleep(0.05)  # (past the file clock's tick: the write below gets a later change time)
+    _flip_last_byte_keeping_mtime(path)
+    got = hashed.known_sha256(str(path))
+    assert got != want and got == hashlib.sha256(path.read_bytes()).hexdigest() and len(counted) == 2
+
+
+def test_a_record_made_as_the_file_was_written_is_not_trusted(counted, tmp_path):
+    path = tmp_path / "w.bin"
+    want = _file(path, seed=7)
+    for k in range(3):  # (written under SETTLED seconds before each record: hashed every time)
+        assert hashed.known_sha256(str(path)) == want and len(counted) == k + 1
+
+
+def test_rehash_env_var_and_an_unwritable_cache(counted, monkeypatch, tmp_path):
+    monkeypatch.setattr(hashed, "SETTLED", 0.0)
+    path = tmp_path / "w.bin"
+    want = _file(path, seed=11)
+    monkeypatch.setenv(hashed.ENV_VAR, "1")
+    assert [hashed.known_sha256(str(path)) for _ in range(2)] == [want, want] and len(counted) == 2
+    assert not (tmp_path / "cache" / "hashed").exists()  # nothing recorded
+    monkeypatch.delenv(hashed.ENV_VAR)
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("EGRAFT_CACHE_DIR", str(blocker))  # the records cannot be written: only the hash is paid
+    assert [hashed.known_sha256(str(path)) for _ in range(2)] == [want, want] and len(counted) == 4
+
+
+def test_a_corrupt_record_is_ignored(counted, monkeypatch, tmp_path):
+    monkeypatch.setattr(hashed, "SETTLED", 0.0)
+    path = tmp_path / "w.bin"
+    want = _file(path, seed=13)
+    hashed.known_sha256(str(path))
+    (record,) = (tmp_path / "cache" / "hashed").iterdir()
+    record.write_text('{"sha256": 5')
+    assert hashed.known_sha256(str(path)) == want and len(counted) == 2
+
+
+def test_mapped_weights_modified_after_a_record_are_refused(counted, monkeypatch, tmp_path):
+    monkeypatch.setattr(hashed, "SETTLED", 0.0)
+    rng = np.random.default_rng(int(time.time_ns() % 2**31))
+    path = tmp_path / "weights.safetensors"
+    write_weights(str(path), {"w": rng.standard_normal((8, 16)).astype(np.float32)})
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    first = map_weights(str(path), sha)
+    again = map_weights(str(path), sha)
+    assert len(counted) == 1 and np.array_equal(first["w"], again["w"])
+    del first, again
+    time.sleep(0.05)
+    _flip_last_byte_keeping_mtime(path)
+    with pytest.raises(ArtifactError, match="was modified after the artifact was written"):
+        map_weights(str(path), sha)
