@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from .half_products import FloatProducts, float_products_for
 from ..frontend import trace
 from ..ir import dtypes
 from ..ir.tensors import ir_dtypes
@@ -238,6 +239,7 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
     outs: list = []
     state = tuple((s.name, s) for s in states)
     n_user = len(args) + len(kwarg_order)
+    products = float_products_for(model)  # (a CPU without half-precision matrix instructions: half_products)
 
     def reference(*flat):  # the model in eager PyTorch, on one flat input list (then the state's values)
         saved = [model.get_buffer(n).clone() for n, _ in state]
@@ -245,7 +247,8 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
             for (n, _), v in zip(state, flat[n_user:]):
                 model.get_buffer(n).copy_(v)
         try:
-            out = model(*flat[:len(args)], **dict(zip(kwarg_order, flat[len(args):n_user])), **values)
+            with products:
+                out = model(*flat[:len(args)], **dict(zip(kwarg_order, flat[len(args):n_user])), **values)
             new = tuple(model.get_buffer(n).clone() for n, _ in state)
         finally:
             with torch.no_grad():
@@ -261,8 +264,10 @@ def build(model: torch.nn.Module, args: tuple, kwargs: dict, key: tuple, config:
             flat_inputs(*fresh, kwarg_order) + list(like(tuple(bufs), None, config.seed + 1)[0])]
     label = f"{type(model).__name__} for {name}"
     prior = None if reuse is None else reuse.compiled
+    against = "eager PyTorch" + (" (its half-precision matrix products in float32, rounded once)"
+                                 if isinstance(products, FloatProducts) else "")
     done = compile_program(graph, config, reference=reference, check_sets=sets, label=label,
-                           against="eager PyTorch", prior=prior)
+                           against=against, prior=prior)
     if not outs:  # not checked (validate=False): one eager call for the output structure
         with torch.no_grad():
             reference(*sets[0])
