@@ -208,7 +208,7 @@ def sizes_section(raw: dict, step: str, ratios: Ratios) -> dict:
     for r in raw.get("rows", []):
         prec = precision(r)
         base = f"{step}/{r['model']}/{prec}"
-        load = _keep(r.get("load"), ("load_s", "cold_load_s", "decode_tok_s", "decode_spread", "prefill_ms"))
+        load = _keep(r.get("load"), ("load_s", "reload_s", "cold_load_s", "decode_tok_s", "decode_spread", "prefill_ms"))
         for peer in ("hf_eager", "hf_static_inductor"):
             load[f"vs_{peer}"] = _vs((r.get("load") or {}).get(f"egraft_vs_{peer}"), ratios, f"{base}/{peer}",
                                      f"decode, {r['model']} {prec}, one core: egraft over {GEN_LABELS[peer]}")

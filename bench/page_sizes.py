@@ -56,8 +56,9 @@ def compile_rows(step: str, sec: dict) -> list[list]:
         c, ld = r["compile"], r["load"]
         peak = (f"{c['peak_rss'] / 1e9:.2f} ({c['peak_over_weights']:.1f} × weights)"
                 if ingest.finite(c.get("peak_rss")) and ingest.finite(c.get("peak_over_weights")) else "-")
-        load = _num(ld.get("load_s")) + (f" ({_num(ld.get('cold_load_s'))} cold)"
-                                         if ingest.finite(ld.get("cold_load_s")) else "")
+        again = [f"{_num(ld['reload_s'])} again"] if ingest.finite(ld.get("reload_s")) else []
+        cold = [f"{_num(ld['cold_load_s'])} cold"] if ingest.finite(ld.get("cold_load_s")) else []
+        load = _num(ld.get("load_s")) + (f" ({', '.join(again + cold)})" if again + cold else "")
         vs = (ld.get("vs_hf_eager") or {}).get("text", "-")
         if ingest.finite((ld.get("decode_tok_s") or {}).get("hf_static_inductor")):  # run with --inductor
             vs += (f"; Inductor {_num(ld['decode_tok_s']['hf_static_inductor'])} tok/s, "
@@ -117,7 +118,8 @@ def sizes_lines(secs: dict) -> list[str]:
     lines += ["", "Later runs superseded earlier ones as the work went on (the list is in file-name order; the "
               "README quotes " + ", ".join(f"`{h}`" for h in HEADLINE) + ").",
               "", "Compile (seconds, peak RSS in GB), the artifact's size over the weights', a fresh "
-              "process's load (seconds), and one pinned core's decode tokens/s and prefill ms of the loaded "
+              "process's load (seconds; again: a second fresh process, which imports torch inside the timed load; cold: "
+              "one with an empty cache directory), and one pinned core's decode tokens/s and prefill ms of the loaded "
               "artifact against HF eager (a run with `--inductor` also times HF with a static cache under "
               "torch.compile's Inductor: its tokens/s and egraft over it follow the ratio; `torchao-*` rows run "
               "torchao's layers in HF; `gptq-*` / `awq-*` rows run the checkpoint's dequantised float model in HF):",
