@@ -23,7 +23,6 @@ from ..runtime.manifest import is_artifact
 def save_generation(generation, directory: str, *, model: str) -> str:
     """Write `generation` (an ``api.generation.Generation``) to `directory`; returns its path."""
     from ..backends.artifact import WeightStore, commit_staged, save_artifact
-    from ..runtime.manifest import sha256_file
     from ..runtime.weights import WEIGHTS_FILE
 
     directory = os.path.abspath(os.fspath(directory))
@@ -43,10 +42,10 @@ def save_generation(generation, directory: str, *, model: str) -> str:
                           meta={"model": f"{model} step x{b.chunk} of {b.rows} row(s) reading {b.context} slots",
                                 "input_names": list(prog.input_names)})
             programs[b.name] = {"chunk": b.chunk, "context": b.context, "rows": b.rows}
-        store.write(os.path.join(stage, WEIGHTS_FILE))
+        weights_sha = store.write(os.path.join(stage, WEIGHTS_FILE))
         doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model,
                "spec": spec_to_dict(generation.spec), "programs": programs,
-               "weights": {"file": WEIGHTS_FILE, "sha256": sha256_file(os.path.join(stage, WEIGHTS_FILE)),
+               "weights": {"file": WEIGHTS_FILE, "sha256": weights_sha,
                            "tensors": len(store.arrays), "bytes": store.nbytes},
                "compiled": generation.describe()}
         with open(os.path.join(stage, GENERATION_FILE), "w") as f:

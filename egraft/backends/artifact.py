@@ -97,8 +97,9 @@ class WeightStore:
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.arrays.values()))
 
-    def write(self, path: str) -> None:
-        write_weights(path, self.arrays)
+    def write(self, path: str) -> str:
+        """Write the weights file; its SHA-256."""
+        return write_weights(path, self.arrays)
 
 
 @dataclass

@@ -29,6 +29,7 @@ because of two choices safetensors leaves open:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -48,8 +49,9 @@ _CODES = {r.safetensors: d for d, r in dtypes.ROWS.items()}
 _HEADER_MAX = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
 
 
-def write_weights(path: str, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write `arrays` (name -> array in an IR dtype) to the safetensors file `path` (aligned: the module docstring)."""
+def write_weights(path: str, arrays: Mapping[str, np.ndarray]) -> str:
+    """Write `arrays` (name -> array in an IR dtype) to the safetensors file `path` (aligned: the module docstring);
+    the SHA-256 of the bytes written (hashed as they are written: no second read of gigabytes)."""
     clean = {}
     for name, a in arrays.items():
         a = np.asarray(a)
@@ -65,12 +67,16 @@ def write_weights(path: str, arrays: Mapping[str, np.ndarray]) -> None:
         offset += a.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((-(8 + len(text))) % ALIGN)
+    h = hashlib.sha256()
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
+        for piece in [struct.pack("<Q", len(text)), text]:
+            h.update(piece)
+            f.write(piece)
         for name in order:
-            a = clean[name]
-            f.write(memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8)))
+            piece = memoryview(np.ascontiguousarray(clean[name]).reshape(-1).view(np.uint8))
+            h.update(piece)
+            f.write(piece)
+    return h.hexdigest()
 
 
 def map_weights(path: str, sha256: str | None = None, remedy: str = "rebuild it with `egraft compile`",

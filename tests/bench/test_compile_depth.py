@@ -66,6 +66,7 @@ def test_with_reps_the_row_is_the_rep_of_the_median_total():
     assert cd._median_rep(reps[1:2])["id"] == 1
 
 
+@pytest.mark.slow  # a bench script's whole run (compile, save, timing children): by hand with -m slow
 def test_a_tiny_run_writes_the_record(tmp_path):
     out = tmp_path / "depth.json"
     cmd = [sys.executable, str(BENCH / "compile_depth.py"), "--layers", "1", "2", "--hidden", "64", "--heads", "2",

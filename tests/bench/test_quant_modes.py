@@ -7,10 +7,13 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import quant_modes  # noqa: E402
 
 
+@pytest.mark.slow  # a bench script's whole run (compile, save, timing children): by hand with -m slow
 def test_a_tiny_run_times_both_modes_in_one_process_and_writes_the_record(tmp_path):
     # 16 new tokens: a decode step's time is the difference of two generate calls, and at 4 tokens of the tiny
     # model that difference fell below zero in every round on a loaded host (the suite beside it), which

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace as NS
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import step_profile  # noqa: E402
 
@@ -29,6 +31,7 @@ def test_only_the_last_executions_operations_are_counted_by_kind():
     assert kinds == {"ffi_call": [16, 2], "ynn_fusion": [15, 1]}
 
 
+@pytest.mark.slow  # a bench script's whole run (compile, save, timing children): by hand with -m slow
 def test_a_tiny_model_is_compiled_profiled_and_recorded(tmp_path):
     out = tmp_path / "profile.json"
     assert step_profile.main(["--model", "llama-tiny", "--quantize", "int8", "--budget", "2s", "--new", "4",

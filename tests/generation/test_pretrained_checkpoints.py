@@ -190,7 +190,8 @@ def test_the_cli_reads_a_checkpoint_directory(tmp_path):
 
 
 @pytest.mark.parametrize("family, method, kw", [("llama", "gptq", dict(act_order=True)), ("qwen2", "awq", {}),
-                                                 ("qwen2", "gptq", dict(bits=8, group=-1))])
+                                                 pytest.param("qwen2", "gptq", dict(bits=8, group=-1),
+                                                              marks=pytest.mark.slow)])  # (8-bit's layout: above)
 def test_a_gptq_or_awq_checkpoint_compiles_to_the_dequantised_models_tokens_and_loads(family, method, kw,
                                                                                       search_cache, tmp_path):
     import egraft

@@ -89,8 +89,9 @@ def test_mapped_weights_modified_after_a_record_are_refused(counted, monkeypatch
     monkeypatch.setattr(hashed, "SETTLED", 0.0)
     rng = np.random.default_rng(int(time.time_ns() % 2**31))
     path = tmp_path / "weights.safetensors"
-    write_weights(str(path), {"w": rng.standard_normal((8, 16)).astype(np.float32)})
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    sha = write_weights(str(path), {"w": rng.standard_normal((8, 16)).astype(np.float32),
+                                    "b": rng.standard_normal(5).astype(np.float16)})
+    assert sha == hashlib.sha256(path.read_bytes()).hexdigest()  # (hashed as written: the file's own hash)
     first = map_weights(str(path), sha)
     again = map_weights(str(path), sha)
     assert len(counted) == 1 and np.array_equal(first["w"], again["w"])
