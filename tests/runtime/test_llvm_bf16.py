@@ -99,15 +99,20 @@ def test_a_bfloat16_x_spec_is_refused_where_it_has_no_product_and_keeps_its_act_
     assert spec.name.endswith("_a16") and spec.name != lk.KernelSpec("bfloat16", 1, 64, 3, 16, "rows", 48).name
 
 
+@pytest.mark.parametrize("dot", [True, False])
 @pytest.mark.parametrize("rows", [1, 3, 12])
-def test_a_bfloat16_models_products_read_their_input_as_bfloat16_up_to_eight_rows(rows):
-    """A traced bfloat16 model: at one row (a dot per weight row) and at three (tiles of weight pairs) each product
-    reads the bfloat16 activation and weight as they are; at twelve rows (past ACT16_ROWS) the float32-x tiles read
-    the widened activation.  Each equals the reference of the same graph within its derived tolerance, and eager
-    PyTorch."""
+def test_a_bfloat16_models_products_read_their_input_as_bfloat16_up_to_eight_rows(rows, dot, monkeypatch):
+    """A traced bfloat16 model on a CPU with a bfloat16 dot instruction (`dot`; without one here, the form it asks
+    for is the widened one): at one row (a dot per weight row) and at three (tiles of weight pairs) each product
+    reads the bfloat16 activation and weight as they are; at twelve rows (past ACT16_ROWS), and at any row count
+    on a CPU without the instruction, the float32-x products read the activation widened once.  Each equals the
+    reference of the same graph within its derived tolerance, and eager PyTorch."""
     import torch
 
     from egraft.backends import lower
+    from egraft.backends.jax import panels
+
+    monkeypatch.setattr(panels, "dot_instruction", lambda: dot)
     from egraft.frontend.tracer import trace
     from egraft.ir.evaluate import evaluate
     from egraft.measure import rel_err, tolerance_for
@@ -118,7 +123,7 @@ def test_a_bfloat16_models_products_read_their_input_as_bfloat16_up_to_eight_row
     m = m.to(torch.bfloat16).eval()
     g = trace(m, (torch.randn(rows, 64).to(torch.bfloat16),))
     ex = lower(g, "jax", "cpu", {"stream": "llvm", "stream_width": 32, "stream_layout": "rows", "fold_growing": False})
-    act = "bfloat16" if rows <= ACT16_ROWS else "float32"
+    act = "bfloat16" if dot and rows <= ACT16_ROWS else "float32"
     assert [(s.dtype, s.act) for s in ex.program.kernels] == [("bfloat16", act)] * 2
     ins = inputs_for(g, np.random.default_rng(seed))
     got, want = ex(*ins)[0], evaluate(g, ins)[0]
