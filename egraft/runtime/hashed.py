@@ -12,11 +12,11 @@ modification time, no user call can set back), so the record no longer
 matches and the file is hashed again.
 
 A record is trusted only where the file had not changed in the
-:data:`SETTLED` seconds before the record was written (git's "racily
-clean" rule): file times come from a clock that ticks in milliseconds, so a
-write in the same tick as the hash would leave the times unchanged.  A file
-written just before its first load is therefore hashed again by the next
-load, which then records it for good.
+:data:`SETTLED` seconds before its hash began (git's "racily clean" rule):
+file times come from a clock that ticks in milliseconds, so a write in the
+same tick as the file's last one, while or after it was hashed, would leave
+the times unchanged.  A file written just before its first load is
+therefore hashed again by the next load, which then records it for good.
 
 ``EGRAFT_REHASH=1`` hashes every time (and records nothing); a cache
 directory that cannot be written only costs the hash.  ``egraft inspect``
@@ -52,15 +52,16 @@ def known_sha256(path: str) -> str:
     computed (and recorded)."""
     if os.environ.get(ENV_VAR, "0") not in ("", "0"):
         return sha256_file(path)
-    st = os.stat(path)
+    began = time.time_ns()  # (before the file is looked at: any write after this has a later change time than a
+    st = os.stat(path)      # settled record's, so nothing written while it was read can hide behind it)
     where = _record_path(path, st)
     seen = _identity(st)
     got = _read(where, seen)
     if got is not None:
         return got
     digest = sha256_file(path)
-    if _identity(os.stat(path)) == seen:  # (not written while it was read)
-        _write(where, {**seen, "sha256": digest, "recorded_ns": time.time_ns()})
+    if _identity(os.stat(path)) == seen:  # (not written while it was read, as far as stat can tell)
+        _write(where, {**seen, "sha256": digest, "hashed_from_ns": began})
     return digest
 
 
@@ -77,7 +78,7 @@ def _record_path(path: str, st: os.stat_result):
 def _read(where, seen: dict) -> str | None:
     try:
         rec = json.loads(where.read_text())
-        settled = max(rec["mtime_ns"], rec["ctime_ns"]) < rec["recorded_ns"] - int(SETTLED * 1e9)
+        settled = max(rec["mtime_ns"], rec["ctime_ns"]) < rec["hashed_from_ns"] - int(SETTLED * 1e9)
         same = all(rec.get(k) == v for k, v in seen.items())
         digest = rec["sha256"]
     except (OSError, ValueError, KeyError, TypeError):
