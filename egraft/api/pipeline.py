@@ -37,7 +37,6 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .half_products import FloatProducts, float_products_for
 from ..frontend import trace
 from ..ir import dtypes
 from ..ir.tensors import ir_dtypes
@@ -46,6 +45,7 @@ from ..measure.memory import mark
 from ..runtime.outputs import describe, rebuild
 from ..search.config import CompileConfig
 from ..search.pipeline import CompiledSignature, compile_program
+from .half_products import FloatProducts, float_products_for
 
 _TORCH_DTYPES = ir_dtypes()  # torch dtype -> IR name: the call key reads it per input
 

@@ -34,7 +34,7 @@ import time
 
 from .xla_cache import cache_root
 
-SETTLED = 2.0  # seconds a file must have been unchanged before its record was written for the record to count
+SETTLED = 2.0  # seconds a file must have been unchanged before its hash began for its record to count
 ENV_VAR = "EGRAFT_REHASH"
 
 
