@@ -1,9 +1,10 @@
 """Where a decode step's time goes: every XLA operation of a compiled generation's decode step, by kind.
 
 A speed-up of the decode step needs to know what the step spends: this
-compiles ``--model`` (``bench/real_models.py``'s models, random weights) with
-``--quantize`` for the JAX backend in a child process pinned to one core, or takes
-``--artifact`` (a saved generation), then loads it in a process pinned to
+compiles ``--model`` (``bench/real_models.py``'s models, random weights) in ``--dtype``
+with ``--quantize`` for the JAX backend in a child process pinned to one core, or takes
+``--artifact`` (a saved generation; a path that does not exist yet is
+compiled into and kept), then loads it in a process pinned to
 one core with one thread (``egraft.measure.fix_threads``), generates
 ``--new`` tokens to warm it, times that untraced (``--rounds`` times, the
 median), and generates them once more under JAX's profiler.  Every XLA
@@ -20,7 +21,7 @@ Shares, not speed-ups: one process, no baseline.  The JAX backend's programs
 only (a torch or Triton step runs no XLA operations: refused).  Tracing costs
 a little; the untraced wall time is beside it.
 
-    python3 bench/step_profile.py [--model llama-135m] [--quantize int8] [--budget 60s] [--new 32]
+    python3 bench/step_profile.py [--model llama-135m] [--dtype float32] [--quantize int8] [--budget 60s] [--new 32]
                                   [--artifact DIR] [--out step_profile.json]
 """
 
@@ -49,7 +50,7 @@ MARKERS = ("ThunkExecutor", "end:", "ThreadpoolListener")  # the executor's own 
 def child_compile(a) -> dict:
     import egraft
 
-    model = real_models.build(a.model, "float32")
+    model = real_models.build(a.model, a.dtype)
     t0 = time.perf_counter()
     cm = egraft.compile(model, device="cpu", backend="jax", max_batch=1, max_length=real_models.MAX_LENGTH,
                         budget=a.budget, progress=False, quantize=None if a.quantize == "none" else a.quantize)
@@ -119,7 +120,7 @@ def child_profile(a) -> dict:
 
 
 def _run(kind: str, a, core: int) -> dict:
-    args = ["--child", kind, "--model", a.model, "--quantize", a.quantize, "--budget", a.budget,
+    args = ["--child", kind, "--model", a.model, "--dtype", a.dtype, "--quantize", a.quantize, "--budget", a.budget,
             "--new", str(a.new), "--rounds", str(a.rounds), "--artifact", a.artifact, "--core", str(core)]
     return real_size.run_script(sys.executable, __file__, args)
 
@@ -127,11 +128,13 @@ def _run(kind: str, a, core: int) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama-135m", choices=sorted(real_models.MODELS))
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--quantize", default="int8", choices=["none", "int8", "int4", "w8a8"])
     p.add_argument("--budget", default="60s")
     p.add_argument("--new", type=int, default=32, help="tokens generated (decode steps: one fewer)")
     p.add_argument("--rounds", type=int, default=5, help="untraced generations timed (their median is reported)")
-    p.add_argument("--artifact", help="a saved generation to profile (default: compile --model into a temporary one)")
+    p.add_argument("--artifact", help="a saved generation to profile, compiled into and kept if the path does not exist "
+                                       "(default: compile --model into a temporary one)")
     p.add_argument("--core", type=int, default=None, help="the core the processes are pinned to (default: the last)")
     p.add_argument("--out", default="step_profile.json")
     p.add_argument("--child", choices=["compile", "profile"], help=argparse.SUPPRESS)
@@ -150,8 +153,8 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="egraft-step-profile-") as d:
         compiled = None
-        if a.artifact is None:
-            a.artifact = os.path.join(d, "artifact")
+        if a.artifact is None or not os.path.exists(a.artifact):
+            a.artifact = a.artifact or os.path.join(d, "artifact")
             os.environ["EGRAFT_CACHE_DIR"] = os.path.join(d, "cache")  # a new user's machine
             compiled = _run("compile", a, core)
             if "error" in compiled:
@@ -163,7 +166,7 @@ def main(argv=None) -> int:
         return 1
     doc = {"date": time.strftime("%Y-%m-%d"), "host": host(),
            "command": " ".join(["python3", "bench/step_profile.py"] + list(argv if argv is not None else sys.argv[1:])),
-           "model": a.model, "quantize": a.quantize, "compile": compiled, "profile": got}
+           "model": a.model, "dtype": a.dtype, "quantize": a.quantize, "compile": compiled, "profile": got}
     print(f"decode step: {got['execute_ms_median']:.2f} ms in XLA (median of {got['decode_steps']}), of which "
           f"operations {got['operations_ms']:.2f} ms; generate {got['wall_s_untraced']:.3f} s untraced "
           f"({got['tokens']} tokens)")

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 
 from ..errors import ArtifactError
+from ..runtime.hashed import remember_written
 from ..runtime.generation_artifact import FORMAT, FORMAT_VERSION, GENERATION_FILE, is_generation, spec_to_dict
 from ..runtime.manifest import is_artifact
 
@@ -43,6 +44,7 @@ def save_generation(generation, directory: str, *, model: str) -> str:
                                 "input_names": list(prog.input_names)})
             programs[b.name] = {"chunk": b.chunk, "context": b.context, "rows": b.rows}
         weights_sha = store.write(os.path.join(stage, WEIGHTS_FILE))
+        weights_stat = os.stat(os.path.join(stage, WEIGHTS_FILE))
         doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": model,
                "spec": spec_to_dict(generation.spec), "programs": programs,
                "weights": {"file": WEIGHTS_FILE, "sha256": weights_sha,
@@ -54,6 +56,7 @@ def save_generation(generation, directory: str, *, model: str) -> str:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    remember_written(os.path.join(directory, WEIGHTS_FILE), weights_sha, weights_stat)  # (runtime.hashed)
     return directory
 
 

@@ -33,6 +33,7 @@ from ..ir import dtypes
 from ..runtime import outputs
 from ..runtime.derived import provenance
 from ..runtime.manifest import is_artifact, write_manifest
+from ..runtime.hashed import remember_written
 from ..runtime.weights import WEIGHTS_FILE, write_weights
 from . import get_backend, registered
 from .base import Backend
@@ -226,14 +227,17 @@ def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None
     staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(directory)}.tmp-")
     try:
         written = importlib.import_module(rec.writer).write(executable, staging, **options)
+        known, keys = {}, None
         if store is None:
-            write_weights(os.path.join(staging, WEIGHTS_FILE), written.weights)
-            keys = None
+            known[WEIGHTS_FILE] = write_weights(os.path.join(staging, WEIGHTS_FILE), written.weights)
+            weights_stat = os.stat(os.path.join(staging, WEIGHTS_FILE))
         else:
             keys = {n: store.entry(n, a) for n, a in written.weights.items()}
-        write_manifest(staging, _manifest(executable, dict(meta or {}), checked, written, rec.loader, keys))
+        write_manifest(staging, _manifest(executable, dict(meta or {}), checked, written, rec.loader, keys), known)
         os.chmod(staging, 0o755)  # mkdtemp makes it private; an artifact is as readable as any directory
         commit_staged(staging, directory)
+        if store is None:  # the first load reads the hash the write computed (runtime.hashed)
+            remember_written(os.path.join(directory, WEIGHTS_FILE), known[WEIGHTS_FILE], weights_stat)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

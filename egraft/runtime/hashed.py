@@ -18,6 +18,13 @@ same tick as the file's last one, while or after it was hashed, would leave
 the times unchanged.  A file written just before its first load is
 therefore hashed again by the next load, which then records it for good.
 
+The one exception is a file egraft wrote itself (:func:`remember_written`):
+a save hashes the bytes as it writes them, into a staging directory it has
+just made under a random name, and moves that directory into place; the
+record it makes then holds the hash of exactly those bytes, and the stat
+taken when the writing ended (a rename of the directory leaves the file's
+times as they were).  So the first load after a save reads no byte twice.
+
 ``EGRAFT_REHASH=1`` hashes every time (and records nothing); a cache
 directory that cannot be written only costs the hash.  ``egraft inspect``
 always hashes.  The records live beside egraft's compiled-code cache and
@@ -65,6 +72,21 @@ def known_sha256(path: str) -> str:
     return digest
 
 
+def remember_written(path: str, sha256: str, written: os.stat_result) -> None:
+    """Record `sha256`, the hash of the bytes egraft wrote to `path` (in a staging directory it had just made,
+    then moved here), as the file's: `written` is the file's ``stat`` when its writing ended, and nothing is
+    recorded unless the file is still that one, unchanged since (the module docstring)."""
+    if os.environ.get(ENV_VAR, "0") not in ("", "0"):
+        return
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    seen = _identity(st)
+    if seen == _identity(written):
+        _write(_record_path(path, st), {**seen, "sha256": sha256, "hashed_from_ns": time.time_ns(), "written": True})
+
+
 def _identity(st: os.stat_result) -> dict:
     return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
             "ctime_ns": st.st_ctime_ns}
@@ -78,7 +100,8 @@ def _record_path(path: str, st: os.stat_result):
 def _read(where, seen: dict) -> str | None:
     try:
         rec = json.loads(where.read_text())
-        settled = max(rec["mtime_ns"], rec["ctime_ns"]) < rec["hashed_from_ns"] - int(SETTLED * 1e9)
+        settled = (rec.get("written") is True
+                   or max(rec["mtime_ns"], rec["ctime_ns"]) < rec["hashed_from_ns"] - int(SETTLED * 1e9))
         same = all(rec.get(k) == v for k, v in seen.items())
         digest = rec["sha256"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -96,4 +119,4 @@ def _write(where, rec: dict) -> None:
         pass
 
 
-__all__ = ["ENV_VAR", "SETTLED", "known_sha256", "sha256_file"]
+__all__ = ["ENV_VAR", "SETTLED", "known_sha256", "remember_written", "sha256_file"]

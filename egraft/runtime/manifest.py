@@ -97,10 +97,12 @@ def listed_files(directory: str) -> list[str]:
     return sorted(out)
 
 
-def write_manifest(directory: str, manifest: dict) -> dict:
-    """Add format, version and the hash of every other file; write ``manifest.json`` atomically."""
+def write_manifest(directory: str, manifest: dict, known: dict | None = None) -> dict:
+    """Add format, version and the hash of every other file (`known`: relative path -> the SHA-256 of a file
+    its writer hashed as it wrote it, not read again); write ``manifest.json`` atomically."""
     m = {"format": FORMAT, "format_version": FORMAT_VERSION, "egraft_version": egraft_version(), **manifest}
-    m["files"] = {rel: sha256_file(os.path.join(directory, rel)) for rel in listed_files(directory)}
+    known = known or {}
+    m["files"] = {rel: known.get(rel) or sha256_file(os.path.join(directory, rel)) for rel in listed_files(directory)}
     missing = [k for k in REQUIRED if k not in m]
     if missing:
         raise ArtifactError(f"internal: an artifact manifest lacks {missing}")

@@ -98,6 +98,18 @@ def _assert_shared(art):
     assert any("derived" in s for a in art.steps.values() for s in a.manifest["weights"])
 
 
+def test_the_first_load_after_a_save_reads_the_hash_the_save_computed(llama, tmp_path, monkeypatch):
+    from egraft.runtime import hashed
+
+    monkeypatch.delenv(hashed.ENV_VAR, raising=False)
+    reads = []
+    real = hashed.sha256_file
+    monkeypatch.setattr(hashed, "sha256_file", lambda p: reads.append(p) or real(p))
+    d = llama[1].save(tmp_path / "gen")
+    egraft.load(d)
+    assert reads == []  # (the weights file was hashed as it was written: runtime.hashed.remember_written)
+
+
 def test_a_step_program_alone_names_the_directory_to_load(llama, tmp_path):
     _, cm = llama
     d = cm.save(tmp_path / "gen")

@@ -100,3 +100,52 @@ def test_mapped_weights_modified_after_a_record_are_refused(counted, monkeypatch
     _flip_last_byte_keeping_mtime(path)
     with pytest.raises(ArtifactError, match="was modified after the artifact was written"):
         map_weights(str(path), sha)
+
+
+def test_a_file_egraft_wrote_and_moved_into_place_is_not_read_again(counted, tmp_path):
+    rng = np.random.default_rng(int(time.time_ns() % 2**31))
+    stage = tmp_path / ".stage"
+    stage.mkdir()
+    sha = write_weights(str(stage / "weights.safetensors"), {"w": rng.standard_normal((8, 16)).astype(np.float32)})
+    written = os.stat(stage / "weights.safetensors")
+    os.rename(stage, tmp_path / "art")  # (as a save commits its staging directory)
+    path = tmp_path / "art" / "weights.safetensors"
+    hashed.remember_written(str(path), sha, written)
+    assert map_weights(str(path), sha)["w"].shape == (8, 16) and counted == []  # no byte read for the hash
+    time.sleep(0.05)
+    _flip_last_byte_keeping_mtime(path)
+    with pytest.raises(ArtifactError, match="was modified after the artifact was written"):
+        map_weights(str(path), sha)
+    assert counted == [str(path)]
+
+
+def test_a_written_record_needs_the_file_unchanged_since_its_writing_ended(counted, monkeypatch, tmp_path):
+    path = tmp_path / "w.bin"
+    want = _file(path, seed=17)
+    written = os.stat(path)
+    time.sleep(0.05)
+    _flip_last_byte_keeping_mtime(path)  # written again after the stat its writer took: nothing recorded
+    hashed.remember_written(str(path), want, written)
+    assert hashed.known_sha256(str(path)) == hashlib.sha256(path.read_bytes()).hexdigest() != want
+    assert len(counted) == 1
+    other = tmp_path / "v.bin"
+    sha = _file(other, seed=19)
+    monkeypatch.setenv(hashed.ENV_VAR, "1")  # EGRAFT_REHASH: nothing recorded, every load hashes
+    hashed.remember_written(str(other), sha, os.stat(other))
+    monkeypatch.delenv(hashed.ENV_VAR)
+    assert hashed.known_sha256(str(other)) == sha and len(counted) == 2
+
+
+def test_a_saved_program_records_its_weights_hash_from_the_write(counted, tmp_path):
+    from runtime_helpers import build
+
+    from egraft.runtime import load
+    from egraft.runtime.manifest import read_manifest
+    from egraft.runtime.weights import WEIGHTS_FILE
+
+    *_, d = build("mlp", "jax", str(tmp_path / "art"))
+    path = os.path.join(d, WEIGHTS_FILE)
+    with open(path, "rb") as f:
+        assert read_manifest(d)["files"][WEIGHTS_FILE] == hashlib.sha256(f.read()).hexdigest()
+    load(d)
+    assert path not in counted and os.path.realpath(path) not in counted
