@@ -16,8 +16,8 @@ import shutil
 import tempfile
 
 from ..errors import ArtifactError
-from ..runtime.hashed import remember_written
 from ..runtime.generation_artifact import FORMAT, FORMAT_VERSION, GENERATION_FILE, is_generation, spec_to_dict
+from ..runtime.hashed import remember_written
 from ..runtime.manifest import is_artifact
 
 

@@ -32,8 +32,8 @@ from ..errors import ArtifactError, BackendError
 from ..ir import dtypes
 from ..runtime import outputs
 from ..runtime.derived import provenance
-from ..runtime.manifest import is_artifact, write_manifest
 from ..runtime.hashed import remember_written
+from ..runtime.manifest import is_artifact, write_manifest
 from ..runtime.weights import WEIGHTS_FILE, write_weights
 from . import get_backend, registered
 from .base import Backend
@@ -236,11 +236,11 @@ def save_artifact(executable, directory: str | os.PathLike, *, meta: dict | None
         write_manifest(staging, _manifest(executable, dict(meta or {}), checked, written, rec.loader, keys), known)
         os.chmod(staging, 0o755)  # mkdtemp makes it private; an artifact is as readable as any directory
         commit_staged(staging, directory)
-        if store is None:  # the first load reads the hash the write computed (runtime.hashed)
-            remember_written(os.path.join(directory, WEIGHTS_FILE), known[WEIGHTS_FILE], weights_stat)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if store is None:  # the first load reads the hash the write computed (runtime.hashed)
+        remember_written(os.path.join(directory, WEIGHTS_FILE), known[WEIGHTS_FILE], weights_stat)
     return directory
 
 
