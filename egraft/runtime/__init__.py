@@ -24,7 +24,7 @@ import os
 from types import ModuleType
 
 from ..errors import ArtifactError
-from . import outputs
+from . import gc_pause, outputs
 from .device import parse
 from .artifact import Artifact, TensorSpec
 from .manifest import FORMAT, FORMAT_VERSION, is_generation, read_manifest, read_verified
@@ -70,8 +70,13 @@ def load(directory: str | os.PathLike, device: str = "cpu", *, shared: dict | No
     :class:`GenerationArtifact`, whose ``generate`` runs the step programs.
     `shared`: the tensors of the generation's one weights file, for a step
     program whose manifest says ``weights_store: "shared"`` (the generation's
-    loader passes them).
+    loader passes them).  Python's garbage collector is paused while it loads (``runtime.gc_pause``).
     """
+    with gc_pause.paused():
+        return _load(directory, device, shared)
+
+
+def _load(directory: str | os.PathLike, device: str, shared: dict | None) -> "Artifact | GenerationArtifact":
     directory = os.fspath(directory)
     device = str(device)
     device_kind(device)
