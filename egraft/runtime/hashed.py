@@ -57,7 +57,7 @@ def sha256_file(path: str) -> str:
 def known_sha256(path: str) -> str:
     """The SHA-256 of `path`: the recorded one where the file is unchanged since a settled record, else
     computed (and recorded)."""
-    if os.environ.get(ENV_VAR, "0") not in ("", "0"):
+    if _rehash():
         return sha256_file(path)
     began = time.time_ns()  # (before the file is looked at: any write after this has a later change time than a
     st = os.stat(path)      # settled record's, so nothing written while it was read can hide behind it)
@@ -76,7 +76,7 @@ def remember_written(path: str, sha256: str, written: os.stat_result) -> None:
     """Record `sha256`, the hash of the bytes egraft wrote to `path` (in a staging directory it had just made,
     then moved here), as the file's: `written` is the file's ``stat`` when its writing ended, and nothing is
     recorded unless the file is still that one, unchanged since (the module docstring)."""
-    if os.environ.get(ENV_VAR, "0") not in ("", "0"):
+    if _rehash():
         return
     try:
         st = os.stat(path)
@@ -85,6 +85,11 @@ def remember_written(path: str, sha256: str, written: os.stat_result) -> None:
     seen = _identity(st)
     if seen == _identity(written):
         _write(_record_path(path, st), {**seen, "sha256": sha256, "hashed_from_ns": time.time_ns(), "written": True})
+
+
+def _rehash() -> bool:
+    """``EGRAFT_REHASH`` set: every file hashed, nothing recorded."""
+    return os.environ.get(ENV_VAR, "0") not in ("", "0")
 
 
 def _identity(st: os.stat_result) -> dict:
