@@ -117,8 +117,8 @@ class Engine:
                 raise InputError(f"row {r} holds {int(self.lengths[r])} tokens; {len(p)} more is over the step's "
                                  f"max_length={spec.max_length}")
         out: dict[int, torch.Tensor] = {}
-        while left:
-            t = max(c for c in spec.chunks if c <= max(len(p) for p in left.values()))
+        # the longest prompt's plan (StepSpec.plan); each chunk feeds every row what it has left, up to its size
+        for t in spec.plan(max((len(p) for p in left.values()), default=0)):
             ids = torch.full((b, t), spec.filler_token, dtype=torch.int64, device=self.device)
             fed = np.zeros(b, dtype=np.int64)
             for r, p in left.items():

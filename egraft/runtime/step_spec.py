@@ -23,7 +23,9 @@ tokens, placed LAST in the chunk so its final token's logits are the chunk's
 last column; the other ``T - k_b`` columns are filler written to slots
 ``n_b + k_b .. n_b + T - 1``, at or beyond the row's length: masked out of
 every read (``slot_mask`` is ``slot < length``) and overwritten later.  So a
-prompt is fed exactly, in chunks of the ladder taken largest first, and
+prompt is fed exactly, in chunks of the ladder taken largest first
+(:meth:`StepSpec.plan`: the fewest calls for the rows computed, so 15 tokens
+are one chunk of 16 with one column of filler), and
 ``cache_len = max_length + max(chunks)`` keeps every filler write in range.
 Decoding is the chunk of size 1.
 
@@ -54,6 +56,8 @@ write filler and their logits are not used.  Which buckets are compiled is
 """
 
 from __future__ import annotations
+
+import functools
 
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, NamedTuple, Sequence
@@ -117,13 +121,44 @@ class StepSpec:
         return out
 
     def plan(self, n: int) -> list[int]:
-        """The chunk sizes that feed `n` tokens, largest first (17 -> [16, 1] on the ladder 1, 4, 16)."""
-        out = []
-        while n > 0:
-            t = max(c for c in self.chunks if c <= n)
-            out.append(t)
-            n -= t
-        return out
+        """The chunk sizes that feed `n` tokens, largest first: the fewest :data:`CALL_ROWS` + T a call of chunk T
+        (every call reads all the weights; each row it computes, filler too, adds about a row's work), so a
+        prompt a little short of a chunk size is one call with filler, not a run of small chunks (15 -> [16],
+        17 -> [16, 1], 60 -> [64], 8 -> [4, 4] on the ladder 1, 4, 16, 64).  Of plans that cost the same, the one
+        with the fewest filler rows.  See :func:`chunk_plan`."""
+        return list(chunk_plan(n, tuple(self.chunks)))
+
+
+# What a call of a prompt chunk costs beyond the rows it computes, in rows: a call reads every weight once, as a
+# decode step does; its rows (filler too) each add about one row's work.  Measured on an AVX2 Zen 3 core with
+# the 494 M model in bfloat16, calls of 1, 4, 16 and 64 tokens took 97, 210, 475 and 1390 ms: a call's fixed
+# part is 1.6 (at 4 tokens) to 3.8 (at 64) rows' work there.  2 keeps two one-token calls ahead of one call of
+# 4 (194 against 210 ms) and still takes one call of 16 for 15 tokens (475 against 898 ms for 4, 4, 4, 1, 1, 1)
+# and of 64 for 60 (1390 against 2342 ms for 16, 16, 16, 4, 4, 4); where compute is cheaper against a weight
+# read (AVX-512, a GPU) a call's fixed part is larger and filler cheaper still.
+CALL_ROWS = 2
+
+
+@functools.lru_cache(maxsize=4096)
+def chunk_plan(n: int, chunks: tuple[int, ...]) -> tuple[int, ...]:
+    """The chunk sizes, largest first, that feed `n` tokens at the least cost, a call of chunk T costing
+    :data:`CALL_ROWS` + T (T rows computed, filler included); among plans of equal cost, the fewest rows computed
+    (the least filler), then the fewest calls.  ``chunks`` must hold 1, so every `n` has an exact plan."""
+    if n <= 0:
+        return ()
+    if 1 not in chunks:
+        raise ValueError(f"a chunk ladder holds 1 (decoding is its chunk of 1): {list(chunks)}")
+    # best[m]: (cost, rows, calls, first chunk) of feeding m tokens; a chunk past what is left carries filler
+    best = [(0, 0, 0, 0)] * (n + 1)
+    for m in range(1, n + 1):
+        best[m] = min((CALL_ROWS + t + best[max(0, m - t)][0], t + best[max(0, m - t)][1],
+                       1 + best[max(0, m - t)][2], t) for t in chunks)
+    out, m = [], n
+    while m > 0:
+        t = best[m][3]
+        out.append(t)
+        m = max(0, m - t)
+    return tuple(sorted(out, reverse=True))
 
 
 class Bucket(NamedTuple):
@@ -215,4 +250,5 @@ def new_state(spec: StepSpec, device="cpu") -> list[torch.Tensor]:
     return [torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in spec.state]
 
 
-__all__ = ["Bucket", "StepProgram", "StateSpec", "StepPrograms", "StepSpec", "check_state", "is_jax_array", "new_state"]
+__all__ = ["CALL_ROWS", "Bucket", "StepProgram", "StateSpec", "StepPrograms", "StepSpec", "check_state", "chunk_plan", "is_jax_array",
+           "new_state"]

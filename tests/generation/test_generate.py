@@ -89,16 +89,44 @@ def test_mask_inferred_from_pad_tokens(built):
 
 
 def test_one_program_per_ladder_size(built):
-    """A prompt of 60 = 16+16+16+4+4+4 on the ladder (1, 4, 16, 64): six prefill calls, then one per token."""
+    """A prompt of 60 on the ladder (1, 4, 16, 64) is one call of 64 with 4 columns of filler (StepSpec.plan), the
+    other row's 17 tokens ride in it; then one call per token; the tokens are the model's."""
     spec = built.step.spec
     assert spec.chunks == (1, 4, 16, 64) and spec.cache_len == 128 + 64
-    assert spec.plan(60) == [16, 16, 16, 4, 4, 4] and spec.plan(17) == [16, 1] and spec.plan(64) == [64]
+    assert spec.plan(60) == [64] and spec.plan(17) == [16, 1] and spec.plan(64) == [64] and spec.plan(15) == [16]
     seen = []
     programs = type(built.programs)(spec, {b: (lambda p, t=b.chunk: lambda *a: (seen.append(t), p(*a))[1])(p)
                                            for b, p in built.programs.programs.items()})
     ids, mask = left_padded([60, 17], seed=3)
-    generate(programs, built.step.state(), ids, mask, max_new_tokens=5, eos_token_id=None)
-    assert seen == [16, 16, 16, 4, 4, 4] + [1] * 4
+    kw = dict(max_new_tokens=5, do_sample=False, eos_token_id=None, pad_token_id=0)
+    out = generate(programs, built.step.state(), ids, mask, **kw)
+    assert seen == [64] + [1] * 4
+    assert torch.equal(out, built.reference(ids, mask, **kw))
+
+
+def test_plan_costs_no_more_than_the_exact_ladder():
+    """Every plan feeds at least n tokens, carries filler only in its smallest chunk, never costs more than taking
+    the largest chunk that fits each time (CALL_ROWS + T a call), and takes exact chunks where filler would cost
+    as much (12 on 1, 4, 16: three calls of 4, not one of 16)."""
+    from egraft.runtime.step_spec import CALL_ROWS, chunk_plan
+
+    def cost(plan):
+        return sum(CALL_ROWS + t for t in plan)
+
+    for ladder in ((1, 4, 16, 64, 256), (1, 4, 16), (1, 2, 8, 32), (1,)):
+        for n in range(1, 300):
+            plan = chunk_plan(n, ladder)
+            exact, m = [], n
+            while m:
+                exact.append(max(c for c in ladder if c <= m))
+                m -= exact[-1]
+            assert list(plan) == sorted(plan, reverse=True) and set(plan) <= set(ladder)
+            assert 0 <= sum(plan) - n < plan[-1], (ladder, n, plan)
+            assert cost(plan) <= cost(exact), (ladder, n, plan, exact)
+    assert chunk_plan(12, (1, 4, 16)) == (4, 4, 4) and chunk_plan(3, (1, 4, 16)) == (4,)
+    assert chunk_plan(2, (1, 4, 16)) == (1, 1) and chunk_plan(0, (1, 4)) == ()
+    with pytest.raises(ValueError, match="holds 1"):
+        chunk_plan(5, (4, 16))
 
 
 def test_in_place_program_may_return_logits_alone(built):
