@@ -74,6 +74,7 @@ BY_HAND = {
                     "size, load time and memory, decode against HF eager; about an hour, its JSON read by hand",
     "quant_modes.py": "egraft's quantisation modes (int8, int4, w8a8) at a deployed size, each compiled apart and "
                       "all timed in one process, interleaved: about 10 minutes, its JSON read by hand",
+    "prefill_plan.py": "a prompt's chunks planned for the least cost against the exact ladder, on a saved generation at a deployed size (minutes a run; compiles the model first where no artifact is given)",
     "step_profile.py": "where a decode step's time goes: its XLA operations by kind from JAX's profiler (the "
                        "generated products, attention, cache copies), one process; shares, not speed-ups",
     "peers.py": "real_models.py's models against llama.cpp (its own venv: make llamacpp-venv) and HF eager, one core "
