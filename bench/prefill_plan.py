@@ -100,7 +100,8 @@ def main(argv=None) -> int:
         print(f"prompt {n:4}: planned {row['plan']} {med['planned']:8.1f} ms  exact {row['exact']} "
               f"{med['exact']:8.1f} ms  {row['exact_over_planned']:.2f}x  same token: {row['same_token']}", flush=True)
     with open(a.out, "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d"), "host": machine.host(), "artifact": a.artifact, "chunks": list(chunks), "call_rows": step_spec.CALL_ROWS,
+        json.dump({"date": time.strftime("%Y-%m-%d"), "host": machine.host(), "artifact": a.artifact,
+                   "chunks": list(chunks), "call_rows": step_spec.CALL_ROWS,
                    "rounds": a.rounds, "command": " ".join(["python3", "bench/prefill_plan.py"] + sys.argv[1:]),
                    "rows": rows}, f, indent=1)
     return 0

@@ -24,8 +24,8 @@ last column; the other ``T - k_b`` columns are filler written to slots
 ``n_b + k_b .. n_b + T - 1``, at or beyond the row's length: masked out of
 every read (``slot_mask`` is ``slot < length``) and overwritten later.  So a
 prompt is fed exactly, in chunks of the ladder taken largest first
-(:meth:`StepSpec.plan`: the fewest calls for the rows computed, so 15 tokens
-are one chunk of 16 with one column of filler), and
+(:meth:`StepSpec.plan`, planned for the least cost: 15 tokens are one chunk
+of 16 with one column of filler), and
 ``cache_len = max_length + max(chunks)`` keeps every filler write in range.
 Decoding is the chunk of size 1.
 
@@ -58,7 +58,6 @@ write filler and their logits are not used.  Which buckets are compiled is
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, NamedTuple, Sequence
 
@@ -121,11 +120,11 @@ class StepSpec:
         return out
 
     def plan(self, n: int) -> list[int]:
-        """The chunk sizes that feed `n` tokens, largest first: the fewest :data:`CALL_ROWS` + T a call of chunk T
-        (every call reads all the weights; each row it computes, filler too, adds about a row's work), so a
-        prompt a little short of a chunk size is one call with filler, not a run of small chunks (15 -> [16],
-        17 -> [16, 1], 60 -> [64], 8 -> [4, 4] on the ladder 1, 4, 16, 64).  Of plans that cost the same, the one
-        with the fewest filler rows.  See :func:`chunk_plan`."""
+        """The chunk sizes that feed `n` tokens, largest first, planned for the least cost (:func:`chunk_plan`: a
+        call of chunk T costs :data:`CALL_ROWS` + T rows' work, since every call reads all the weights and each
+        row it computes, filler too, adds a row's work).  So a prompt a little short of a chunk size is one call
+        with filler, not a run of small chunks: 15 -> [16], 17 -> [16, 1], 60 -> [64], 8 -> [4, 4] on the ladder
+        1, 4, 16, 64."""
         return list(chunk_plan(n, tuple(self.chunks)))
 
 
@@ -133,9 +132,9 @@ class StepSpec:
 # decode step does; its rows (filler too) each add about one row's work.  Measured on an AVX2 Zen 3 core with
 # the 494 M model in bfloat16, calls of 1, 4, 16 and 64 tokens took 97, 210, 475 and 1390 ms: a call's fixed
 # part is 1.6 (at 4 tokens) to 3.8 (at 64) rows' work there.  2 keeps two one-token calls ahead of one call of
-# 4 (194 against 210 ms) and still takes one call of 16 for 15 tokens (475 against 898 ms for 4, 4, 4, 1, 1, 1)
-# and of 64 for 60 (1390 against 2342 ms for 16, 16, 16, 4, 4, 4); where compute is cheaper against a weight
-# read (AVX-512, a GPU) a call's fixed part is larger and filler cheaper still.
+# 4 (194 against 210 ms) and still takes one call of 16 for 15 tokens and one of 64 for 60 (bench/prefill_plan.py:
+# 486 against 1100 ms for 4, 4, 4, 1, 1, 1, and 1174 against 2170 ms for 16, 16, 16, 4, 4, 4); where compute is
+# cheaper against a weight read (AVX-512, a GPU) a call's fixed part is larger and filler cheaper still.
 CALL_ROWS = 2
 
 
@@ -250,5 +249,5 @@ def new_state(spec: StepSpec, device="cpu") -> list[torch.Tensor]:
     return [torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in spec.state]
 
 
-__all__ = ["CALL_ROWS", "Bucket", "StepProgram", "StateSpec", "StepPrograms", "StepSpec", "check_state", "chunk_plan", "is_jax_array",
-           "new_state"]
+__all__ = ["CALL_ROWS", "Bucket", "StepProgram", "StateSpec", "StepPrograms", "StepSpec", "check_state", "chunk_plan",
+           "is_jax_array", "new_state"]
