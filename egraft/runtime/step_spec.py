@@ -57,7 +57,7 @@ write filler and their logits are not used.  Which buckets are compiled is
 
 from __future__ import annotations
 
-import functools
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, NamedTuple, Sequence
 
@@ -138,7 +138,25 @@ class StepSpec:
 CALL_ROWS = 2
 
 
-@functools.lru_cache(maxsize=4096)
+_COSTS: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}  # ladder -> its plan table, grown as asked
+_COSTS_LOCK = threading.Lock()
+
+
+def _cost_table(chunks: tuple[int, ...], n: int) -> list[tuple[int, int, int, int]]:
+    """For the ladder `chunks`, entry m (every m <= n) is (cost, rows, calls, first chunk) of feeding m tokens
+    the cheapest way; a chunk past what is left carries filler.  One table a ladder, extended only past the
+    longest prompt planned so far, so a prompt of a new length costs its plan's calls, not a pass over n."""
+    with _COSTS_LOCK:
+        best = _COSTS.setdefault(chunks, [(0, 0, 0, 0)])
+        for m in range(len(best), n + 1):
+            options = []
+            for t in chunks:
+                cost, rows, calls, _ = best[max(0, m - t)]
+                options.append((CALL_ROWS + t + cost, t + rows, 1 + calls, t))
+            best.append(min(options))
+        return best
+
+
 def chunk_plan(n: int, chunks: tuple[int, ...]) -> tuple[int, ...]:
     """The chunk sizes, largest first, that feed `n` tokens at the least cost, a call of chunk T costing
     :data:`CALL_ROWS` + T (T rows computed, filler included); among plans of equal cost, the fewest rows computed
@@ -147,11 +165,7 @@ def chunk_plan(n: int, chunks: tuple[int, ...]) -> tuple[int, ...]:
         return ()
     if 1 not in chunks:
         raise ValueError(f"a chunk ladder holds 1 (decoding is its chunk of 1): {list(chunks)}")
-    # best[m]: (cost, rows, calls, first chunk) of feeding m tokens; a chunk past what is left carries filler
-    best = [(0, 0, 0, 0)] * (n + 1)
-    for m in range(1, n + 1):
-        best[m] = min((CALL_ROWS + t + best[max(0, m - t)][0], t + best[max(0, m - t)][1],
-                       1 + best[max(0, m - t)][2], t) for t in chunks)
+    best = _cost_table(tuple(chunks), n)
     out, m = [], n
     while m > 0:
         t = best[m][3]
