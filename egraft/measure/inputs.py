@@ -7,8 +7,10 @@ bools random.  What differs between callers is only where an integer's
 range comes from:
 
 * a graph (:func:`random_inputs`): an index into a gathered table is drawn
-  inside the table, a scatter's index also distinct along its axis within
-  each line (a random permutation's prefix), other integers in ``[-8, 9)``;
+  so that every index it makes lies inside the table (:func:`index_ranges`:
+  a start the graph adds positions to stays that many short of the end), a
+  scatter's index also distinct along its axis within each line (a random
+  permutation's prefix), other integers in ``[-8, 9)``;
   the search's candidate validation and the tests draw this way;
 * an example input set (:func:`like`): each integer input within the
   example's own range ``[min, max]`` (distinct where the example's values
@@ -51,34 +53,82 @@ def random_array(shape, dtype: str, rng: np.random.Generator, low=None, high=Non
     return a.astype(dtypes.to_numpy(dtype))
 
 
-def index_ranges(graph: Graph) -> dict[int, int]:
-    """Input position -> n, for int inputs that reach a ``Gather`` or ``Scatter`` as its index: draw those
-    from ``[0, n)``.
+def index_ranges(graph: Graph) -> dict[int, range]:
+    """Input position -> the range to draw it from, for int inputs that reach a ``Gather`` or ``Scatter`` as its
+    index: every index they make then lies inside the axis it indexes.
 
     Token ids are the common case: an embedding lookup rejects ids outside
     its table, so the small default int range (which includes negatives) is
     no input for it.  The index is followed through int-valued ops (views,
-    casts, index arithmetic); `n` is the smallest indexed axis it reaches.
+    casts, index arithmetic).  What an ``Add`` of a value that no input
+    feeds (an ``Iota``, a constant) contributes is kept: a start position
+    that the graph adds ``0 .. T-1`` to, to write T cache slots of n, is
+    drawn from ``[0, n - T + 1)``.  The plus branch of a negative-index wrap
+    (``x < 0 ? x + n : x``) is not followed: draws are not negative.  The
+    range is the intersection over every index the input reaches; where it
+    would be empty, ``[0, n)`` of the smallest axis (the program itself is
+    then invalid for every input).
     """
     consumers = graph.consumers()
-    out: dict[int, int] = {}
+    out: dict[int, range] = {}
     for pos, nid in enumerate(graph.input_ids):
         if not dtypes.is_int(graph.nodes[nid].dtype):
             continue
-        seen, todo, n = {nid}, [nid], None
-        while todo:
-            i = todo.pop()
+        shift = {nid: (0, 0)}  # node -> (least, most) it adds to the input's value
+        low, high, smallest = 0, None, None
+        for i in range(nid, len(graph.nodes)):  # topological order: a node's inputs come before it
+            if i not in shift:
+                continue
+            lo, hi = shift[i]
             for c in consumers[i]:
                 node = graph.nodes[c]
                 if node.op in (Op.Gather, Op.Scatter) and node.inputs[1] == i:
                     size = graph.nodes[node.inputs[0]].shape[node.attrs["axis"]]
-                    n = size if n is None else min(n, size)
-                elif dtypes.is_int(node.dtype) and c not in seen:
-                    seen.add(c)
-                    todo.append(c)
-        if n:
-            out[pos] = n
+                    low, high = max(low, -lo), size - hi if high is None else min(high, size - hi)
+                    smallest = size if smallest is None else min(smallest, size)
+                elif dtypes.is_int(node.dtype):
+                    add = _added(graph, node, i)
+                    if add is None:
+                        continue
+                    old = shift.get(c)
+                    new = (lo + add[0], hi + add[1])
+                    shift[c] = new if old is None else (min(old[0], new[0]), max(old[1], new[1]))
+        if smallest:
+            out[pos] = range(low, high) if low < high else range(smallest)
     return out
+
+
+def _added(graph: Graph, node, via: int) -> tuple[int, int] | None:
+    """What `node` adds to the value of its input `via` (least, most): (0, 0) for a view, a cast or other index
+    arithmetic, the range of the other operand of an ``Add`` that no input feeds; None for the plus branch of a
+    negative-index wrap (``x < 0 ? x + n : x``, taken only for negative x)."""
+    if node.op == Op.Add:
+        other = [j for j in node.inputs if j != via]
+        r = _constant_range(graph, other[0]) if len(other) == 1 else None
+        return r or (0, 0)
+    if node.op == Op.Where and _wraps(graph, node) and via == node.inputs[1] != node.inputs[2]:
+        return None
+    return (0, 0)
+
+
+def _constant_range(graph: Graph, nid: int) -> tuple[int, int] | None:
+    """(least, most) of an int value no input feeds (a Constant, an Iota, their views, casts and sums); None
+    where unknown."""
+    node = graph.nodes[nid]
+    if not dtypes.is_int(node.dtype):
+        return None
+    if node.op == Op.Constant:
+        v = node.attrs["value"]
+        a = np.asarray(v.array if hasattr(v, "array") else v)
+        return (int(a.min()), int(a.max())) if a.size else None
+    if node.op == Op.Iota:
+        return (0, node.attrs["n"] - 1) if node.attrs["n"] > 0 else None
+    if node.op in (Op.View, Op.Cast):
+        return _constant_range(graph, node.inputs[0])
+    if node.op == Op.Add:
+        parts = [_constant_range(graph, j) for j in node.inputs]
+        return None if None in parts else (parts[0][0] + parts[1][0], parts[0][1] + parts[1][1])
+    return None
 
 
 def _source_axis(graph: Graph, nid: int, axis: int) -> tuple[int, int | None] | None:
@@ -149,8 +199,9 @@ def random_inputs(graph: Graph, seed: int | None = None) -> list[np.ndarray]:
     their axis, scatter indices distinct along it (:func:`distinct_lines`)."""
     rng = np.random.default_rng(seed)
     bounds, lines = index_ranges(graph), distinct_lines(graph)
-    return [distinct_index(s, d, rng, bounds[k], lines[k]) if k in lines and k in bounds
-            else random_array(s, d, rng, *((0, bounds[k]) if k in bounds else ()))
+    return [distinct_index(s, d, rng, len(bounds[k]), lines[k]) + np.asarray(bounds[k].start, dtypes.to_numpy(d))
+            if k in lines and k in bounds
+            else random_array(s, d, rng, *((bounds[k].start, bounds[k].stop) if k in bounds else ()))
             for k, (s, d) in enumerate(graph.input_types())]
 
 

@@ -48,7 +48,7 @@ def test_scatter_indices_are_found_through_views_and_drawn_distinct_per_line():
     lines = {names[k]: ax for k, ax in distinct_lines(g).items()}
     assert lines == {"pos": 0, "i2": 2}  # the position vector's one axis is the broadcast view's axis 2
     ranges = {names[k]: n for k, n in index_ranges(g).items()}
-    assert ranges == {"pos": 8, "i2": 7}
+    assert ranges == {"pos": range(8), "i2": range(7)}
     seed = fresh_seed()
     for s in range(seed, seed + 50):
         xs = random_inputs(g, s)
@@ -71,6 +71,41 @@ def test_scatter_indices_are_found_through_a_negative_index_wrap():
         xs = random_inputs(g, s)
         assert len(set(xs[g.input_names().index("pos")].tolist())) == 3
         evaluate(g, xs)
+
+
+@pytest.mark.parametrize("start_dt", ["int32", "int64"])
+def test_a_start_position_plus_an_iota_is_drawn_short_of_the_end(start_dt):
+    """A layer block cut out of a static-cache step takes the first position as a scalar and writes its T slots at
+    ``start + 0 .. T-1`` (wrapped as index_copy_ wraps): the start is drawn from ``[0, n - T + 1)``, so every slot
+    written is inside the cache (drawn from ``[0, n)`` it wrote past the end; seen at 128 tokens of 256 slots)."""
+    b = GraphBuilder()
+    cache = b.input("cache", (1, 2, 16, 4), "float32")
+    start = b.input("start", (), start_dt)
+    upd = b.input("upd", (1, 2, 6, 4), "float32")
+    pos = b.iota(6) + start.cast("int64").reshape((1,)).expand((6,))
+    wrapped = Tensor.where(pos < 0, pos + 16, pos)
+    idx = wrapped.reshape((1, 1, 6, 1)).expand((1, 2, 6, 4))
+    g = b.build([b.add("Scatter", (cache, idx, upd), axis=2)])
+    k = g.input_names().index("start")
+    assert index_ranges(g) == {k: range(0, 11)}
+    seed = fresh_seed()
+    starts = set()
+    for s in range(seed, seed + 60):
+        xs = random_inputs(g, s)
+        starts.add(int(xs[k]))
+        evaluate(g, xs)  # the reference rejects a slot past the cache's end
+    assert max(starts) >= 8  # the whole allowed range is used, not a safe corner of it
+
+
+def test_a_position_minus_one_is_drawn_from_one():
+    """An index computed as ``x - 1`` (an Add of -1) is drawn from ``[1, n + 1)``, a gather's token past a shift."""
+    b = GraphBuilder()
+    table = b.input("table", (9, 3), "float32")
+    x = b.input("x", (4, 3), "int64")
+    g = b.build([b.add("Gather", (table, x + (-1)), axis=0)])
+    assert index_ranges(g) == {g.input_names().index("x"): range(1, 10)}
+    for s in range(fresh_seed(), fresh_seed() + 20):
+        evaluate(g, random_inputs(g, s))
 
 
 def test_scatter_budget_is_the_larger_of_its_target_and_update_budgets():

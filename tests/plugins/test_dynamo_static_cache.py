@@ -108,6 +108,30 @@ def test_static_cache_generate_compiles_prefill_and_decode(kind, length, batch):
     assert len(caches) == 2 * NEW and len(set(caches[:NEW])) == 1 and len(set(caches[NEW:])) == 1
 
 
+def test_a_prompt_past_half_the_cache_with_layers_searched_once():
+    """Three layers: the search takes one layer block, cut out of the prefill graph with the first position as a
+    scalar input; its check inputs must write the prompt's 40 slots inside the 64-slot cache (drawn from [0, 64)
+    the start wrote past the end and the compile failed: IRError 'Scatter index out of range')."""
+    seed = fresh_seed()
+    model, _ = hf.build("gpt2", layers=3, hidden=64, lm_head=True, positions=64, seed=seed % 1000)
+    model.config.use_cache = model.generation_config.use_cache = True
+    model.generation_config.eos_token_id = None
+    ids, mask = _prompt(1, 40, seed)
+    args = dict(attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0,
+                cache_implementation="static", max_cache_len=64)
+    with torch.no_grad():
+        want = model.generate(ids, **args)
+    backend, graphs = _capture({"budget": "1s"})
+    model.forward = torch.compile(model.forward, backend=backend)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            got = model.generate(ids, **args)
+    assert not [w for w in caught if issubclass(w.category, EgraftFallbackWarning)], fallback_messages(caught)
+    assert torch.equal(got, want)
+    assert [g.compiles for g in graphs] == [1, 1]
+
+
 def test_dynamic_cache_generate_gives_the_tokens_and_names_the_static_cache():
     seed = fresh_seed()
     model = _model("llama", seed)
