@@ -58,7 +58,7 @@ from .binding import Bound, is_weight, placeholders, signature, written_in_place
 from .buckets import Buckets
 from .exported import compile_exported, device_of, export
 from . import serialize, stats
-from .partition import CannotSplit, PieceBuckets, split_compile
+from .partition import CannotSplit, PieceBuckets, filled_allocations, split_compile
 from .state import compile_stateful, mutated_positions
 
 WHERE = "the egraft torch.compile backend"
@@ -241,7 +241,9 @@ class DynamoGraph:
         except UnsupportedOpError as e:
             return self._eager(key, e.op)
         mutated = mutated_positions(exported)  # inputs the graph writes into (a static KV cache): state (.state)
-        with torch.no_grad():  # the output structure, and the reference for a split graph's check (state: on clones)
+        # the output structure, and the reference for a split graph's check (state: on clones; unspecified memory
+        # zeroed, as in the check's own run: partition.filled_allocations)
+        with torch.no_grad(), filled_allocations():
             want = bound(*[u.clone() if k in mutated else u for k, u in enumerate(user)])
         try:
             if pieces is not None:
@@ -280,7 +282,7 @@ class DynamoGraph:
                 self._warn_pieces(pieces)
             entry = Entry(bound, split, split.compiled, split.fallback_ops)
             if self.config.validate:
-                with torch.no_grad():
+                with torch.no_grad(), filled_allocations():
                     problem = mismatch(entry.run(*user), want)
                 if problem:
                     return self._eager(key, f"its compiled program does not match PyTorch on the first inputs "
