@@ -19,47 +19,19 @@ manifest's fields and the compatibility policy.
 
 from __future__ import annotations
 
-import importlib
 import os
-from types import ModuleType
 
 from ..errors import ArtifactError
 from . import gc_pause, outputs
-from .device import parse
 from .artifact import Artifact, TensorSpec
+from .device import parse
+from .loaders import LEGACY_LOADERS, loader_of
 from .manifest import FORMAT, FORMAT_VERSION, is_generation, read_manifest, read_verified
 from .weights import WEIGHTS_FILE, check_weights, map_weights
-
-# compatibility: artifacts written before the manifest named its loader (target["loader"]) hold one of
-# egraft's own three backends; their loader is found by backend name (docs/artifacts.md)
-LEGACY_LOADERS = {"jax": "egraft.runtime.jax_loader", "torch": "egraft.runtime.torch_loader",
-                  "triton": "egraft.runtime.triton_loader"}
 
 
 def device_kind(device: str) -> str:
     return parse(device, ArtifactError).kind
-
-
-def loader_of(manifest: dict, directory: str = "") -> ModuleType:
-    """The loader module `manifest` names (``target["loader"]``; the backend name for an older artifact), imported."""
-    target = manifest["target"]
-    backend = target.get("backend") if isinstance(target, dict) else None
-    name = target.get("loader") if isinstance(target, dict) and "loader" in target else LEGACY_LOADERS.get(backend)
-    where = repr(directory) if directory else "the artifact"
-    if not isinstance(name, str) or not name:
-        raise ArtifactError(f"{where} (backend {backend!r}) names no loader module in its manifest's "
-                            "target['loader']: rebuild it with `egraft compile`")
-    try:
-        mod = importlib.import_module(name)
-    except ImportError as e:
-        raise ArtifactError(f"{where} is run by the loader module {name!r} (backend {backend!r}), which cannot be "
-                            f"imported here ({type(e).__name__}: {e}): install the package that provides it") from None
-    missing = [f for f in ("load", "files") if not callable(getattr(mod, f, None))]
-    if missing:
-        raise ArtifactError(f"{where} names {name!r} as its loader, but that module has no {' or '.join(missing)}() "
-                            "(a loader defines load(directory, manifest, weights, device) and files(manifest)): "
-                            "rebuild the artifact with `egraft compile`")
-    return mod
 
 
 def load(directory: str | os.PathLike, device: str = "cpu", *, shared: dict | None = None
@@ -81,9 +53,15 @@ def _load(directory: str | os.PathLike, device: str, shared: dict | None) -> "Ar
     device = str(device)
     device_kind(device)
     if is_generation(directory):  # a causal LM's step programs and caches (runtime.generation_artifact: torch)
-        from .generation_artifact import load_generation
+        from . import generation_read
 
-        return load_generation(directory, device, load)
+        started = generation_read.start(directory, device, load)  # its programs load while torch is imported
+        try:
+            from .generation_artifact import load_generation
+        except BaseException:
+            started.abandon()
+            raise
+        return load_generation(started)
     m = read_manifest(directory, files=False)
     outputs.check(m["output_tree"])
     if outputs.count(m["output_tree"]) != len(m["outputs"]):

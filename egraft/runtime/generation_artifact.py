@@ -15,7 +15,9 @@ The directory ``CompiledModel.save`` writes for a model compiled with
 (format version 2 held a weights file in each program's directory, version 1 also listed ``steps``,
 ``decoders`` and ``row_programs`` under three keys; both still load.)
 
-``egraft.load(dir)`` returns a :class:`GenerationArtifact` whose
+``egraft.load(dir)`` starts the programs' loads first (``runtime.generation_read``,
+which imports no torch, so they overlap this module's import of it) and
+returns a :class:`GenerationArtifact` whose
 ``generate`` takes transformers' arguments and runs ``runtime.generation``:
 no transformers, egglog or deap is imported.  The caches are allocated once
 at load (zeros, of the shapes the manifests declare) and updated in place
@@ -27,19 +29,13 @@ memory, however many programs it holds.
 
 from __future__ import annotations
 
-import json
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 from ..errors import ArtifactError, InputError
 from . import generation as gen
+from .generation_read import FORMAT, FORMAT_VERSION, Started
 from .generation_runtime import GenerationRuntime, RunsGeneration
 from .manifest import GENERATION_FILE, is_generation
 from .sampling import Sampling
 from .step_program import step_program
-
-FORMAT = "egraft-generation"
-FORMAT_VERSION = 3  # 3: one shared weights file; 2: one "programs" map of buckets (1: steps, decoders, row_programs)
 
 
 def spec_to_dict(spec: gen.StepSpec) -> dict:
@@ -116,57 +112,18 @@ class GenerationArtifact(RunsGeneration):
                 f"{self.spec.max_length}, chunks={list(self.spec.chunks)}) from {self.directory!r}>")
 
 
-def load_generation(directory: str, device: str, load_one) -> GenerationArtifact:
-    """Read ``generation.json`` and load each step with `load_one(path, device)` (``runtime.load``)."""
-    path = os.path.join(directory, GENERATION_FILE)
+def load_generation(started: Started) -> GenerationArtifact:
+    """The generation whose programs `started` is loading (``runtime.generation_read.start``, called before this
+    module is imported), with its step spec and each program's bucket."""
+    directory, doc, path = started.directory, started.doc, started.path
     try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ArtifactError(f"{path} is corrupt ({e}); save the model again with CompiledModel.save") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ArtifactError(f"{path} is not an egraft generation file (format {doc.get('format')!r}, expected "
-                            f"{FORMAT!r} when it is a dict); save the model again")
-    if not isinstance(doc.get("format_version"), int) or doc["format_version"] > FORMAT_VERSION:
-        raise ArtifactError(f"{path} has format_version {doc.get('format_version')!r}; this egraft reads up to "
-                            f"{FORMAT_VERSION}: upgrade egraft or save the model again")
-    spec = spec_from_dict(doc.get("spec") or {}, path)
-    shared = _shared_weights(directory, doc, path, device) if doc["format_version"] >= 3 else None
-
-    def load_sub(rel):
-        if os.path.dirname(os.path.normpath(str(rel))) or str(rel).startswith("."):
-            raise ArtifactError(f"{path}: step directory {rel!r} is not a plain name inside the artifact")
-        return load_one(os.path.join(directory, str(rel)), device, shared=shared)
-
-    listed = _listed_v1(doc, spec, path) if doc["format_version"] < 2 else _listed(doc, path)
-    # each program's XLA compile releases the GIL: JAX programs compile side by side, on the cores this process
-    # has (torch.export.load is not thread-safe: torch programs load one at a time)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    workers = max(1, min(len(listed), cores)) if all(_backend(directory, rel) == "jax" for rel in listed) else 1
-    with ThreadPoolExecutor(workers) as pool:
-        loaded = dict(zip(listed.values(), pool.map(load_sub, listed)))
-    return GenerationArtifact(directory, doc, spec, loaded, device)
-
-
-def _backend(directory: str, rel: str) -> str | None:
-    try:
-        with open(os.path.join(directory, str(rel), "manifest.json")) as f:
-            return json.load(f)["target"]["backend"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # the load itself says what is wrong
-
-
-def _shared_weights(directory: str, doc: dict, path: str, device: str) -> dict:
-    """The generation's one weights file, checked against its recorded SHA-256 and memory-mapped (on a CPU: read
-    into huge pages where offered, ``runtime.huge_pages``)."""
-    from .device import parse
-    from .weights import WEIGHTS_FILE, map_weights
-
-    entry = doc.get("weights")
-    if not isinstance(entry, dict) or entry.get("file") != WEIGHTS_FILE or not isinstance(entry.get("sha256"), str):
-        raise ArtifactError(f"{path}: its weights entry is missing or malformed ({entry!r:.200}); save the model again")
-    return map_weights(os.path.join(directory, WEIGHTS_FILE), entry["sha256"], "save the model again",
-                       huge_pages=parse(device, ArtifactError).kind == "cpu")
+        spec = spec_from_dict(doc.get("spec") or {}, path)
+        listed = _listed_v1(doc, spec, path) if doc["format_version"] < 2 else _listed(doc, path)
+        loaded = started.programs()
+    except BaseException:
+        started.abandon()
+        raise
+    return GenerationArtifact(directory, doc, spec, {listed[rel]: art for rel, art in loaded.items()}, started.device)
 
 
 def _listed(doc: dict, path: str) -> dict:

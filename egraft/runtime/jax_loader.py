@@ -80,7 +80,7 @@ def load(directory: str, manifest: dict, weights: list[np.ndarray], device: str)
     dev = jax_device(device, ArtifactError, f"load {directory!r} with")
     prog_dtypes = [program_dtype_of(d) for d in entry["input_program_dtypes"]]
     with x64_scope(x64):
-        ws = tuple(jax.device_put(w, dev) for w in weights)
+        ws = tuple(jax.device_put(list(weights), dev))  # one call for all: one per weight took 0.07 s a program
         wspecs = tuple(specs_on(dev, [(w.shape, w.dtype) for w in ws]))
         specs = specs_on(dev, [(i["shape"], p) for i, p in zip(manifest["inputs"], prog_dtypes)])
         # state inputs (role "state", after the others) are donated, as the backend's executable does: the

@@ -110,6 +110,58 @@ def test_the_first_load_after_a_save_reads_the_hash_the_save_computed(llama, tmp
     assert reads == []  # (the weights file was hashed as it was written: runtime.hashed.remember_written)
 
 
+def test_the_programs_load_on_threads_before_torch_is_imported(llama, tmp_path):
+    """A load starts its JAX programs (XLA's compiles, off the GIL) on threads before the runtime imports torch, so
+    the two overlap; those loads themselves import no torch (checked in a fresh process)."""
+    import subprocess
+    import sys
+
+    model, cm = llama
+    d = cm.save(tmp_path / "gen")
+    ids, mask = left_padded([5, 3], seed=5)
+    want = reference(model, ids, mask, **GREEDY).tolist()
+    code = f"""if True:
+        import json, sys, threading
+        import egraft.runtime as rt
+        from egraft.runtime import generation_read
+        names = []
+        real = rt._load
+        rt._load = lambda *a: names.append(threading.current_thread().name) or real(*a)
+        started = generation_read.start({str(d)!r}, "cpu", rt.load)
+        loaded = started.programs()
+        before = "torch" in sys.modules
+        from egraft.runtime.generation_artifact import load_generation
+        import torch
+        art = load_generation(started)
+        ids = torch.tensor({ids.tolist()!r}); mask = torch.tensor({mask.tolist()!r})
+        out = art.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+        print(json.dumps([before, names, len(loaded), out.tolist()]))
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, names, n, tokens = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not before, "a program's load imported torch"
+    assert n == len(cm.generation.programs) and len(names) == n
+    assert all(name.startswith("egraft-load") for name in names), names
+    assert tokens == want
+
+
+def test_a_load_that_fails_after_its_programs_started_leaves_no_load_running(llama, tmp_path):
+    _, cm = llama
+    d = cm.save(tmp_path / "gen")
+    path = os.path.join(d, "generation.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["spec"]["chunks"] = "not a ladder"  # read after the programs started
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    import threading
+
+    with pytest.raises(egraft.errors.ArtifactError, match="step spec is incomplete or malformed"):
+        egraft.load(d)
+    assert not [t for t in threading.enumerate() if t.name.startswith("egraft-load") and t.is_alive()]
+
+
 def test_a_step_program_alone_names_the_directory_to_load(llama, tmp_path):
     _, cm = llama
     d = cm.save(tmp_path / "gen")
