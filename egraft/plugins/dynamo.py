@@ -58,8 +58,9 @@ from .binding import Bound, is_weight, placeholders, signature, written_in_place
 from .buckets import Buckets
 from .exported import compile_exported, device_of, export
 from . import serialize, stats
-from .partition import CannotSplit, PieceBuckets, filled_allocations, split_compile
+from .partition import CannotSplit, PieceBuckets, split_compile
 from .state import compile_stateful, mutated_positions
+from .uninitialized import filled_allocations
 
 WHERE = "the egraft torch.compile backend"
 # A torch.compile call blocks the first forward pass, so the default search is short (the search cache makes
@@ -242,7 +243,7 @@ class DynamoGraph:
             return self._eager(key, e.op)
         mutated = mutated_positions(exported)  # inputs the graph writes into (a static KV cache): state (.state)
         # the output structure, and the reference for a split graph's check (state: on clones; unspecified memory
-        # zeroed, as in the check's own run: partition.filled_allocations)
+        # zeroed, as in the check's own run: plugins.uninitialized)
         with torch.no_grad(), filled_allocations():
             want = bound(*[u.clone() if k in mutated else u for k, u in enumerate(user)])
         try:

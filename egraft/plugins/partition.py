@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
-import torch.utils._python_dispatch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -42,6 +41,7 @@ from ..search.config import CompileConfig
 from .binding import Bound, changed, placeholders, versions
 from .buckets import bucket, cut_rows, pad_rows, probe_size, prove_rows
 from .exported import compile_exported, compile_graph, export
+from .uninitialized import UNINITIALIZED
 
 PREFIX = "egraft_piece_"
 # ops a piece is not worth compiling for when they are its only companions of one real op
@@ -49,33 +49,6 @@ NON_COMPUTE = ["torch.ops.aten.view", "torch.ops.aten.permute", "torch.ops.aten.
                "torch.ops.aten.squeeze", "torch.ops.aten.t", "torch.ops.aten.alias", "torch.ops.aten.clone",
                "torch.ops.aten._assert_tensor_metadata", "torch.ops.aten.detach", "_operator.getitem"]
 _TORCH_DTYPES = ir_dtypes()
-# allocations whose values are unspecified (an out= buffer a custom op fills, as vLLM's linears and attention do):
-# nothing to compile, and no value a compiled piece could be checked against, so they stay PyTorch's
-UNINITIALIZED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
-
-
-class _FilledAllocations(torch.utils._python_dispatch.TorchDispatchMode):
-    supports_higher_order_operators = True  # a custom op writing into a buffer comes as auto_functionalized: run it
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if getattr(func, "overloadpacket", None) is not None and func.overloadpacket.__name__ in UNINITIALIZED:
-            out.zero_()  # (the mode is off inside its own handler)
-        return out
-
-
-def filled_allocations() -> _FilledAllocations:
-    """While active, every allocation with unspecified values (:data:`UNINITIALIZED`) comes back zeroed.
-
-    For the check of a split graph against PyTorch, both runs inside it: an out= buffer is uninitialised memory,
-    and a graph may return it (or a part no op wrote) for a later graph to fill, as vLLM's hand their attention
-    its output buffer: compared as they were, those outputs held whatever the memory held, in each run its own
-    (the graph then ran in PyTorch: 'relative error inf').  The buffers stay PyTorch's in the compiled graph too
-    (``_Support``), so both runs see the same zeros where nothing wrote.
-    """
-    return _FilledAllocations()
-
-
 class CannotSplit(Exception):
     """Partitioning made no progress: the caller runs the whole graph in PyTorch."""
 

@@ -188,7 +188,7 @@ class HandsOnABuffer(nn.Module):
 def test_a_graph_that_returns_an_uninitialised_buffer_is_compiled_not_checked_on_it():
     """What no op wrote in the buffer is whatever the memory held, in each run its own: compared as it was, it made the
     graph fall back to PyTorch ('relative error inf', seen in vLLM's mode 2).  The check zeroes such buffers in
-    both runs (partition.filled_allocations), so the rest of every output is still compared."""
+    both runs (plugins.uninitialized.filled_allocations), so the rest of every output is still compared."""
     torch.manual_seed(fresh_seed())
     model = HandsOnABuffer().eval()
     compiled = torch.compile(model, backend="egraft")
