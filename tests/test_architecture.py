@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1] / "egraft"
 # layer; packages on one layer are siblings and never import each other.
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
+    ("env",),  # the EGRAFT_* on/off switches, read one way
     ("ir",),
     ("runtime",),  # runtime: loads artifacts; backends import its manifest writer
     ("frontend", "backends", "rewrites", "measure"),
@@ -34,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
 # third-party libraries a package must never import (directly, at any depth of its own code)
 FORBIDDEN = {
     "errors": {"numpy", "torch", "jax", "jaxlib", "triton", "egglog", "deap"},
+    "env": {"numpy", "torch", "jax", "jaxlib", "triton", "egglog", "deap"},
     "ir": {"torch", "jax", "jaxlib", "triton", "egglog", "deap"},
     "rewrites": {"torch", "jax", "jaxlib", "triton", "deap"},
     "backends": {"egglog", "deap"},

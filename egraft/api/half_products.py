@@ -25,10 +25,11 @@ keeps PyTorch's own kernel.
 from __future__ import annotations
 
 import contextlib
-import os
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..env import flag
 
 MIN_ROWS = 8
 ENV_VAR = "EGRAFT_EAGER_HALF"
@@ -66,7 +67,7 @@ def float_products_for(model: torch.nn.Module):
     """A context in which `model`'s eager run computes its half-precision products in float32 where this CPU
     lacks a fast kernel for them (its parameters' and buffers' half dtypes); a no-op otherwise."""
     dts = {t.dtype for t in list(model.parameters()) + list(model.buffers()) if t.dtype in _HALF}
-    if os.environ.get(ENV_VAR, "0") not in ("", "0") or not any(slow_half_products(d) for d in dts):
+    if flag(ENV_VAR, False) or not any(slow_half_products(d) for d in dts):
         return contextlib.nullcontext()
     return FloatProducts()
 

@@ -41,11 +41,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import operator
-import os
 import weakref
 from typing import Any, Callable
 
 import torch
+
+from ..env import flag
 
 ENV_VAR = "EGRAFT_DECOMPOSE"
 
@@ -57,7 +58,7 @@ _KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def wanted() -> bool:
     """Whether the tracer may keep the exported graph: ``EGRAFT_DECOMPOSE=1`` makes it decompose every program,
     and so does a torch without the pieces of ``run_decompositions`` this module calls."""
-    return os.environ.get(ENV_VAR, "0") != "1" and _available()
+    return not flag(ENV_VAR, False) and _available()
 
 
 @functools.lru_cache(maxsize=1)

@@ -44,6 +44,7 @@ import platform
 import subprocess
 import sys
 
+from ..env import flag
 from ..errors import ArtifactError
 
 EXECUTABLE_FILE = "program.xla"
@@ -80,7 +81,7 @@ def host() -> dict | None:
 def read(directory: str, manifest: dict, entry: dict, in_tree, out_tree):
     """``(compiled, why)``: the kept executable when this host is the one it was compiled on (why: ``"kept"``), else
     ``(None, the reason)``."""
-    if os.environ.get(ENV_VAR, "1") == "0":
+    if not flag(ENV_VAR, True):
         return None, f"{ENV_VAR}=0"
     here, there = host() or {}, entry.get("host") or {}
     if not here or here != there:
@@ -101,7 +102,7 @@ def offer_objects(directory: str, manifest: dict, entry: dict) -> int:
     """Offer the kernels' machine code kept with the program to ``llvm_kernels`` (used only for a kernel of the same
     key: this CPU, the same IR and LLVM); the number offered.  Nothing with ``EGRAFT_LOAD_COMPILED=0``."""
     kept = (entry.get("executable") or {}).get("objects") or ()
-    if os.environ.get(ENV_VAR, "1") == "0" or not kept:
+    if not flag(ENV_VAR, True) or not kept:
         return 0
     from . import llvm_kernels
     from .manifest import read_verified

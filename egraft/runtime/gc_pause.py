@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import threading
+
+from ..env import flag
 
 ENV_VAR = "EGRAFT_LOAD_GC"
 
@@ -35,7 +36,7 @@ _was_enabled = False  # the collector's state before the first of them
 def paused():
     """The collector off inside (the module docstring)."""
     global _depth, _was_enabled
-    if os.environ.get(ENV_VAR, "0") not in ("", "0"):
+    if flag(ENV_VAR, False):
         yield
         return
     with _lock:

@@ -39,6 +39,7 @@ import json
 import os
 import time
 
+from ..env import flag
 from .xla_cache import cache_root
 
 SETTLED = 2.0  # seconds a file must have been unchanged before its hash began for its record to count
@@ -89,7 +90,7 @@ def remember_written(path: str, sha256: str, written: os.stat_result) -> None:
 
 def _rehash() -> bool:
     """``EGRAFT_REHASH`` set: every file hashed, nothing recorded."""
-    return os.environ.get(ENV_VAR, "0") not in ("", "0")
+    return flag(ENV_VAR, False)
 
 
 def _identity(st: os.stat_result) -> dict:

@@ -37,6 +37,8 @@ import os
 
 import numpy as np
 
+from ..env import flag
+
 HUGE_PAGE = 2 << 20  # x86-64's and arm64's (4 KiB granule) transparent huge page
 _THP = "/sys/kernel/mm/transparent_hugepage/enabled"
 
@@ -56,7 +58,7 @@ def host_offers() -> bool:
 
 def offered() -> bool:
     """Whether files are read into huge pages here: asked for (``EGRAFT_HUGE_PAGES=1``) and :func:`host_offers`."""
-    return os.environ.get("EGRAFT_HUGE_PAGES", "0") == "1" and host_offers()
+    return flag("EGRAFT_HUGE_PAGES", False) and host_offers()
 
 
 def read_file(path: str) -> tuple[np.ndarray, str] | None:

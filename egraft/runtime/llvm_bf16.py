@@ -29,15 +29,15 @@ a pair of weights (the same instruction, or the pair widened in turn).
 
 from __future__ import annotations
 
-import os
 
+from ..env import flag
 from .llvm_rows import row_dot, rows_panel, widened_loads
 from .llvm_spec import ACT16_STEP, KernelSpec, host_has, walk
 
 
 def dot_instruction() -> bool:
     """Whether this host's bfloat16-input products use the CPU's bfloat16 dot instruction (else widened)."""
-    return os.environ.get("EGRAFT_LLVM_BF16_DOT", "1") != "0" and host_has("avx512bf16")
+    return flag("EGRAFT_LLVM_BF16_DOT", True) and host_has("avx512bf16")
 
 
 def _unroll(k: int) -> int:

@@ -55,13 +55,14 @@ import os
 import threading
 from dataclasses import dataclass
 
+from ..env import flag
 from . import llvm_pool
 from .llvm_ir import WIDEN, WIDTHS, KernelSpec, module_ir
 
 
 def available() -> bool:
     """Whether this process can generate these kernels (llvmlite importable, a jax with the typed FFI)."""
-    if os.environ.get("EGRAFT_LLVM_KERNELS", "1") == "0":
+    if not flag("EGRAFT_LLVM_KERNELS", True):
         return False
     try:
         import jax.ffi  # noqa: F401

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..env import flag
+
 ENV_VAR = "EGRAFT_CACHE_DIR"
 
 
@@ -34,7 +36,7 @@ def xla_cache_dir() -> str:
 
 def caching() -> bool:
     """Whether egraft keeps compiled code between processes (``EGRAFT_XLA_CACHE=0``: it does not)."""
-    return os.environ.get("EGRAFT_XLA_CACHE", "1") != "0"
+    return flag("EGRAFT_XLA_CACHE", True)
 
 
 def enable_xla_cache(path: str | None = None) -> None:
