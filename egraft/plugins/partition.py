@@ -41,7 +41,7 @@ from ..search.config import CompileConfig
 from .binding import Bound, changed, placeholders, versions
 from .buckets import bucket, cut_rows, pad_rows, probe_size, prove_rows
 from .exported import compile_exported, compile_graph, export
-from .uninitialized import UNINITIALIZED
+from .uninitialized import UNINITIALIZED, filled_allocations
 
 PREFIX = "egraft_piece_"
 # ops a piece is not worth compiling for when they are its only companions of one real op
@@ -187,7 +187,7 @@ def split_compile(ep: torch.export.ExportedProgram, user_args: Sequence[torch.Te
     while True:
         fused, calls, support = _partition(ep, refused)
         recorder = _Recorder(fused)
-        with torch.no_grad():
+        with torch.no_grad(), filled_allocations():  # each piece's example inputs: no unspecified memory in them
             recorder.run(*user_args)
         try:
             share = config.with_(budget=config.budget.share(1.0 / len(calls)))

@@ -6,7 +6,8 @@ against, so the partitioner leaves it, and any value computed from it, to
 PyTorch (``partition._Support``).  A graph may also return such a buffer, or
 a part no op wrote, for a later graph to fill: for the check of a split
 graph against PyTorch, :func:`filled_allocations` zeroes every such
-allocation in both runs.
+allocation in both runs, and in the run that records each piece's example
+inputs (so none holds whatever the memory held).
 """
 
 from __future__ import annotations
