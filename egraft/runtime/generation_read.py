@@ -24,7 +24,7 @@ from typing import Callable
 
 from ..errors import ArtifactError
 from .loaders import loader_of
-from .manifest import GENERATION_FILE
+from .manifest import GENERATION_FILE, MANIFEST_FILE
 
 FORMAT = "egraft-generation"
 FORMAT_VERSION = 3  # 3: one shared weights file; 2: one "programs" map of buckets (1: steps, decoders, row_programs)
@@ -38,6 +38,7 @@ class Started:
     path: str  # its generation.json
     doc: dict
     device: str
+    dirs: list[str]  # the program directories it lists (program_dirs)
     _load: Callable[[str], object]  # a program directory's name -> its loaded artifact
     _loads: dict[str, Future] = field(default_factory=dict)  # started on threads; empty: loaded by programs()
     _pool: ThreadPoolExecutor | None = None
@@ -45,7 +46,7 @@ class Started:
     def programs(self) -> dict[str, object]:
         """Each program directory's loaded artifact, in the listed order; the first listed failure is raised."""
         if not self._loads:
-            return {rel: self._load(rel) for rel in program_dirs(self.doc, self.path)}
+            return {rel: self._load(rel) for rel in self.dirs}
         return {rel: f.result() for rel, f in self._loads.items()}
 
     def abandon(self) -> None:
@@ -65,7 +66,8 @@ def start(directory: str, device: str, load_one) -> Started:
     except (OSError, ValueError) as e:
         raise ArtifactError(f"{path} is corrupt ({e}); save the model again with CompiledModel.save") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ArtifactError(f"{path} is not an egraft generation file (format {doc.get('format')!r}, expected "
+        fmt = doc.get("format") if isinstance(doc, dict) else None  # (a list or a number has no format)
+        raise ArtifactError(f"{path} is not an egraft generation file (format {fmt!r}, expected "
                             f"{FORMAT!r} when it is a dict); save the model again")
     if not isinstance(doc.get("format_version"), int) or doc["format_version"] > FORMAT_VERSION:
         raise ArtifactError(f"{path} has format_version {doc.get('format_version')!r}; this egraft reads up to "
@@ -77,8 +79,8 @@ def start(directory: str, device: str, load_one) -> Started:
             raise ArtifactError(f"{path}: step directory {rel!r} is not a plain name inside the artifact")
         return load_one(os.path.join(directory, str(rel)), device, shared=shared)
 
-    started = Started(directory, path, doc, device, load_sub)
     listed = program_dirs(doc, path)
+    started = Started(directory, path, doc, device, listed, load_sub)
     manifests = [_manifest(directory, rel) for rel in listed]
     if listed and all(m is not None and m["target"].get("backend") == "jax" for m in manifests):
         # the loader (jax) imported here, before the threads: an import on a thread racing this thread's later
@@ -105,7 +107,7 @@ def program_dirs(doc: dict, path: str) -> list[str]:
 
 def _manifest(directory: str, rel: str) -> dict | None:
     try:
-        with open(os.path.join(directory, str(rel), "manifest.json")) as f:
+        with open(os.path.join(directory, str(rel), MANIFEST_FILE)) as f:
             m = json.load(f)
         return m if isinstance(m, dict) and isinstance(m.get("target"), dict) else None
     except (OSError, ValueError):

@@ -124,6 +124,19 @@ def test_not_an_artifact(tmp_path):
         load(str(tmp_path))
 
 
+@pytest.mark.parametrize("doc,match", [
+    ([1, 2], r"is not an egraft generation file \(format None, expected 'egraft-generation'"),
+    ({"format": "something-else"}, r"is not an egraft generation file \(format 'something-else'"),
+    ({"format": "egraft-generation", "format_version": 99}, r"has format_version 99; this egraft reads up to 3"),
+    ({"format": "egraft-generation", "format_version": 3, "weights": None}, r"its weights entry is missing"),
+])
+def test_a_bad_generation_file_is_named_before_any_program_loads(tmp_path, doc, match):
+    with open(tmp_path / "generation.json", "w") as f:
+        json.dump(doc, f)
+    with pytest.raises(ArtifactError, match=match):
+        load(tmp_path)
+
+
 def test_weights_disagreeing_with_the_manifest(jax_art, tmp_path):
     """A manifest whose weight list does not match the (untampered) file: the weight is named."""
     d = _copy(jax_art[-1], tmp_path)
